@@ -1,0 +1,39 @@
+# The README's commands. Each bootstraps .venv from nothing and is idempotent.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.tether-installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+
+.PHONY: venv demo test lint format bench synth deploy clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml agent/pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./agent
+	@touch $@
+
+demo: venv
+	$(VENV)/bin/tether demo
+
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy functions infra agent/tether_agent tests bench
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: venv
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b $(if $(QUICK),--quick) || exit 1; done
+
+clean:
+	rm -rf $(VENV) build cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,42 @@
+"""Environment variables the control plane gives the agent on a rented host (DESIGN §3).
+
+The onstart script and the Vast `env` set exactly these; the agent's settings model
+(`tether_agent/settings.py`) reads them. Only job-scoped values: never an account-wide key
+(Vast, Cloudflare or AWS). `CONTAINER_ID` / `CONTAINER_API_KEY` are set by Vast itself.
+"""
+
+from __future__ import annotations
+
+JOB_ID = "TETHER_JOB_ID"
+GENERATION = "TETHER_GENERATION"
+API_URL = "TETHER_API_URL"  # base URL; the agent POSTs to {API_URL}/agent/heartbeat
+AGENT_TOKEN = "TETHER_AGENT_TOKEN"  # per-generation bearer token (stored hashed by the API)
+RUN = "TETHER_RUN"  # the job's training command, run with `bash -c` when no command is given
+CHECKPOINT_DIR = "TETHER_CHECKPOINT_DIR"
+MARKER = "TETHER_MARKER"
+PROGRESS_FILE = "TETHER_PROGRESS_FILE"  # optional
+KEEP_LAST = "TETHER_KEEP_LAST"
+S3_ENDPOINT = "TETHER_S3_ENDPOINT"
+S3_BUCKET = "TETHER_S3_BUCKET"
+S3_PREFIX = "TETHER_S3_PREFIX"  # jobs/<job_id>/
+S3_ACCESS_KEY_ID = "TETHER_S3_ACCESS_KEY_ID"
+S3_SECRET_ACCESS_KEY = "TETHER_S3_SECRET_ACCESS_KEY"
+S3_SESSION_TOKEN = "TETHER_S3_SESSION_TOKEN"
+S3_CREDENTIALS_EXPIRE_AT = "TETHER_S3_CREDENTIALS_EXPIRE_AT"  # epoch seconds
+LEASE_EXPIRES_AT = "TETHER_LEASE_EXPIRES_AT"  # epoch seconds: the first lease, before any heartbeat
+HEARTBEAT_INTERVAL_S = "TETHER_HEARTBEAT_INTERVAL_S"  # default 15
+GRACE_S = "TETHER_GRACE_S"  # SIGTERM → SIGKILL grace, default 120
+ON_DEAD_MAN = "TETHER_ON_DEAD_MAN"  # stop | destroy
+VAST_URL = "TETHER_VAST_URL"  # default https://console.vast.ai (the simulator's URL locally)
+GPU_PROBE = "TETHER_GPU_PROBE"  # nvml (default) | none | fake:<file> (local stack and tests)
+PROBE_TIMEOUT_S = "TETHER_PROBE_TIMEOUT_S"  # default 10
+WORK_DIR = "TETHER_WORK_DIR"  # agent state and logs, default /var/lib/tether
+CONTAINER_ID = "CONTAINER_ID"  # set by Vast: the instance id
+CONTAINER_API_KEY = "CONTAINER_API_KEY"  # set by Vast: can only start/stop/destroy this instance
+
+ALL = (
+    JOB_ID, GENERATION, API_URL, AGENT_TOKEN, RUN, CHECKPOINT_DIR, MARKER, PROGRESS_FILE,
+    KEEP_LAST, S3_ENDPOINT, S3_BUCKET, S3_PREFIX, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY,
+    S3_SESSION_TOKEN, S3_CREDENTIALS_EXPIRE_AT, LEASE_EXPIRES_AT, HEARTBEAT_INTERVAL_S, GRACE_S,
+    ON_DEAD_MAN, VAST_URL, GPU_PROBE, PROBE_TIMEOUT_S, WORK_DIR, CONTAINER_ID, CONTAINER_API_KEY,
+)  # fmt: skip

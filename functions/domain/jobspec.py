@@ -1,0 +1,208 @@
+"""The job spec: one strict model for YAML files (users) and JSON on the wire (API).
+
+Field names carry their unit (`_gb`, `_usd`, `_s`, `_min`, `_hours`, `_mbps`, `_pct`).
+Unknown keys are rejected; impossible values are rejected with the field path and a reason
+(see `functions.domain.errors`). Defaults follow DESIGN §4.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from functions.domain.errors import FieldError, field_errors
+
+# Environment names the agent and the onstart script own; a job may not override them.
+RESERVED_ENV_PREFIXES = ("TETHER_", "AWS_", "VAST_", "CONTAINER_", "CLOUDFLARE_", "R2_")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class Resources(_Strict):
+    """What a host must offer. Matches Vast's offer fields (see functions.domain.offer)."""
+
+    gpu_names: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description='Accepted GPU models as Vast names them ("RTX 4090"); empty = any.',
+    )
+    gpu_count: int = Field(default=1, ge=1, le=16)
+    min_gpu_ram_gb: float = Field(default=0, ge=0, le=1024)
+    min_disk_gb: float = Field(
+        default=40, ge=8, le=16384, description="Allocated disk; Vast's minimum is 8 GB."
+    )
+    min_reliability: float = Field(default=0.95, ge=0, le=1)
+    min_download_mbps: float = Field(default=100, ge=0, le=100_000)
+    max_usd_per_hour: PositiveFloat | None = Field(default=None, le=1000)
+
+    @field_validator("gpu_names")
+    @classmethod
+    def _no_duplicate_gpus(cls, names: list[str]) -> list[str]:
+        if len({n.lower() for n in names}) != len(names):
+            raise ValueError("lists a GPU model twice")
+        return names
+
+
+class Data(_Strict):
+    download_gb: float = Field(
+        default=0, ge=0, le=100_000, description="Downloaded at start (model, data set)."
+    )
+    upload_gb_per_checkpoint: float = Field(default=0, ge=0, le=10_000)
+
+
+class Checkpoint(_Strict):
+    dir: str = Field(default="/workspace/checkpoints", min_length=1, max_length=1024)
+    marker: str = Field(default=".tether-complete", min_length=1, max_length=255)
+    keep_last: int = Field(default=3, ge=1, le=100)
+    interval_min: PositiveFloat | None = Field(
+        default=None,
+        le=24 * 60,
+        description="How often the script saves; unset = the planner recommends one.",
+    )
+    progress_file: str | None = Field(default=None, min_length=1, max_length=1024)
+
+    @field_validator("dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(
+                "must be an absolute path inside the container, e.g. /workspace/checkpoints"
+            )
+        return value
+
+    @field_validator("marker")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if "/" in value or value in {".", ".."}:
+            raise ValueError("must be a file name, not a path")
+        return value
+
+
+class Policy(_Strict):
+    """Health thresholds (DESIGN §4). One missed heartbeat never kills a job."""
+
+    heartbeat_timeout_s: int = Field(default=180, ge=30, le=86_400)
+    gpu_unresponsive_s: int = Field(default=300, ge=30, le=86_400)
+    no_progress_s: int = Field(default=1800, ge=60, le=7 * 86_400)
+    gpu_idle_util_pct: float = Field(
+        default=5, ge=0, le=100, description="'Near zero' GPU utilisation."
+    )
+    startup_timeout_s: int = Field(default=1200, ge=60, le=86_400)
+    max_restarts: int = Field(default=3, ge=0, le=100)
+    lease_window_s: int = Field(default=3 * 3600, ge=300, le=7 * 86_400)
+    on_dead_man: Literal["stop", "destroy"] = "stop"
+
+    @model_validator(mode="after")
+    def _lease_outlives_heartbeat(self) -> Policy:
+        if self.lease_window_s <= self.heartbeat_timeout_s:
+            raise ValueError(
+                "lease_window_s must be longer than heartbeat_timeout_s, "
+                "or hosts would stop themselves before the supervisor notices them"
+            )
+        return self
+
+
+class JobSpec(_Strict):
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    image: str = Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")
+    run: str = Field(
+        min_length=1, max_length=16_384, description="The training command, run by the agent."
+    )
+    env: dict[str, Annotated[str, Field(max_length=32_768)]] = Field(
+        default_factory=dict, max_length=256
+    )
+    resources: Resources = Field(default_factory=Resources)
+    data: Data = Field(default_factory=Data)
+    expected_hours: float = Field(gt=0, le=24 * 90)
+    expected_startup_min: float = Field(default=6, ge=0, le=24 * 60)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    budget_usd: float = Field(gt=0, le=1_000_000)
+    policy: Policy = Field(default_factory=Policy)
+
+    @field_validator("run")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for key in env:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key.upper().startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(
+                    f"{key!r} is reserved for tether (prefixes {', '.join(RESERVED_ENV_PREFIXES)})"
+                )
+        return env
+
+    @model_validator(mode="after")
+    def _budget_covers_an_hour_at_the_cap(self) -> JobSpec:
+        cap = self.resources.max_usd_per_hour
+        if cap is not None and self.budget_usd < cap * (self.expected_startup_min / 60):
+            raise ValueError(
+                "budget_usd does not even cover the start-up minutes at resources.max_usd_per_hour"
+            )
+        return self
+
+
+class SpecError(Exception):
+    """A job spec that cannot be used; `errors` names every problem."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = errors
+
+
+def parse_job(data: Any) -> JobSpec:
+    """Validate already-decoded data (YAML or JSON). Raises SpecError, never anything else."""
+    if not isinstance(data, dict):
+        kind = "nothing" if data is None else type(data).__name__
+        raise SpecError(
+            [FieldError(path="(root)", reason=f"must be a mapping of fields, got {kind}")]
+        )
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(field_errors(exc)) from None
+    except (TypeError, ValueError, RecursionError) as exc:  # pathological input must not escape
+        raise SpecError([FieldError(path="(root)", reason=f"cannot be read: {exc}")]) from None
+
+
+def load_job_file(path: str | Path) -> JobSpec:
+    """Read a YAML (or JSON) job file. Every failure is a SpecError with a readable reason."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError([FieldError(path=str(p), reason="no such file")]) from None
+    except IsADirectoryError:
+        raise SpecError(
+            [FieldError(path=str(p), reason="is a directory, not a job file")]
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([FieldError(path=str(p), reason=f"cannot be read ({exc})")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(
+            [FieldError(path=str(p), reason=f"YAML syntax error{where}: {problem}")]
+        ) from None
+    return parse_job(data)

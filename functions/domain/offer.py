@@ -1,0 +1,72 @@
+"""A marketplace offer, as Vast's search (`POST /api/v0/bundles/`) returns it.
+
+Only the fields tether uses are modelled; every other field is kept (extra="allow") so a newer
+API never breaks parsing. Units follow the real records (shared/fixtures/vast/README.md):
+`gpu_ram` MB, `disk_space` GB, `inet_down`/`inet_up` Mbit/s, `inet_*_cost` $/GB,
+`dph_*` $/hour, `storage_cost` $/GB/month.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Offer(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: int
+    machine_id: int | None = None
+    host_id: int | None = None
+    gpu_name: str = ""
+    num_gpus: int = 0
+    gpu_ram: float = 0  # MB per GPU
+    disk_space: float = 0  # GB available
+    dph_base: float | None = None  # GPU + machine $/h
+    dph_total: float | None = None  # dph_base + storage for the searched disk size, $/h
+    storage_cost: float = 0  # $/GB/month
+    inet_down: float = 0  # Mbit/s measured
+    inet_up: float = 0  # Mbit/s measured
+    inet_down_cost: float = 0  # $/GB
+    inet_up_cost: float = 0  # $/GB
+    reliability: float | None = Field(
+        default=None, description="0..1; `reliability2` on newer records."
+    )
+    reliability2: float | None = None
+    geolocation: str | None = None
+    rentable: bool | None = None
+    rented: bool | None = None
+    verification: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_missing_prices(cls, data: object) -> object:
+        # Some exports (e.g. 500.farm) lack dph_total; the price is then GPU only.
+        if (
+            isinstance(data, dict)
+            and data.get("dph_total") is None
+            and data.get("dph_base") is not None
+        ):
+            data = {**data, "dph_total": data["dph_base"]}
+        return data
+
+    @property
+    def reliability_score(self) -> float:
+        """The best reliability figure the record has (0..1); unknown counts as 0.9."""
+        for value in (self.reliability2, self.reliability):
+            if value is not None:
+                return min(max(value, 0.0), 1.0)
+        return 0.9
+
+    @property
+    def gpu_ram_gb(self) -> float:
+        return self.gpu_ram / 1024
+
+    def usd_per_hour(self, disk_gb: float) -> float:
+        """$/h for GPU + `disk_gb` of storage: dph_base + storage_cost × GB / 720 h per month."""
+        base = self.dph_base if self.dph_base is not None else (self.dph_total or 0.0)
+        return base + self.storage_cost * disk_gb / 720
+
+    @property
+    def download_mb_per_s(self) -> float:
+        """Measured download speed in MB/s (`inet_down` is Mbit/s)."""
+        return self.inet_down / 8
