@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml agent/pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]' -e ./agent
 	@touch $@
 
+# Until the local stack lands, the demo is the planner on a simulated Vast offer book.
 demo: venv
-	$(VENV)/bin/tether demo
+	@mkdir -p build
+	$(PY) -m infra.local.offers --count 400 --seed 7 > build/demo-offers.json
+	$(VENV)/bin/tether plan examples/qlora-7b.yaml --offers build/demo-offers.json
 
 test: venv
 	$(PY) -m pytest -q
@@ -34,6 +37,17 @@ format: venv
 
 bench: venv
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b $(if $(QUICK),--quick) || exit 1; done
+
+# Synthesize into cdk.out without Docker or the CDK CLI: arm64 Lambda bundle (PyPI once, then
+# cached under build/), cdk-nag AwsSolutions and cfn-lint (W3005: CDK's own redundant DependsOn).
+synth: venv
+	$(PY) -m infra.synth --out cdk.out
+	$(VENV)/bin/cfn-lint --ignore-checks W3005 -- cdk.out/Tether.template.json
+
+# Deploy with a pinned CDK CLI through npx (needs AWS credentials and a bootstrapped account).
+CDK_CLI := aws-cdk@2.1148.1
+deploy: synth
+	npx --yes $(CDK_CLI) deploy --app cdk.out Tether
 
 clean:
 	rm -rf $(VENV) build cdk.out .pytest_cache .mypy_cache .ruff_cache

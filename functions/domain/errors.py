@@ -63,6 +63,11 @@ def _reason(err: ErrorDetails) -> str:
     if kind in _TYPE_NAMES:
         got = type(err.get("input")).__name__
         return f"must be {_TYPE_NAMES[kind]} (got {got})"
+    value = err.get("input")
+    if isinstance(value, float) and value != value:  # NaN fails every bound; say so instead
+        return "must be a finite number, not NaN"
+    if kind == "invalid_key":
+        return f"field names must be strings (got {type(value).__name__})"
     if kind == "greater_than_equal":
         return f"must be ≥ {_num(ctx['ge'])}"
     if kind == "greater_than":
@@ -99,5 +104,9 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
         loc: list[int | str] = [prefix] if prefix else []
         # Keys of a dict[str, X] field show up as a path part too, which is what we want.
         loc.extend(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        errors.append(FieldError(path=_path(loc), reason=_reason(err)))
+        reason = _reason(err)
+        if loc and loc[-1] == "[key]":  # a bad mapping key, e.g. `env: {1: x}`
+            loc.pop()
+            reason = f"key {reason}"
+        errors.append(FieldError(path=_path(loc), reason=reason))
     return errors

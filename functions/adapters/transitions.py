@@ -1,0 +1,40 @@
+"""Starts lifecycle transitions: executions of the lifecycle state machine (Step Functions).
+
+The execution name is deterministic (`functions.domain.job.execution_name`), so starting the
+same transition twice (a retried submit, overlapping monitor runs) collides with
+ExecutionAlreadyExists, which is success: the transition is already under way or done.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.exceptions import ClientError
+
+from functions.domain.job import TransitionRequest
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+else:
+    SFNClient = Any
+
+
+class TransitionStarter:
+    def __init__(self, state_machine_arn: str, client: SFNClient | None = None) -> None:
+        self.state_machine_arn = state_machine_arn
+        self.client: SFNClient = client or boto3.client("stepfunctions")
+
+    def start(self, request: TransitionRequest) -> bool:
+        """Start the transition; False when an execution of that name already exists."""
+        try:
+            self.client.start_execution(
+                stateMachineArn=self.state_machine_arn,
+                name=request.execution_name,
+                input=request.model_dump_json(),
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+                return False
+            raise
+        return True

@@ -1,0 +1,546 @@
+"""The Vast.ai REST API, as tether uses it: search offers, rent, watch, stop, destroy.
+
+Facts this code relies on (shared/reference/vast-api.md):
+- auth is `Authorization: Bearer <key>` only; the key never goes into a URL (URLs end up in logs);
+- rate limits are per endpoint, answered with 429 and a plain-text body, no Retry-After;
+- error bodies are `{success: false, error, msg}` JSON or plain text, and an offer that is gone
+  shows up as 404, 410 or even 400 whose text carries the token `no_such_ask`.
+
+Every call retries 429, 5xx and connection failures with jittered exponential backoff under an
+overall deadline, then raises a typed error. Renting is not idempotent, so a rent is retried only
+when the request surely did not reach Vast (429, connection refused).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from functions.domain.jobspec import Resources
+from functions.domain.offer import Offer
+
+DEFAULT_BASE_URL = "https://console.vast.ai"
+MIN_DISK_GB = 8
+MAX_LABEL_CHARS = 256
+MAX_ONSTART_CHARS = 4048
+INSTANCES_PAGE_LIMIT = 25  # the most /api/v1/instances/ returns per page
+CHARGES_PAGE_LIMIT = 500
+FIRST_BACKOFF_S = 0.15
+MAX_BACKOFF_S = 8.0
+_NO_SUCH_ASK = re.compile(r"\bno_such_ask\b")
+_RUNTYPES = frozenset({"args", "ssh", "ssh_direc", "ssh_proxy", "jupyter", "jupyter_direc"})
+_GONE_INSTANCE_CODES = frozenset({"no_such_instance", "no_such_contract", "not_found"})
+
+
+class VastError(Exception):
+    """A Vast API call that failed. `status` is the HTTP status (None: no response),
+    `code` Vast's error token (e.g. "no_such_ask", "invalid_args"), `message` its text."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+    def __str__(self) -> str:
+        where = f"HTTP {self.status}" if self.status is not None else "no response"
+        code = f" {self.code}" if self.code else ""
+        return f"Vast API error ({where}{code}): {self.message}"
+
+
+class OfferGone(VastError):
+    """The offer was rented by someone else or withdrawn: try the next one."""
+
+
+class RateLimited(VastError):
+    """Vast kept answering 429 until the retry deadline passed."""
+
+
+class AuthFailed(VastError):
+    """The key was refused (401/403): wrong, revoked, or not allowed to do this."""
+
+
+class VastUnavailable(VastError):
+    """5xx answers or connection failures until the retry deadline passed.
+
+    `maybe_applied` is True when a non-idempotent request (a rent) may have reached Vast:
+    look for an instance with the label before renting again.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        maybe_applied: bool = False,
+    ) -> None:
+        super().__init__(message, status=status, code=code)
+        self.maybe_applied = maybe_applied
+
+
+class InstanceGone(VastError):
+    """The instance does not exist (any more)."""
+
+
+class Instance(BaseModel):
+    """An instance record from `GET /api/v0/instances/…` or `/api/v1/instances/`.
+
+    Only `id` is required: records right after a rent lack most fields (actual_status is null).
+    Unknown fields are kept.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    id: int
+    actual_status: str | None = None  # created, loading, running, stopped, exited, offline, …
+    intended_status: str | None = None
+    cur_state: str | None = None
+    next_state: str | None = None
+    status_msg: str | None = None
+    label: str | None = None
+    start_date: float | None = None  # epoch s
+    end_date: float | None = None  # epoch s: when the host stops offering the machine
+    dph_total: float | None = None  # $/h while running, storage included
+    dph_base: float | None = None
+    storage_cost: float | None = None  # $/GB/month
+    inet_down_cost: float | None = None  # $/GB
+    inet_up_cost: float | None = None  # $/GB
+    machine_id: int | None = None
+    host_id: int | None = None
+    gpu_name: str | None = None
+    num_gpus: int | None = None
+    gpu_util: float | None = None
+    inet_up: float | None = None  # Mbit/s
+    inet_down: float | None = None  # Mbit/s
+    disk_space: float | None = None  # GB allocated
+    disk_usage: float | None = None
+    image_uuid: str | None = None
+    geolocation: str | None = None
+
+
+class RentResult(BaseModel):
+    instance_id: int
+    instance_api_key: str | None = None
+
+
+def offer_query(resources: Resources, disk_gb: float, limit: int) -> dict[str, Any]:
+    """The `POST /api/v0/bundles/` body for on-demand offers that meet `resources`.
+
+    Filters as the official client builds them: `verified`, `external=false`, `rentable`,
+    `rented=false` by default; `reliability` is spelled `reliability2` on the wire; GPU RAM in
+    MB with the client's GB × 1000 (so a "24 GB" card listed with 24564 MB matches 24).
+    """
+    query: dict[str, Any] = {
+        "verified": {"eq": True},
+        "external": {"eq": False},
+        "rentable": {"eq": True},
+        "rented": {"eq": False},
+        "num_gpus": {"eq": resources.gpu_count},
+        "disk_space": {"gte": disk_gb},
+        "reliability2": {"gte": resources.min_reliability},
+        "inet_down": {"gte": resources.min_download_mbps},
+        "type": "on-demand",
+        "allocated_storage": disk_gb,
+        "order": [["dph_total", "asc"]],
+        "limit": limit,
+    }
+    if resources.gpu_names:
+        query["gpu_name"] = {"in": list(resources.gpu_names)}
+    if resources.min_gpu_ram_gb > 0:
+        query["gpu_ram"] = {"gte": resources.min_gpu_ram_gb * 1000}
+    if resources.max_usd_per_hour is not None:
+        query["dph_total"] = {"lte": resources.max_usd_per_hour}
+    return query
+
+
+def _error_body(response: httpx.Response) -> tuple[str | None, str]:
+    """(code, message) from a JSON `{error, msg}` body or a plain-text one."""
+    text = response.text.strip()
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+        body = None
+    code: str | None = None
+    message = text or response.reason_phrase
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, str) and error:
+            code = error
+        for key in ("msg", "detail", "message"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                message = value
+                break
+    if _NO_SUCH_ASK.search(message) or _NO_SUCH_ASK.search(text):
+        code = "no_such_ask"  # the token decides, whatever the status or `error` field says
+    return code, message[:500]
+
+
+def _typed_error(response: httpx.Response) -> VastError:
+    status = response.status_code
+    code, message = _error_body(response)
+    if code == "no_such_ask" or status == 410:
+        return OfferGone(message, status=status, code=code or "no_such_ask")
+    if status in (401, 403):
+        return AuthFailed(message, status=status, code=code)
+    if status == 429:
+        return RateLimited(message, status=status, code=code)
+    if status >= 500:
+        return VastUnavailable(message, status=status, code=code)
+    if status == 404 or code in _GONE_INSTANCE_CODES:
+        return InstanceGone(message, status=status, code=code)
+    return VastError(message, status=status, code=code)
+
+
+def _success_false(body: Any) -> bool:
+    return isinstance(body, dict) and body.get("success") is False
+
+
+class VastClient:
+    """A small, typed client of the Vast REST API. Thread-compatible, not thread-safe."""
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        client: httpx.Client | None = None,
+        timeout_s: float = 20,
+        deadline_s: float = 60,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not api_key or not api_key.strip():
+            raise ValueError("api_key must not be empty")
+        if timeout_s <= 0 or deadline_s <= 0:
+            raise ValueError("timeout_s and deadline_s must be > 0")
+        self._api_key = api_key.strip()
+        self._base_url = base_url.rstrip("/")
+        self._client = client if client is not None else httpx.Client()
+        self._timeout_s = timeout_s
+        self._deadline_s = deadline_s
+        self._sleep = sleep
+        self._rng = rng if rng is not None else random.Random()
+
+    # -- offers ---------------------------------------------------------------------------
+
+    def search_offers(
+        self, resources: Resources, *, disk_gb: float | None = None, limit: int = 256
+    ) -> list[Offer]:
+        """On-demand offers that meet `resources`, cheapest `dph_total` first, priced for
+        `disk_gb` of storage (default `resources.min_disk_gb`). Records that do not parse are
+        skipped, never fatal: one odd host must not hide the market."""
+        disk = resources.min_disk_gb if disk_gb is None else disk_gb
+        if disk < MIN_DISK_GB:
+            raise ValueError(f"disk_gb must be at least {MIN_DISK_GB} (Vast's minimum), got {disk}")
+        if not 1 <= limit <= 10_000:
+            raise ValueError(f"limit must be between 1 and 10000, got {limit}")
+        body = self._json("POST", "/api/v0/bundles/", json_body=offer_query(resources, disk, limit))
+        records = body.get("offers") if isinstance(body, dict) else None
+        if not isinstance(records, list):
+            raise VastError("search answered without an `offers` list", status=200)
+        offers: list[Offer] = []
+        for record in records:
+            try:
+                offers.append(Offer.model_validate(record))
+            except ValidationError:
+                continue
+        return offers
+
+    # -- renting --------------------------------------------------------------------------
+
+    def rent(
+        self,
+        offer_id: int,
+        *,
+        image: str,
+        disk_gb: float,
+        label: str,
+        env: dict[str, str],
+        onstart: str,
+        runtype: str = "args",
+    ) -> RentResult:
+        """Rent `offer_id` (PUT /api/v0/asks/{id}/). Raises OfferGone when it was taken.
+
+        With runtype "args" the image's entrypoint is kept and `onstart` runs as its command
+        (`bash -c`), because Vast runs `onstart` itself only for ssh/jupyter launch modes.
+        """
+        _check_rent_args(offer_id, image, disk_gb, label, env, onstart, runtype)
+        payload: dict[str, Any] = {
+            "client_id": "me",
+            "image": image,
+            "disk": disk_gb,
+            "label": label,
+            "env": dict(env),
+            "runtype": runtype,
+            # Fail now (410) rather than create an instance that waits for the machine.
+            "cancel_unavail": True,
+        }
+        if runtype == "args":
+            payload["args"] = ["bash", "-c", onstart]
+        else:
+            payload["onstart"] = onstart
+        try:
+            body = self._json(
+                "PUT", f"/api/v0/asks/{offer_id}/", json_body=payload, idempotent=False
+            )
+        except InstanceGone as exc:  # a bare 404 on an ask: "offer not found or not available"
+            raise OfferGone(exc.message, status=exc.status, code="no_such_ask") from None
+        contract = body.get("new_contract") if isinstance(body, dict) else None
+        if _success_false(body) or not isinstance(contract, int):
+            code, message = _error_fields(body)
+            if code == "no_such_ask" or _NO_SUCH_ASK.search(message):
+                raise OfferGone(message, status=200, code="no_such_ask")
+            raise VastError(f"rent was not confirmed: {message}", status=200, code=code)
+        key = body.get("instance_api_key")
+        return RentResult(
+            instance_id=contract, instance_api_key=key if isinstance(key, str) else None
+        )
+
+    # -- instances ------------------------------------------------------------------------
+
+    def list_instances(self) -> list[Instance]:
+        """Every instance of the account, following `next_token` through all pages."""
+        return [
+            Instance.model_validate(record)
+            for record in self._pages("/api/v1/instances/", "instances", INSTANCES_PAGE_LIMIT, {})
+            if isinstance(record, dict) and isinstance(record.get("id"), int)
+        ]
+
+    def show_instance(self, instance_id: int) -> Instance | None:
+        """One instance, or None when Vast says it does not exist."""
+        _check_id(instance_id, "instance_id")
+        try:
+            body = self._json("GET", f"/api/v0/instances/{instance_id}/")
+        except (InstanceGone, OfferGone):  # 404, or 410 Gone
+            return None
+        record = body.get("instances") if isinstance(body, dict) else None
+        if isinstance(record, list):  # some deployments answer with a one-element list
+            record = record[0] if record else None
+        if not isinstance(record, dict) or not record:
+            return None
+        record.setdefault("id", instance_id)
+        return Instance.model_validate(record)
+
+    def stop_instance(self, instance_id: int) -> None:
+        """Stop (GPU billing ends, storage goes on). Raises InstanceGone if it does not exist."""
+        self._manage(instance_id, {"state": "stopped"})
+
+    def start_instance(self, instance_id: int) -> None:
+        self._manage(instance_id, {"state": "running"})
+
+    def set_label(self, instance_id: int, label: str) -> None:
+        _check_label(label)
+        self._manage(instance_id, {"label": label})
+
+    def destroy_instance(self, instance_id: int) -> None:
+        """Destroy (all billing ends). Already gone counts as success: destroy is idempotent."""
+        _check_id(instance_id, "instance_id")
+        try:
+            body = self._json("DELETE", f"/api/v0/instances/{instance_id}/")
+        except InstanceGone:
+            return
+        except VastError as exc:
+            if exc.status == 410:
+                return
+            raise
+        if _success_false(body):
+            code, message = _error_fields(body)
+            if code in _GONE_INSTANCE_CODES:
+                return
+            raise VastError(f"destroy was refused: {message}", status=200, code=code)
+
+    # -- billing --------------------------------------------------------------------------
+
+    def charges(
+        self, *, since: float | None = None, until: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Raw per-contract charge items (GET /api/v0/charges/), default the last 7 days.
+
+        Best effort, for reconciling spend: the item types are gpu, disk, bwd, bwu.
+        """
+        end = time.time() if until is None else until
+        start = end - 7 * 86_400 if since is None else since
+        if start > end:
+            raise ValueError("since must not be after until")
+        filters = {"day": {"gte": int(start), "lte": int(end) + 1}}
+        return [
+            item
+            for item in self._pages(
+                "/api/v0/charges/",
+                "results",
+                CHARGES_PAGE_LIMIT,
+                {"select_filters": json.dumps(filters, separators=(",", ":"))},
+            )
+            if isinstance(item, dict)
+        ]
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _manage(self, instance_id: int, change: dict[str, str]) -> None:
+        _check_id(instance_id, "instance_id")
+        body = self._json("PUT", f"/api/v0/instances/{instance_id}/", json_body=change)
+        if _success_false(body):
+            code, message = _error_fields(body)
+            if code in _GONE_INSTANCE_CODES:
+                raise InstanceGone(message, status=200, code=code)
+            raise VastError(f"change {change} was refused: {message}", status=200, code=code)
+
+    def _pages(
+        self, path: str, items_key: str, limit: int, params: dict[str, str]
+    ) -> Iterator[Any]:
+        token: str | None = None
+        seen: set[str] = set()
+        while True:
+            query = {**params, "limit": str(limit)}
+            if token:
+                query["after_token"] = token
+            body = self._json("GET", path, params=query)
+            items = body.get(items_key) if isinstance(body, dict) else None
+            if not isinstance(items, list):
+                raise VastError(f"{path} answered without an `{items_key}` list", status=200)
+            yield from items
+            next_token = body.get("next_token")
+            if not isinstance(next_token, str) or not next_token or not items:
+                return
+            if next_token in seen:  # a server that loops must not loop us forever
+                raise VastError(f"{path} returned the same next_token twice", status=200)
+            seen.add(next_token)
+            token = next_token
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        idempotent: bool = True,
+    ) -> Any:
+        response = self._request(
+            method, path, json_body=json_body, params=params, idempotent=idempotent
+        )
+        if response.status_code >= 400:
+            raise _typed_error(response)
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+            raise VastError(
+                f"{method} {path} answered with non-JSON: {response.text[:200]!r}",
+                status=response.status_code,
+            ) from None
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: dict[str, Any] | None,
+        params: dict[str, str] | None,
+        idempotent: bool,
+    ) -> httpx.Response:
+        started = time.monotonic()
+        waited = 0.0  # counted separately so an injected (instant) sleep still ends the loop
+        backoff = FIRST_BACKOFF_S * self._rng.uniform(1.0, 1.5)
+        headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
+        url = self._base_url + path
+        while True:
+            failure: VastError
+            try:
+                response = self._client.request(
+                    method, url, json=json_body, params=params, headers=headers,
+                    timeout=self._timeout_s,
+                )  # fmt: skip
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                # The request never left: safe to retry even a rent.
+                failure = VastUnavailable(f"cannot connect to {self._base_url}: {exc}")
+            except httpx.TransportError as exc:
+                failure = VastUnavailable(
+                    f"{method} {path} failed in flight: {type(exc).__name__}: {exc}",
+                    maybe_applied=not idempotent,
+                )
+                if not idempotent:
+                    raise failure from None
+            else:
+                status = response.status_code
+                if status == 429 or (status >= 500 and idempotent):
+                    failure = _typed_error(response)
+                elif status >= 500:
+                    err = _typed_error(response)
+                    raise VastUnavailable(
+                        err.message, status=status, code=err.code, maybe_applied=True
+                    )
+                else:
+                    return response
+            elapsed = max(time.monotonic() - started, waited)
+            if elapsed + backoff > self._deadline_s:
+                raise failure
+            self._sleep(backoff)
+            waited += backoff
+            backoff = min(backoff * self._rng.uniform(1.5, 2.0), MAX_BACKOFF_S)
+
+
+def _error_fields(body: Any) -> tuple[str | None, str]:
+    if not isinstance(body, dict):
+        return None, repr(body)[:200]
+    error = body.get("error")
+    code = error if isinstance(error, str) and error else None
+    message = body.get("msg")
+    text = message if isinstance(message, str) and message else json.dumps(body)[:200]
+    if _NO_SUCH_ASK.search(text):
+        code = "no_such_ask"
+    return code, text
+
+
+def _check_id(value: int, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_label(label: str) -> None:
+    if not isinstance(label, str) or not label:
+        raise ValueError("label must be a non-empty string")
+    if len(label) > MAX_LABEL_CHARS:
+        raise ValueError(f"label must be at most {MAX_LABEL_CHARS} characters, got {len(label)}")
+
+
+def _check_rent_args(
+    offer_id: int,
+    image: str,
+    disk_gb: float,
+    label: str,
+    env: dict[str, str],
+    onstart: str,
+    runtype: str,
+) -> None:
+    _check_id(offer_id, "offer_id")
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        raise ValueError(f"image must be a Docker image reference without spaces, got {image!r}")
+    if isinstance(disk_gb, bool) or not isinstance(disk_gb, int | float) or disk_gb < MIN_DISK_GB:
+        raise ValueError(
+            f"disk_gb must be at least {MIN_DISK_GB} (Vast's minimum), got {disk_gb!r}"
+        )
+    _check_label(label)
+    if not isinstance(onstart, str):
+        raise ValueError("onstart must be a string")
+    if len(onstart) > MAX_ONSTART_CHARS:
+        raise ValueError(
+            f"onstart must be at most {MAX_ONSTART_CHARS} characters, got {len(onstart)}; "
+            "download a script from onstart instead of inlining it"
+        )
+    parts = runtype.split() if isinstance(runtype, str) else []
+    if not parts or any(part not in _RUNTYPES for part in parts):
+        raise ValueError(f"runtype must be one of {', '.join(sorted(_RUNTYPES))}, got {runtype!r}")
+    for key, value in env.items():
+        if not isinstance(key, str) or not key or not isinstance(value, str):
+            raise ValueError(f"env must map names to strings; {key!r} does not")

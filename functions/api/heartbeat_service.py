@@ -1,0 +1,115 @@
+"""The agent heartbeat (DESIGN §3): authenticate the generation's token, decide, store, reply.
+
+Authentication: the bearer token's sha256 must equal the hash on the generation item named by
+the body (`job_id`, `generation`), compared in constant time. A valid token of a generation that
+is no longer current gets `superseded` and lease 0, never a new lease.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from functions.adapters.store import JobStore
+from functions.api.http import InvalidRequest, Unauthorized
+from functions.domain.errors import FieldError, field_errors
+from functions.domain.heartbeat import HeartbeatReply, HeartbeatRequest
+from functions.domain.job import HeartbeatDecision, decide_heartbeat, heartbeat_record
+from functions.settings import HeartbeatSettings
+
+MAX_TOKEN_LENGTH = 256
+# Compared against when no generation matches, so a miss costs the same as a wrong token.
+_NO_HASH = "0" * 64
+
+
+@dataclass
+class HeartbeatDeps:
+    settings: HeartbeatSettings
+    store: JobStore
+    clock: Callable[[], float] = field(default=time.time)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def bearer_token(headers: Mapping[str, str]) -> str:
+    value = headers.get("authorization")
+    if not value:
+        raise _unauthorized("missing Authorization header")
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise _unauthorized("must be 'Bearer <agent token>'")
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise _unauthorized("token too long")
+    return token
+
+
+def _unauthorized(reason: str) -> Unauthorized:
+    return Unauthorized(
+        "the agent token is missing or not valid for this job generation",
+        [FieldError(path="header.authorization", reason=reason)],
+        headers={"WWW-Authenticate": 'Bearer realm="tether-agent"'},
+    )
+
+
+def parse_request(body: dict[str, Any]) -> HeartbeatRequest:
+    try:
+        return HeartbeatRequest.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidRequest("the heartbeat is not valid", field_errors(exc)) from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidRequest(
+            "the heartbeat is not valid", [FieldError(path="body", reason=str(exc)[:200])]
+        ) from None
+
+
+def handle_heartbeat(
+    deps: HeartbeatDeps, request: HeartbeatRequest, token: str
+) -> tuple[HeartbeatReply, HeartbeatDecision]:
+    now = deps.clock()
+    token_hash = hash_token(token)
+    job, generation, pulse_at = deps.store.load_heartbeat_context(
+        request.job_id, request.generation
+    )
+    stored_hash = generation.token_hash if generation else _NO_HASH
+    if not hmac.compare_digest(stored_hash, token_hash) or job is None or generation is None:
+        raise _unauthorized("not the token of this job generation")
+    decision = decide_heartbeat(
+        job,
+        generation,
+        request,
+        now=now,
+        pulse_at=pulse_at,
+        pulse_max_age_s=deps.settings.pulse_max_age_s,
+    )
+    if decision.command != "superseded":
+        stored = deps.store.store_heartbeat(
+            request.job_id,
+            request.generation,
+            token_hash=token_hash,
+            heartbeat=heartbeat_record(request, now),
+            lease_expires_at=decision.lease_expires_at,
+        )
+        if not stored:  # replaced between our read and our write
+            decision = HeartbeatDecision(
+                command="superseded",
+                lease_expires_at=0.0,
+                lease_renewed=False,
+                reason="generation was replaced",
+            )
+    reply = HeartbeatReply(
+        command=decision.command,
+        lease_expires_at=decision.lease_expires_at,
+        server_time=now,
+        credentials=decision.credentials if decision.command != "superseded" else None,
+        reason=decision.reason,
+    )
+    return reply, decision

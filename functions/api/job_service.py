@@ -1,0 +1,265 @@
+"""What the job API does, apart from HTTP: submit, list, get, cancel.
+
+The handler (`functions/api/jobs.py`) parses the request and maps results and `ApiError`s to
+responses; everything here takes plain values and the adapters it needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.adapters.store import (
+    BadPageToken,
+    IdempotencyConflict,
+    JobStore,
+    JobView,
+    StateConflict,
+)
+from functions.adapters.transitions import TransitionStarter
+from functions.api.http import Conflict, InvalidRequest, NotFound
+from functions.domain.errors import FieldError
+from functions.domain.job import (
+    ACTIVE_STATES,
+    Generation,
+    Job,
+    JobState,
+    TimelineEvent,
+    TransitionRequest,
+    cancel_outcome,
+    new_job,
+    new_job_id,
+)
+from functions.domain.jobspec import SpecError, parse_job
+from functions.settings import JobsApiSettings
+
+IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+JOB_ID_SHAPE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TIMELINE_LENGTH = 100
+
+
+@dataclass
+class JobsDeps:
+    settings: JobsApiSettings
+    store: JobStore
+    transitions: TransitionStarter
+    clock: Callable[[], float] = field(default=time.time)
+
+
+# --- submit -------------------------------------------------------------------------------
+
+
+def validate_idempotency_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not IDEMPOTENCY_KEY_PATTERN.match(key):
+        raise InvalidRequest(
+            "the Idempotency-Key header is not usable",
+            [
+                FieldError(
+                    path="header.idempotency-key",
+                    reason="must be 1–128 characters of letters, digits, _ . : -",
+                )
+            ],
+        )
+    return key
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def submit_job(
+    deps: JobsDeps, body: dict[str, Any], *, identity: str, idempotency_key: str | None
+) -> tuple[dict[str, Any], bool]:
+    """Store a PENDING job and start its provision transition. Returns (job view, created)."""
+    try:
+        spec = parse_job(body)
+    except SpecError as exc:
+        raise InvalidRequest("the job spec is not valid", exc.errors) from None
+    now = deps.clock()
+    job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by=identity)
+    key = validate_idempotency_key(idempotency_key)
+    try:
+        stored, created = deps.store.create_job(
+            job,
+            event,
+            idempotency=(key, request_hash(body)) if key else None,
+            idempotency_expires_at=now + deps.settings.idempotency_ttl_s,
+        )
+    except IdempotencyConflict as exc:
+        raise Conflict(
+            f"Idempotency-Key was already used for job {exc.job_id} with a different job spec",
+            [FieldError(path="header.idempotency-key", reason="reused with a different body")],
+        ) from None
+    if stored.state == JobState.PENDING:
+        # Also on a replay: the first attempt may have stored the job and died before this.
+        deps.transitions.start(
+            TransitionRequest(
+                action="provision", job_id=stored.job_id, generation=1, reason="submitted"
+            )
+        )
+    view = deps.store.get_job_view(stored.job_id, max_events=TIMELINE_LENGTH)
+    return job_detail(view if view else JobView(job=stored), deps.clock()), created
+
+
+# --- list / get ---------------------------------------------------------------------------
+
+
+def list_jobs(
+    deps: JobsDeps, *, state: str | None, limit: int, next_token: str | None
+) -> dict[str, Any]:
+    wanted = None
+    if state is not None:
+        try:
+            wanted = JobState(state.upper())
+        except ValueError:
+            raise InvalidRequest(
+                "unknown state",
+                [
+                    FieldError(
+                        path="query.state", reason=f"must be one of {[s.value for s in JobState]}"
+                    )
+                ],
+            ) from None
+    try:
+        page = deps.store.list_jobs(state=wanted, limit=limit, token=next_token)
+    except BadPageToken as exc:
+        raise InvalidRequest(
+            "bad page token", [FieldError(path="query.next", reason=str(exc))]
+        ) from None
+    return {"jobs": [job_summary(j) for j in page.jobs], "next": page.next_token}
+
+
+def get_job(deps: JobsDeps, job_id: str) -> dict[str, Any]:
+    view = _load_view(deps, job_id)
+    return job_detail(view, deps.clock())
+
+
+def _load_view(deps: JobsDeps, job_id: str) -> JobView:
+    view = deps.store.get_job_view(job_id, max_events=TIMELINE_LENGTH) if _id_ok(job_id) else None
+    if view is None:
+        raise NotFound(f"no job {job_id!r}", [FieldError(path="path.id", reason="unknown job")])
+    return view
+
+
+def _id_ok(job_id: str) -> bool:
+    return bool(JOB_ID_SHAPE.match(job_id))
+
+
+# --- cancel -------------------------------------------------------------------------------
+
+
+def cancel_job(deps: JobsDeps, job_id: str, *, identity: str) -> dict[str, Any]:
+    """STOPPING with stop_reason `cancelled`, then the stop transition. Idempotent while the
+    job is still stopping; 409 once it has ended."""
+    job = _load_view(deps, job_id).job
+    outcome = cancel_outcome(job)
+    if outcome == "already_ended":
+        raise _ended(job)
+    if outcome == "stop":
+        now = deps.clock()
+        try:
+            job = deps.store.transition_job(
+                job_id,
+                JobState.STOPPING,
+                expected=ACTIVE_STATES - {JobState.STOPPING},
+                now=now,
+                event=TimelineEvent(
+                    job_id=job_id,
+                    at=now,
+                    kind="cancel_requested",
+                    message=f"cancelled by {identity}",
+                ),
+                updates={"stop_reason": "cancelled", "state_reason": f"cancelled by {identity}"},
+            )
+        except StateConflict as exc:  # changed between read and write
+            if exc.job is None:
+                raise NotFound(f"no job {job_id!r}") from None
+            if cancel_outcome(exc.job) == "already_ended":
+                raise _ended(exc.job) from None
+            job = exc.job
+    # Started on every cancel call: if an earlier start was lost, this one repairs it.
+    deps.transitions.start(
+        TransitionRequest(
+            action="stop",
+            job_id=job_id,
+            generation=job.current_generation,
+            reason=job.stop_reason or "cancelled",
+        )
+    )
+    return get_job(deps, job_id)
+
+
+def _ended(job: Job) -> Conflict:
+    return Conflict(
+        f"job {job.job_id} has already ended ({job.state.value}); nothing to cancel",
+        [FieldError(path="state", reason=f"is {job.state.value}, a terminal state")],
+    )
+
+
+# --- views --------------------------------------------------------------------------------
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "name": job.name,
+        "state": job.state.value,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "budget_usd": job.budget_usd,
+        "spent_usd": job.spent_usd,
+        "generation": job.current_generation,
+    }
+
+
+def _generation_view(gen: Generation) -> dict[str, Any]:
+    # Never the token hash or the storage credentials.
+    return {
+        "generation": gen.generation,
+        "status": gen.status,
+        "instance_id": gen.instance_id,
+        "machine_id": gen.machine_id,
+        "offer_id": gen.offer_id,
+        "usd_per_hour": gen.usd_per_hour,
+        "lease_expires_at": gen.lease_expires_at or None,
+        "last_heartbeat": gen.heartbeat.model_dump(mode="json") if gen.heartbeat else None,
+    }
+
+
+def job_detail(view: JobView, now: float) -> dict[str, Any]:
+    job = view.job
+    checkpoints = [
+        g.heartbeat.last_checkpoint
+        for g in view.generations
+        if g.heartbeat and g.heartbeat.last_checkpoint
+    ]
+    last_checkpoint = max(checkpoints, key=lambda c: (c.step, c.generation), default=None)
+    current = view.current
+    return {
+        **job_summary(job),
+        "state_reason": job.state_reason or None,
+        "stop_reason": job.stop_reason,
+        "submitted_by": job.submitted_by,
+        "restarts": job.restarts,
+        "spend": {
+            "spent_usd": job.spent_usd,
+            "budget_usd": job.budget_usd,
+            "remaining_usd": job.remaining_budget_usd,
+            "fraction_used": round(job.spent_usd / job.budget_usd, 4) if job.budget_usd else None,
+        },
+        "host": _generation_view(current) if current else None,
+        "last_checkpoint": last_checkpoint.model_dump(mode="json") if last_checkpoint else None,
+        "spec": job.spec.model_dump(mode="json"),
+        "timeline": [
+            {"at": e.at, "kind": e.kind, "message": e.message, "data": e.data} for e in view.events
+        ],
+        "as_of": now,
+    }

@@ -1,0 +1,103 @@
+"""The user-facing job API (IAM/SigV4 auth on API Gateway): a thin layer over `job_service`.
+
+POST /jobs                 submit (honours Idempotency-Key)            201
+GET  /jobs                 list ?state=&limit=&next=                     200
+GET  /jobs/{id}            job, host, spend vs budget, checkpoint, timeline  200
+POST /jobs/{id}/cancel     idempotent; 409 once the job has ended        202
+"""
+
+from functools import cache
+from http import HTTPStatus
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.adapters.store import JobStore
+from functions.adapters.transitions import TransitionStarter
+from functions.api import job_service
+from functions.api.http import (
+    iam_identity,
+    install_error_handlers,
+    json_response,
+    parse_json_body,
+    reject_unknown_query,
+)
+from functions.observability import MetricUnit, logger, metrics, tracer
+from functions.settings import JobsApiSettings, load_settings
+
+ROUTES = {
+    "/jobs": {"GET", "POST"},
+    "/jobs/{id}": {"GET"},
+    "/jobs/{id}/cancel": {"POST"},
+}
+
+app = APIGatewayHttpResolver(enable_validation=True)
+install_error_handlers(app, ROUTES)
+
+
+@cache
+def dependencies() -> job_service.JobsDeps:
+    """Built once per container (cold start), where a bad environment fails loudly."""
+    settings = load_settings(JobsApiSettings)
+    return job_service.JobsDeps(
+        settings=settings,
+        store=JobStore(settings.table_name),
+        transitions=TransitionStarter(settings.state_machine_arn),
+    )
+
+
+@app.post("/jobs")
+def submit() -> Response[Any]:
+    identity = iam_identity(app.current_event.raw_event)
+    deps = dependencies()
+    reject_unknown_query(app.current_event.raw_event, ())
+    body = parse_json_body(app.current_event.raw_event, max_bytes=deps.settings.max_body_bytes)
+    view, created = job_service.submit_job(
+        deps,
+        body,
+        identity=identity,
+        idempotency_key=app.current_event.headers.get("idempotency-key"),
+    )
+    if created:
+        metrics.add_metric(name="JobsSubmitted", unit=MetricUnit.Count, value=1)
+    headers = {} if created else {"Idempotent-Replayed": "true"}
+    headers["Location"] = f"/jobs/{view['job_id']}"
+    return json_response(HTTPStatus.CREATED, view, headers=headers)
+
+
+@app.get("/jobs")
+def list_jobs(
+    state: Annotated[str | None, Query(max_length=32)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    next_token: Annotated[str | None, Query(alias="next", min_length=1, max_length=2048)] = None,
+) -> Response[Any]:
+    iam_identity(app.current_event.raw_event)
+    reject_unknown_query(app.current_event.raw_event, ("state", "limit", "next"))
+    page = job_service.list_jobs(dependencies(), state=state, limit=limit, next_token=next_token)
+    return json_response(HTTPStatus.OK, page)
+
+
+@app.get("/jobs/<job_id>")
+def get_job(job_id: str) -> Response[Any]:
+    iam_identity(app.current_event.raw_event)
+    reject_unknown_query(app.current_event.raw_event, ())
+    return json_response(HTTPStatus.OK, job_service.get_job(dependencies(), job_id))
+
+
+@app.post("/jobs/<job_id>/cancel")
+def cancel(job_id: str) -> Response[Any]:
+    identity = iam_identity(app.current_event.raw_event)
+    reject_unknown_query(app.current_event.raw_event, ())
+    view = job_service.cancel_job(dependencies(), job_id, identity=identity)
+    metrics.add_metric(name="JobsCancelRequested", unit=MetricUnit.Count, value=1)
+    return json_response(HTTPStatus.ACCEPTED, view)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

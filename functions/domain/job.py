@@ -1,0 +1,333 @@
+"""Job records, their states and timeline events, and the decisions taken on them (pure, no I/O).
+
+States (DESIGN §2, fixed):
+
+    PENDING → PROVISIONING → RUNNING ⇄ REPLACING → STOPPING → FINISHED | FAILED | CANCELLED |
+    OVER_BUDGET
+
+A job is *active* while its state is not terminal; only active jobs are in the table's
+active-jobs index, which the monitor reads every minute.
+
+The heartbeat decision (`decide_heartbeat`) lives here too: which command the agent gets, and
+for how long its lease runs (DESIGN §3, the dead-man switch).
+"""
+
+from __future__ import annotations
+
+import secrets
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.domain.heartbeat import (
+    CheckpointRef,
+    Command,
+    GpuProbe,
+    HeartbeatRequest,
+    Phase,
+    StorageCredentials,
+)
+from functions.domain.jobspec import JobSpec
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    PROVISIONING = "PROVISIONING"
+    RUNNING = "RUNNING"
+    REPLACING = "REPLACING"
+    STOPPING = "STOPPING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    OVER_BUDGET = "OVER_BUDGET"
+
+
+TERMINAL_STATES = frozenset(
+    {JobState.FINISHED, JobState.FAILED, JobState.CANCELLED, JobState.OVER_BUDGET}
+)
+ACTIVE_STATES = frozenset(JobState) - TERMINAL_STATES
+
+# Every state may go to STOPPING (cancel, over budget) and, from STOPPING, to a terminal state.
+# FAILED is also reachable directly, for a provisioning that never got a host.
+ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.PROVISIONING, JobState.STOPPING, JobState.FAILED}),
+    JobState.PROVISIONING: frozenset({JobState.RUNNING, JobState.STOPPING, JobState.FAILED}),
+    JobState.RUNNING: frozenset({JobState.REPLACING, JobState.STOPPING, JobState.FAILED}),
+    JobState.REPLACING: frozenset({JobState.RUNNING, JobState.STOPPING, JobState.FAILED}),
+    JobState.STOPPING: TERMINAL_STATES,
+    JobState.FINISHED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+    JobState.OVER_BUDGET: frozenset(),
+}
+
+StopReason = Literal["cancelled", "over_budget", "finished", "failed"]
+# The terminal state a STOPPING job ends in, by why it was stopped.
+TERMINAL_STATE_FOR: dict[str, JobState] = {
+    "cancelled": JobState.CANCELLED,
+    "over_budget": JobState.OVER_BUDGET,
+    "finished": JobState.FINISHED,
+    "failed": JobState.FAILED,
+}
+
+
+def is_terminal(state: JobState) -> bool:
+    return state in TERMINAL_STATES
+
+
+def can_transition(current: JobState, target: JobState) -> bool:
+    return target in ALLOWED_TRANSITIONS[current]
+
+
+JOB_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,40}-[0-9a-f]{8}$"
+_NAME_PART = 40
+
+
+def new_job_id(name: str) -> str:
+    """`<spec name, at most 40 chars>-<8 hex>`: readable in Vast labels and execution names.
+
+    Execution names are capped at 80 characters; `<id>-provision-g<n>` stays well below.
+    """
+    return f"{name[:_NAME_PART].rstrip('-')}-{secrets.token_hex(4)}"
+
+
+# --- lifecycle transitions (state machine input contract, fixed) ----------------------------
+
+TransitionAction = Literal["provision", "replace", "stop"]
+
+
+class TransitionRequest(BaseModel):
+    """Input of the lifecycle state machine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: TransitionAction
+    job_id: str
+    generation: int = Field(ge=0)
+    reason: str
+
+    @property
+    def execution_name(self) -> str:
+        return execution_name(self.action, self.job_id, self.generation)
+
+
+def execution_name(action: TransitionAction, job_id: str, generation: int) -> str:
+    """Deterministic, so a retried submit or overlapping monitor runs collide instead of
+    starting a second transition (ExecutionAlreadyExists is success)."""
+    if action == "stop":
+        return f"{job_id}-stop"
+    return f"{job_id}-{action}-g{generation}"
+
+
+# --- records ------------------------------------------------------------------------------
+
+
+class Job(BaseModel):
+    """The job item (`pk=JOB#<id> sk=JOB`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    name: str
+    state: JobState
+    spec: JobSpec
+    created_at: float
+    updated_at: float
+    submitted_by: str = ""
+    budget_usd: float
+    spent_usd: float = 0.0
+    current_generation: int = Field(default=0, ge=0, description="0 until the first host.")
+    restarts: int = 0
+    stop_reason: StopReason | None = None
+    state_reason: str = ""
+
+    @property
+    def active(self) -> bool:
+        return not is_terminal(self.state)
+
+    @property
+    def remaining_budget_usd(self) -> float:
+        return max(0.0, self.budget_usd - self.spent_usd)
+
+
+GenerationStatus = Literal["provisioning", "running", "superseded", "stopped", "failed"]
+
+
+class Heartbeat(BaseModel):
+    """The last heartbeat stored on a generation item."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    at: float
+    agent_time: float
+    phase: Phase
+    step: int | None = None
+    gpu: GpuProbe
+    last_checkpoint: CheckpointRef | None = None
+    restored_checkpoint: CheckpointRef | None = None
+    exit_code: int | None = None
+    bytes_downloaded: int = 0
+    bytes_uploaded: int = 0
+
+
+class Generation(BaseModel):
+    """One host attempt of a job (`pk=JOB#<id> sk=GEN#<nnnn>`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    generation: int = Field(ge=1)
+    status: GenerationStatus = "provisioning"
+    is_current: bool = True
+    token_hash: str = Field(description="sha256 hex of the agent token; the token is never stored")
+    instance_id: int | None = None
+    offer_id: int | None = None
+    machine_id: int | None = None
+    usd_per_hour: float = Field(default=0.0, ge=0)
+    prices: dict[str, float] = Field(
+        default_factory=dict, description="inet_down_usd_per_gb, inet_up_usd_per_gb, …"
+    )
+    created_at: float = 0.0
+    lease_expires_at: float = 0.0
+    heartbeat: Heartbeat | None = None
+    credentials: StorageCredentials | None = None
+
+
+class TimelineEvent(BaseModel):
+    """`pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: what happened to a job, in order."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    at: float
+    seq: int = Field(default=0, ge=0, le=999, description="Orders events of the same instant.")
+    event_id: str = Field(
+        default_factory=lambda: secrets.token_hex(4),
+        description="Keeps two writers of the same instant from overwriting each other.",
+    )
+    kind: str
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+def new_job(
+    spec: JobSpec, *, job_id: str, now: float, submitted_by: str
+) -> tuple[Job, TimelineEvent]:
+    job = Job(
+        job_id=job_id,
+        name=spec.name,
+        state=JobState.PENDING,
+        spec=spec,
+        created_at=now,
+        updated_at=now,
+        submitted_by=submitted_by,
+        budget_usd=spec.budget_usd,
+    )
+    event = TimelineEvent(
+        job_id=job_id,
+        at=now,
+        kind="submitted",
+        message=f"submitted by {submitted_by or 'unknown'}; budget ${spec.budget_usd:.2f}",
+    )
+    return job, event
+
+
+# --- cancel -------------------------------------------------------------------------------
+
+CancelOutcome = Literal["stop", "already_stopping", "already_ended"]
+
+
+def cancel_outcome(job: Job) -> CancelOutcome:
+    """Cancel is idempotent while the job runs; a job that has ended cannot be cancelled."""
+    if is_terminal(job.state):
+        return "already_ended"
+    if job.state == JobState.STOPPING:
+        return "already_stopping"
+    return "stop"
+
+
+# --- heartbeat ----------------------------------------------------------------------------
+
+
+class HeartbeatDecision(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    command: Command
+    lease_expires_at: float
+    lease_renewed: bool
+    credentials: StorageCredentials | None = None
+    reason: str | None = None
+
+
+def lease_expiry(job: Job, generation: Generation, now: float) -> float:
+    """`min(lease window, remaining budget / current $ per hour)` from now (DESIGN §3)."""
+    window_s = float(job.spec.policy.lease_window_s)
+    if generation.usd_per_hour > 0:
+        window_s = min(window_s, job.remaining_budget_usd / generation.usd_per_hour * 3600)
+    return now + window_s
+
+
+def pulse_is_fresh(pulse_at: float | None, now: float, max_age_s: float) -> bool:
+    return pulse_at is not None and now - pulse_at <= max_age_s
+
+
+def decide_heartbeat(
+    job: Job,
+    generation: Generation,
+    request: HeartbeatRequest,
+    *,
+    now: float,
+    pulse_at: float | None,
+    pulse_max_age_s: float,
+) -> HeartbeatDecision:
+    """What the agent of an authenticated generation is told.
+
+    The lease is renewed only while the supervisor's pulse is fresh: with the monitor dead the
+    agent keeps its old expiry and stops the machine itself when it passes (invariant 4).
+    """
+    if not generation.is_current or generation.generation != job.current_generation:
+        return HeartbeatDecision(
+            command="superseded",
+            lease_expires_at=0.0,
+            lease_renewed=False,
+            reason=f"generation {generation.generation} was replaced "
+            f"(current: {job.current_generation})",
+        )
+    renewed = pulse_is_fresh(pulse_at, now, pulse_max_age_s)
+    lease = lease_expiry(job, generation, now) if renewed else generation.lease_expires_at
+    command: Command = "continue"
+    reason = None if renewed else "supervisor silent: lease not renewed"
+    if job.state == JobState.STOPPING or is_terminal(job.state):
+        command = "stop"
+        reason = f"job is {job.state.value.lower()}" + (
+            f" ({job.stop_reason})" if job.stop_reason else ""
+        )
+    credentials = None
+    if generation.credentials is not None and (
+        request.credentials_expire_at is None
+        or generation.credentials.expires_at > request.credentials_expire_at
+    ):
+        credentials = generation.credentials
+    return HeartbeatDecision(
+        command=command,
+        lease_expires_at=lease,
+        lease_renewed=renewed,
+        credentials=credentials,
+        reason=reason,
+    )
+
+
+def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
+    return Heartbeat(
+        at=now,
+        agent_time=request.agent_time,
+        phase=request.phase,
+        step=request.step,
+        gpu=request.gpu,
+        last_checkpoint=request.last_checkpoint,
+        restored_checkpoint=request.restored_checkpoint,
+        exit_code=request.exit_code,
+        bytes_downloaded=request.bytes_downloaded,
+        bytes_uploaded=request.bytes_uploaded,
+    )

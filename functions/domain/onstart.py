@@ -1,0 +1,202 @@
+"""The onstart script and the instance environment for a rented Vast host (DESIGN §3). Pure.
+
+Vast runs `onstart` (≤ 4048 characters) inside the container at start. Ours only installs the
+agent into its own venv from a presigned URL and starts it in the background; every per-job value
+travels in the instance environment (Vast's `env` field), built by `build_host_env`. The job's
+command is `TETHER_RUN` and is never written into the script, so no quoting in it can escape.
+
+Invariant 6: only job-scoped, expiring values reach the host. `ensure_no_account_secrets` is the
+last check before a rent: it refuses a script or environment that contains an account-wide key.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from urllib.parse import unquote, urlsplit
+
+from functions.domain import agent_env
+from functions.domain.heartbeat import StorageCredentials
+from functions.domain.jobspec import JobSpec
+
+VAST_ONSTART_LIMIT = 4048  # characters, Vast's create-instance limit
+DEFAULT_VENV = "/opt/tether-agent"
+DEFAULT_WORK_DIR = "/var/lib/tether"
+_WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
+_ABS_PATH = re.compile(r"^/[A-Za-z0-9_./-]+$")
+
+# POSIX sh (no bashisms), so it runs whatever shell Vast uses; written tight because every
+# character the script takes is one the presigned URL cannot have. Placeholders {{NAME}} are
+# filled with shell-quoted values only. How it works:
+# - if the onstart shell lacks the container env, it imports TETHER_*/CONTAINER_* from PID 1's
+#   environ (through Python's shlex.quote, so values are never evaluated as code);
+# - logs to $W/onstart.log, the agent to $W/agent.log; a second run (container restart) finds
+#   the installed agent and the running pid and does nothing twice;
+# - downloads with curl, wget or Python (5 tries, growing pauses), installs into a venv, or,
+#   when the image lacks python3-venv, with `pip install --target $V/lib`, then runs the agent
+#   with that dir on sys.path (not PYTHONPATH: the training command must not inherit it).
+_TEMPLATE = r"""#!/bin/sh
+# tether onstart: install the agent, start it. Job values come from the env (TETHER_*).
+U={{URL}}
+F={{WHEEL}}
+V={{VENV}}
+P=$(command -v python3||command -v python)||{ echo "tether: no python3 in image">&2;exit 1;}
+if [ -z "${TETHER_JOB_ID:-}" ]&&[ -r /proc/1/environ ];then
+eval "$("$P" -c 'import shlex
+for e in open("/proc/1/environ","rb").read().split(b"\0"):
+ k,_,v=e.decode(errors="replace").partition("=")
+ if k.startswith(("TETHER_","CONTAINER_")) and k.isidentifier():
+  print("export "+k+"="+shlex.quote(v))')"
+fi
+W=${TETHER_WORK_DIR:-{{WORK}}}
+mkdir -p "$W"||exit 1
+exec >>"$W/onstart.log" 2>&1
+log(){ echo "$(date -u +%FT%TZ) tether-onstart: $*";}
+if [ -f "$W/agent.pid" ]&&grep -qa tether "/proc/$(cat "$W/agent.pid")/cmdline" 2>/dev/null;then
+log "agent already running";exit 0;fi
+fetch(){
+if command -v curl >/dev/null;then curl -fsSL -o "$2" "$1"
+elif command -v wget >/dev/null;then wget -q -O "$2" "$1"
+else "$P" -c 'import sys,urllib.request as r;r.urlretrieve(*sys.argv[1:])' "$1" "$2";fi;}
+retry(){ for i in 1 2 3 4 5;do "$@"&&return 0
+log "try $i/5 failed: $1";sleep $((i*i));done;return 1;}
+if [ ! -x "$V/bin/tether-agent" ]&&[ ! -d "$V/lib/tether_agent" ];then
+retry fetch "$U" "$W/$F"||{ log "agent wheel download failed";exit 1;}
+if "$P" -m venv "$V"&&"$V/bin/python" -m pip --version >/dev/null 2>&1;then
+retry "$V/bin/python" -m pip install -q "$W/$F"||{ log "pip install into $V failed";exit 1;}
+else
+log "python3 -m venv failed (no python3-venv?): pip install --target $V/lib"
+rm -rf "$V"
+retry "$P" -m pip install -q --target "$V/lib" "$W/$F"||{
+log "no pip: add python3-venv or pip to the image";exit 1;}
+fi;fi
+if [ -x "$V/bin/tether-agent" ];then set -- "$V/bin/tether-agent" run
+else set -- "$P" -c 'import sys;sys.path.insert(0,sys.argv.pop(1))
+from tether_agent.main import main;sys.exit(main())' "$V/lib" run;fi
+nohup "$@" </dev/null >>"$W/agent.log" 2>&1 &
+echo $! >"$W/agent.pid"
+log "agent started, pid $!, log $W/agent.log"
+"""
+
+
+class OnstartTooLong(ValueError):
+    """The script would pass Vast's onstart limit."""
+
+
+def _wheel_file_name(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.netloc:
+        raise ValueError(f"agent_wheel_url: must be an http(s) URL (got {url[:60]!r})")
+    name = unquote(parts.path.rsplit("/", 1)[-1])
+    if not _WHEEL_NAME.match(name):
+        raise ValueError(
+            "agent_wheel_url: the path must end in a wheel file name such as "
+            f"tether_agent-0.1.0-py3-none-any.whl (got {name!r}); pip needs that name"
+        )
+    return name
+
+
+def build_onstart(
+    *,
+    agent_wheel_url: str,
+    venv_dir: str = DEFAULT_VENV,
+    default_work_dir: str = DEFAULT_WORK_DIR,
+) -> str:
+    """The onstart script: install the agent wheel into `venv_dir` and start `tether-agent run`.
+
+    Raises ValueError naming the argument at fault, OnstartTooLong past Vast's limit.
+    """
+    wheel = _wheel_file_name(agent_wheel_url)
+    for name, path in (("venv_dir", venv_dir), ("default_work_dir", default_work_dir)):
+        if not _ABS_PATH.match(path):
+            raise ValueError(f"{name}: must be an absolute path of plain characters (got {path!r})")
+    script = (
+        _TEMPLATE.replace("{{URL}}", shlex.quote(agent_wheel_url))
+        .replace("{{WHEEL}}", shlex.quote(wheel))
+        .replace("{{VENV}}", shlex.quote(venv_dir))
+        .replace("{{WORK}}", default_work_dir)  # inside ${...:-}: checked plain above
+    )
+    if len(script) > VAST_ONSTART_LIMIT:
+        room = VAST_ONSTART_LIMIT - (len(script) - len(agent_wheel_url))
+        raise OnstartTooLong(
+            f"agent_wheel_url: {len(agent_wheel_url)} characters make the onstart script "
+            f"{len(script)} characters, over Vast's limit of {VAST_ONSTART_LIMIT}; the URL may "
+            f"have at most {room} (presign with a shorter expiry or without a session token)"
+        )
+    return script
+
+
+def build_host_env(
+    job: JobSpec,
+    *,
+    job_id: str,
+    generation: int,
+    api_url: str,
+    agent_token: str,
+    storage: StorageCredentials,
+    lease_expires_at: float,
+    heartbeat_interval_s: float = 15,
+    grace_s: float = 120,
+    vast_url: str | None = None,
+    gpu_probe: str | None = None,
+    probe_timeout_s: float | None = None,
+    work_dir: str | None = None,
+) -> dict[str, str]:
+    """The instance environment (Vast's `env`): the agent's settings plus the job's own `env`.
+
+    Only job-scoped values: the per-generation agent token and R2 credentials limited to
+    `jobs/<job_id>/`. `CONTAINER_ID` / `CONTAINER_API_KEY` are Vast's to set, not ours.
+    """
+    expected_prefix = f"jobs/{job_id}/"
+    if storage.prefix != expected_prefix:
+        raise ValueError(
+            f"storage.prefix: must be {expected_prefix!r} for job {job_id} (got {storage.prefix!r})"
+        )
+    env = dict(job.env)  # the job's variables; JobSpec already refuses reserved names
+    ours: dict[str, str | None] = {
+        agent_env.JOB_ID: job_id,
+        agent_env.GENERATION: str(generation),
+        agent_env.API_URL: api_url.rstrip("/"),
+        agent_env.AGENT_TOKEN: agent_token,
+        agent_env.RUN: job.run,
+        agent_env.CHECKPOINT_DIR: job.checkpoint.dir,
+        agent_env.MARKER: job.checkpoint.marker,
+        agent_env.PROGRESS_FILE: job.checkpoint.progress_file,
+        agent_env.KEEP_LAST: str(job.checkpoint.keep_last),
+        agent_env.S3_ENDPOINT: storage.endpoint,
+        agent_env.S3_BUCKET: storage.bucket,
+        agent_env.S3_PREFIX: storage.prefix,
+        agent_env.S3_ACCESS_KEY_ID: storage.access_key_id,
+        agent_env.S3_SECRET_ACCESS_KEY: storage.secret_access_key,
+        agent_env.S3_SESSION_TOKEN: storage.session_token,
+        agent_env.S3_CREDENTIALS_EXPIRE_AT: _number(storage.expires_at),
+        agent_env.LEASE_EXPIRES_AT: _number(lease_expires_at),
+        agent_env.HEARTBEAT_INTERVAL_S: _number(heartbeat_interval_s),
+        agent_env.GRACE_S: _number(grace_s),
+        agent_env.ON_DEAD_MAN: job.policy.on_dead_man,
+        agent_env.VAST_URL: vast_url,
+        agent_env.GPU_PROBE: gpu_probe,
+        agent_env.PROBE_TIMEOUT_S: None if probe_timeout_s is None else _number(probe_timeout_s),
+        agent_env.WORK_DIR: work_dir,
+    }
+    env.update({name: value for name, value in ours.items() if value is not None})
+    return env
+
+
+def ensure_no_account_secrets(
+    *, script: str, env: Mapping[str, str], account_secrets: Iterable[str]
+) -> None:
+    """Refuse to rent if an account-wide key (Vast, Cloudflare, AWS) would reach the host."""
+    for secret in account_secrets:
+        if len(secret) < 8:  # too short to search for meaningfully; never a real key
+            continue
+        if secret in script:
+            raise ValueError("onstart: contains an account-wide secret; refusing to rent")
+        for name, value in env.items():
+            if secret in value or secret in name:
+                raise ValueError(f"env.{name}: contains an account-wide secret; refusing to rent")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

@@ -1,0 +1,166 @@
+"""The HTTP API: user routes with IAM (SigV4) auth → the jobs function; the agent heartbeat
+(bearer token checked by the function, no API Gateway authorizer) → the heartbeat function; and
+a `$default` route to the jobs function so unknown routes and methods get tether's JSON 404/405
+instead of API Gateway's bare message. Each function gets only the grants it needs."""
+
+from __future__ import annotations
+
+import jsii
+from aws_cdk import CfnResource, RemovalPolicy, Stack
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk.aws_apigatewayv2_authorizers import HttpIamAuthorizer
+from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
+from constructs import Construct
+
+from infra import names
+from infra.constructs.function import TetherFunction
+from infra.constructs.nag import acknowledge
+
+# Transactions (submit, cancel) need the per-item actions; Query serves list and get.
+JOBS_TABLE_ACTIONS = (
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+)
+HEARTBEAT_TABLE_ACTIONS = ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem")
+
+
+@jsii.implements(apigwv2.IAccessLogSettings)
+class _AccessLogs:
+    def __init__(self, destination: apigwv2.IAccessLogDestination) -> None:
+        self._destination = destination
+
+    @property
+    def destination(self) -> apigwv2.IAccessLogDestination:
+        return self._destination
+
+    @property
+    def format(self) -> None:
+        return None  # API Gateway's default JSON-ish access log line
+
+
+def _logical_id(table: dynamodb.ITable) -> str:
+    stack = Stack.of(table)
+    child = table.node.default_child
+    assert isinstance(child, CfnResource)
+    return str(stack.resolve(stack.get_logical_id(child)))
+
+
+class Api(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        code: lambda_.Code,
+        table: dynamodb.ITable,
+        state_machine: sfn.IStateMachine,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.jobs = TetherFunction(
+            self,
+            names.JOBS_FUNCTION_ID,
+            code=code,
+            handler=names.JOBS_HANDLER,
+            description="tether job API: submit, list, get, cancel",
+            environment={
+                names.TABLE_NAME_ENV: table.table_name,
+                names.STATE_MACHINE_ARN_ENV: state_machine.state_machine_arn,
+            },
+        )
+        self.heartbeat = TetherFunction(
+            self,
+            names.HEARTBEAT_FUNCTION_ID,
+            code=code,
+            handler=names.HEARTBEAT_HANDLER,
+            description="tether agent heartbeat: token check, lease, credentials",
+            environment={
+                names.TABLE_NAME_ENV: table.table_name,
+                names.PULSE_MAX_AGE_ENV: str(names.PULSE_MAX_AGE_S),
+            },
+        )
+        self.jobs.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=list(JOBS_TABLE_ACTIONS),
+                resources=[table.table_arn, f"{table.table_arn}/index/*"],
+            )
+        )
+        self.heartbeat.role.add_to_policy(
+            iam.PolicyStatement(actions=list(HEARTBEAT_TABLE_ACTIONS), resources=[table.table_arn])
+        )
+        state_machine.grant_start_execution(self.jobs.role)
+        acknowledge(
+            self.jobs.role,
+            "AwsSolutions-IAM5",
+            "Query on the table's own indexes (ActiveJobs, AllJobs) for GET /jobs.",
+            f"Resource::<{_logical_id(table)}.Arn>/index/*",
+        )
+
+        jobs_integration = HttpLambdaIntegration("JobsIntegration", self.jobs.function)
+        heartbeat_integration = HttpLambdaIntegration(
+            "HeartbeatIntegration", self.heartbeat.function
+        )
+        self.http_api = apigwv2.HttpApi(
+            self,
+            "HttpApi",
+            description="tether control plane",
+            create_default_stage=False,
+        )
+        self.access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.stage = apigwv2.HttpStage(
+            self,
+            "Stage",
+            http_api=self.http_api,
+            auto_deploy=True,
+            throttle=apigwv2.ThrottleSettings(rate_limit=50, burst_limit=100),
+            access_log_settings=_AccessLogs(apigwv2.LogGroupLogDestination(self.access_logs)),
+        )
+        iam_auth = HttpIamAuthorizer()
+        for method, path in names.USER_ROUTES:
+            self.http_api.add_routes(
+                path=path,
+                methods=[apigwv2.HttpMethod(method)],
+                integration=jobs_integration,
+                authorizer=iam_auth,
+            )
+        method, path = names.HEARTBEAT_ROUTE
+        heartbeat_routes = self.http_api.add_routes(
+            path=path, methods=[apigwv2.HttpMethod(method)], integration=heartbeat_integration
+        )
+        default_route = apigwv2.HttpRoute(
+            self,
+            "DefaultRoute",
+            http_api=self.http_api,
+            route_key=apigwv2.HttpRouteKey.DEFAULT,
+            integration=jobs_integration,
+        )
+        for route in heartbeat_routes:
+            acknowledge(
+                route,
+                "AwsSolutions-APIG4",
+                "Agents on rented hosts hold no AWS identity: the heartbeat function checks the "
+                "per-generation bearer token (sha256, constant time) before it reads or writes "
+                "anything.",
+            )
+        acknowledge(
+            default_route,
+            "AwsSolutions-APIG4",
+            "Catch-all for unknown routes and methods: the jobs function answers 404/405 JSON "
+            "there and refuses every user route without an IAM identity.",
+        )
+
+    @property
+    def url(self) -> str:
+        return self.stage.url

@@ -1,0 +1,288 @@
+"""The Cloudflare API simulator's core: mints R2 temporary credentials that expire (DESIGN §7).
+
+In memory and thread-safe. `CloudflareSim.handle` answers httpx requests in Cloudflare's shapes:
+`POST /client/v4/accounts/{account_id}/r2/temp-access-credentials` → `{"success": true, "result":
+{"accessKeyId", "secretAccessKey", "sessionToken"}, "errors": [], "messages": []}`, and failures
+in the `{"success": false, "errors": [{"code", "message"}]}` envelope: 400/9106 missing token,
+403/10000 wrong token or account, 404/10006 no such bucket, 400 validation, 429/971 with
+`Retry-After` once a token passes its limit (1200 per 5 min; then blocked for 5 min, as the real
+API does), 404/7003 unknown route.
+
+`secret_for(access_key_id)` answers only while a key is unexpired (and its parent not revoked):
+the S3 stand-in (`rclone serve s3 --auth-proxy`) asks it for each request's secret, so minted keys
+work and later stop working. `scope_for` tells which bucket and prefixes a key may touch.
+Time comes from an injectable clock, so tests and the demo can fast-forward expiry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+MAX_TTL_S = 604_800
+DEFAULT_TTL_S = 900
+PERMISSIONS = ("admin-read-write", "admin-read-only", "object-read-write", "object-read-only")
+
+# What a permission allows, to refuse children wider than their parent.
+_GRANTS: dict[str, frozenset[str]] = {
+    "admin-read-write": frozenset({"admin", "read", "write"}),
+    "admin-read-only": frozenset({"admin", "read"}),
+    "object-read-write": frozenset({"read", "write"}),
+    "object-read-only": frozenset({"read"}),
+}
+
+_ROUTE = re.compile(r"^/client/v4/accounts/(?P<account>[^/]+)/r2/temp-access-credentials/?$")
+
+CODE_MISSING_AUTH = 9106
+CODE_AUTH = 10000
+CODE_NO_SUCH_BUCKET = 10006
+CODE_NO_ROUTE = 7003
+CODE_RATE_LIMITED = 971
+CODE_INVALID = 10040  # the simulator's choice; clients should key on the HTTP status
+
+
+@dataclass(frozen=True)
+class KeyScope:
+    bucket: str
+    prefixes: tuple[str, ...]
+    objects: tuple[str, ...]
+    permission: str
+    parent_access_key_id: str
+    expires_at: float
+
+    def allows(self, key: str) -> bool:
+        """Whether an object key is inside this scope (no prefixes or objects = whole bucket)."""
+        if not self.prefixes and not self.objects:
+            return True
+        return key in self.objects or any(key.startswith(p) for p in self.prefixes)
+
+
+@dataclass(frozen=True)
+class _Minted:
+    secret_access_key: str
+    session_token: str
+    scope: KeyScope
+
+
+@dataclass
+class _Caller:
+    requests: deque[float] = field(default_factory=deque)
+    blocked_until: float = 0.0
+
+
+class CloudflareSim:
+    def __init__(
+        self,
+        *,
+        account_id: str = "local-account",
+        api_tokens: Iterable[str] = ("local-api-token",),
+        parents: Mapping[str, str] | None = None,
+        buckets: Iterable[str] = ("tether",),
+        clock: Callable[[], float] = time.time,
+        rate_limit: int = 1200,
+        rate_window_s: float = 300.0,
+        block_s: float = 300.0,
+    ) -> None:
+        """`parents` maps each parent R2 access key id to its permission."""
+        self.account_id = account_id
+        self._tokens = set(api_tokens)
+        self._parents = dict(parents or {"local-parent-key": "admin-read-write"})
+        self._buckets = set(buckets)
+        self._clock = clock
+        self._rate_limit = rate_limit
+        self._rate_window_s = rate_window_s
+        self._block_s = block_s
+        self._keys: dict[str, _Minted] = {}
+        self._callers: dict[str, _Caller] = {}
+        self._lock = threading.Lock()
+        self.requests_seen = 0
+
+    # --- control (tests, demo) -------------------------------------------------------------
+
+    def add_bucket(self, name: str) -> None:
+        with self._lock:
+            self._buckets.add(name)
+
+    def revoke_parent(self, parent_access_key_id: str) -> None:
+        """Like deleting the parent R2 token: every child key stops working."""
+        with self._lock:
+            self._parents.pop(parent_access_key_id, None)
+
+    def transport(self) -> httpx.MockTransport:
+        """Plug into `httpx.Client(transport=...)` to point an adapter at the simulator."""
+        return httpx.MockTransport(self.handle)
+
+    # --- lookups for the S3 stand-in ---------------------------------------------------------
+
+    def secret_for(self, access_key_id: str) -> str | None:
+        minted = self._live(access_key_id)
+        return None if minted is None else minted.secret_access_key
+
+    def scope_for(self, access_key_id: str) -> KeyScope | None:
+        minted = self._live(access_key_id)
+        return None if minted is None else minted.scope
+
+    def _live(self, access_key_id: str) -> _Minted | None:
+        with self._lock:
+            minted = self._keys.get(access_key_id)
+            if minted is None:
+                return None
+            if self._clock() >= minted.scope.expires_at:
+                del self._keys[access_key_id]  # expired keys never come back
+                return None
+            if minted.scope.parent_access_key_id not in self._parents:
+                return None
+            return minted
+
+    # --- the HTTP API ------------------------------------------------------------------------
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        with self._lock:
+            self.requests_seen += 1
+            match = _ROUTE.match(request.url.path)
+            if match is None:
+                return _error(404, CODE_NO_ROUTE, "No route for that URI")
+            if request.method != "POST":
+                return _error(405, CODE_NO_ROUTE, f"Method {request.method} not allowed")
+            token = _bearer(request)
+            if token is None:
+                return _error(
+                    400,
+                    CODE_MISSING_AUTH,
+                    "Missing X-Auth-Key, X-Auth-Email or Authorization headers",
+                )
+            if token not in self._tokens or match["account"] != self.account_id:
+                return _error(403, CODE_AUTH, "Authentication error")
+            limited = self._rate_limited(token)
+            if limited is not None:
+                return limited
+            try:
+                body = json.loads(request.content or b"null")
+            except ValueError:
+                return _error(400, CODE_INVALID, "request body is not valid JSON")
+            return self._mint(body)
+
+    def _rate_limited(self, token: str) -> httpx.Response | None:
+        now = self._clock()
+        caller = self._callers.setdefault(token, _Caller())
+        if now < caller.blocked_until:
+            return _too_many(caller.blocked_until - now)
+        while caller.requests and caller.requests[0] <= now - self._rate_window_s:
+            caller.requests.popleft()
+        caller.requests.append(now)
+        if len(caller.requests) > self._rate_limit:
+            caller.blocked_until = now + self._block_s
+            caller.requests.clear()
+            return _too_many(self._block_s)
+        return None
+
+    def _mint(self, body: Any) -> httpx.Response:
+        if not isinstance(body, dict):
+            return _error(400, CODE_INVALID, "request body must be a JSON object")
+        problems = _validate(body)
+        if problems:
+            return _error(400, CODE_INVALID, *problems)
+        bucket = body["bucket"]
+        if bucket not in self._buckets:
+            return _error(404, CODE_NO_SUCH_BUCKET, "The specified bucket does not exist.")
+        parent = body["parentAccessKeyId"]
+        parent_permission = self._parents.get(parent)
+        if parent_permission is None:
+            return _error(
+                400, CODE_INVALID, "parentAccessKeyId: no R2 token with this access key id"
+            )
+        permission = body["permission"]
+        if not _GRANTS[permission] <= _GRANTS[parent_permission]:
+            return _error(
+                400,
+                CODE_INVALID,
+                f"permission: {permission} exceeds the parent token's {parent_permission}",
+            )
+        ttl = body.get("ttlSeconds", DEFAULT_TTL_S)
+        access_key_id = secrets.token_hex(16)  # R2 access key ids are 32 hex characters
+        minted = _Minted(
+            secret_access_key=secrets.token_hex(32),
+            session_token=secrets.token_urlsafe(96),
+            scope=KeyScope(
+                bucket=bucket,
+                prefixes=tuple(body.get("prefixes") or ()),
+                objects=tuple(body.get("objects") or ()),
+                permission=permission,
+                parent_access_key_id=parent,
+                expires_at=self._clock() + ttl,
+            ),
+        )
+        self._keys[access_key_id] = minted
+        return httpx.Response(
+            200,
+            json={
+                "success": True,
+                "errors": [],
+                "messages": [],
+                "result": {
+                    "accessKeyId": access_key_id,
+                    "secretAccessKey": minted.secret_access_key,
+                    "sessionToken": minted.session_token,
+                },
+            },
+        )
+
+
+def _validate(body: dict[str, Any]) -> list[str]:
+    problems = []
+    for name in ("bucket", "parentAccessKeyId"):
+        if not isinstance(body.get(name), str) or not body[name]:
+            problems.append(f"{name}: required, a non-empty string")
+    if body.get("permission") not in PERMISSIONS:
+        problems.append(f"permission: must be one of {', '.join(PERMISSIONS)}")
+    ttl = body.get("ttlSeconds", DEFAULT_TTL_S)
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 1 <= ttl <= MAX_TTL_S:
+        problems.append(f"ttlSeconds: must be a number from 1 to {MAX_TTL_S}")
+    for name in ("prefixes", "objects"):
+        value = body.get(name)
+        if value is not None and (
+            not isinstance(value, list) or not all(isinstance(v, str) and v for v in value)
+        ):
+            problems.append(f"{name}: must be a list of non-empty strings")
+    unknown = set(body) - {
+        "bucket", "parentAccessKeyId", "permission", "ttlSeconds", "prefixes", "objects"
+    }  # fmt: skip
+    if unknown:
+        problems.append(f"unknown field(s): {', '.join(sorted(unknown))}")
+    return problems
+
+
+def _bearer(request: httpx.Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def _error(status: int, code: int, *messages: str) -> httpx.Response:
+    return httpx.Response(
+        status,
+        json={
+            "success": False,
+            "errors": [{"code": code, "message": m} for m in messages],
+            "messages": [],
+            "result": None,
+        },
+    )
+
+
+def _too_many(retry_after_s: float) -> httpx.Response:
+    response = _error(
+        429, CODE_RATE_LIMITED, "Please wait and consider throttling your request speed"
+    )
+    response.headers["Retry-After"] = str(math.ceil(retry_after_s))
+    return response

@@ -1,0 +1,68 @@
+"""The tether stack: small constructs, each owning its resources (data, secrets, artifacts,
+lifecycle, api), and the outputs the CLI and the tests read (names in `infra/names.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from infra import names
+from infra.constructs.api import Api
+from infra.constructs.artifacts import Artifacts
+from infra.constructs.data import DataStore
+from infra.constructs.lifecycle import Lifecycle
+from infra.constructs.secrets import Secrets
+
+
+class TetherStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str = names.STACK_NAME,
+        *,
+        lambda_asset_dir: Path,
+        agent_wheel_dir: Path,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        code = lambda_.Code.from_asset(str(lambda_asset_dir))
+        self.data = DataStore(self, names.DATA_ID)
+        self.secrets = Secrets(self, names.SECRETS_ID)
+        self.artifacts = Artifacts(self, names.ARTIFACTS_ID, agent_wheel_dir=agent_wheel_dir)
+        self.lifecycle = Lifecycle(self, names.LIFECYCLE_ID)
+        self.api = Api(
+            self,
+            names.API_ID,
+            code=code,
+            table=self.data.table,
+            state_machine=self.lifecycle.state_machine,
+        )
+        for output_id, value, description in (
+            (names.OUTPUT_API_URL, self.api.url, "Base URL of the tether API"),
+            (names.OUTPUT_TABLE_NAME, self.data.table.table_name, "DynamoDB table"),
+            (
+                names.OUTPUT_ARTIFACTS_BUCKET,
+                self.artifacts.bucket.bucket_name,
+                "S3 bucket holding the agent wheel",
+            ),
+            (
+                names.OUTPUT_STATE_MACHINE_ARN,
+                self.lifecycle.state_machine.state_machine_arn,
+                "Lifecycle state machine",
+            ),
+            (
+                names.OUTPUT_VAST_SECRET_ARN,
+                self.secrets.vast_api_key.secret_arn,
+                f"Set the Vast API key here ({names.VAST_SECRET_NAME})",
+            ),
+            (
+                names.OUTPUT_CLOUDFLARE_SECRET_ARN,
+                self.secrets.cloudflare.secret_arn,
+                f"Set the Cloudflare R2 settings here ({names.CLOUDFLARE_SECRET_NAME})",
+            ),
+        ):
+            CfnOutput(self, output_id, value=value, description=description)

@@ -1,0 +1,238 @@
+"""Synthesize the stack without Docker and without the CDK CLI (`make synth`, tests, local stack).
+
+Lambda asset: `functions/` plus its runtime dependencies, installed for arm64 / Python 3.12 with
+`pip install --platform manylinux2014_aarch64 --only-binary=:all:` (needs PyPI once; cached under
+`build/lambda-deps/<hash of functions/requirements.txt>`). `bundle=False` gives a plain
+`functions/` directory asset: enough for template tests, not for a deploy.
+
+Templates are cached under `build/synth/` by a hash of the `infra/` and `functions/` sources, so a
+test session synthesizes (5–15 s of Node) only when the code changed.
+
+    python -m infra.synth [--no-bundle] [--out cdk.out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+FUNCTIONS = ROOT / "functions"
+AGENT = ROOT / "agent"
+REQUIREMENTS = FUNCTIONS / "requirements.txt"
+PLATFORM = "manylinux2014_aarch64"
+PYTHON_VERSION = "3.12"
+# Shipped by the Lambda Python runtime; pruned when a dependency (aws-xray-sdk) pulls them in.
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "python_dateutil")
+_SOURCE_SUFFIXES = {".py", ".json", ".txt", ".yaml", ".toml", ".sh", ".cfg"}
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+
+
+class BundleError(RuntimeError):
+    """The arm64 dependencies could not be installed (usually: no access to PyPI)."""
+
+
+def source_hash(*paths: Path) -> str:
+    digest = hashlib.sha256()
+    for base in paths:
+        files = [base] if base.is_file() else sorted(base.rglob("*"))
+        for path in files:
+            if (
+                path.is_file()
+                and path.suffix in _SOURCE_SUFFIXES
+                and "__pycache__" not in path.parts
+                and ".egg-info" not in str(path)
+            ):
+                digest.update(str(path.relative_to(ROOT)).encode())
+                digest.update(b"\0")
+                digest.update(path.read_bytes())
+                digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _run(cmd: list[str], what: str) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
+        raise BundleError(f"{what} failed (exit {result.returncode}):\n{tail}")
+
+
+def build_dependencies() -> Path:
+    """`functions/requirements.txt` installed for arm64 / cp312, cached by the file's hash."""
+    target = BUILD / "lambda-deps" / source_hash(REQUIREMENTS)
+    if (target / ".complete").exists():
+        return target
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    _run(
+        [
+            sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            "--platform", PLATFORM, "--implementation", "cp",
+            "--python-version", PYTHON_VERSION, "--only-binary=:all:",
+            "--target", str(staging), "-r", str(REQUIREMENTS),
+        ],
+        "pip install of the arm64 Lambda dependencies",
+    )  # fmt: skip
+    for entry in staging.iterdir():
+        name = entry.name.lower()
+        if name.split("-")[0] in RUNTIME_PROVIDED or name in RUNTIME_PROVIDED:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    for cache in staging.rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+    (staging / ".complete").write_text("ok\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def _copy_functions(dest: Path) -> None:
+    shutil.copytree(
+        FUNCTIONS,
+        dest / "functions",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "requirements.txt"),
+    )
+
+
+def build_lambda_asset(*, bundle: bool) -> Path:
+    """A directory with `functions/` (and, bundled, its arm64 dependencies) and nothing else."""
+    kind = "bundled" if bundle else "source"
+    target = BUILD / "lambda-asset" / f"{kind}-{source_hash(FUNCTIONS)}"
+    if (target / ".complete").exists():
+        return target
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    if bundle:
+        deps = build_dependencies()
+        shutil.copytree(
+            deps, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete")
+        )
+    _copy_functions(staging)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    (target / ".complete").write_text("ok\n")
+    return target
+
+
+def build_agent_wheel(*, bundle: bool) -> Path:
+    """A directory holding the agent wheel (uploaded to the artifacts bucket at deploy).
+    Unbundled: a placeholder directory, so template tests need no build tools."""
+    if not bundle:
+        target = BUILD / "agent-wheel" / "placeholder"
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "README.txt").write_text("placeholder: `make synth` builds the agent wheel\n")
+        return target
+    target = BUILD / "agent-wheel" / source_hash(AGENT / "pyproject.toml", AGENT / "tether_agent")
+    if any(target.glob("*.whl")):
+        return target
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+         "--disable-pip-version-check", "--wheel-dir", str(staging), str(AGENT)],
+        "building the agent wheel",
+    )  # fmt: skip
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def build_app(*, bundle: bool, outdir: str | None = None, nag: bool = True) -> tuple[Any, Any]:
+    """(App, TetherStack) with cdk-nag's AwsSolutions checks applied."""
+    from aws_cdk import App, Validations
+    from cdk_nag import AwsSolutionsChecks
+
+    from infra.stack import TetherStack
+
+    lambda_asset = build_lambda_asset(bundle=bundle)
+    wheel_dir = build_agent_wheel(bundle=bundle)
+    app = App(outdir=outdir, analytics_reporting=False)
+    stack = TetherStack(app, lambda_asset_dir=lambda_asset, agent_wheel_dir=wheel_dir)
+    if nag:
+        Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
+    return app, stack
+
+
+def _template_cache(bundle: bool) -> Path:
+    paths = [ROOT / "infra", FUNCTIONS] + ([AGENT / "tether_agent"] if bundle else [])
+    kind = "bundled" if bundle else "source"
+    return BUILD / "synth" / f"template-{kind}-{source_hash(*paths)}.json"
+
+
+def synth_template(*, bundle: bool) -> dict[str, Any]:
+    """The CloudFormation template (JSON), synthesized once per source state and cached."""
+    cache = _template_cache(bundle)
+    if cache.exists():
+        loaded: dict[str, Any] = json.loads(cache.read_text())
+        return loaded
+    from aws_cdk.assertions import Template
+
+    _, stack = build_app(bundle=bundle, nag=False)
+    template: dict[str, Any] = dict(Template.from_stack(stack).to_json())
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(template, indent=1, sort_keys=True))
+    tmp.rename(cache)
+    return template
+
+
+def nag_violations(outdir: str | Path) -> list[str]:
+    """Unacknowledged cdk-nag findings from the assembly's validation report (cdk-nag v3 runs as
+    a CDK validation plugin: a finding fails `app.synth()` and lands in this report)."""
+    report = Path(outdir) / "validation-report.json"
+    if not report.exists():
+        return []
+    data = json.loads(report.read_text())
+    return [
+        f"{violation['severity']} {violation['ruleName']} at {construct['constructPath']}"
+        for plugin in data.get("pluginReports", [])
+        for violation in plugin.get("violations", [])
+        for construct in violation.get("violatingConstructs", [])
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.synth", description=__doc__)
+    parser.add_argument("--out", default="cdk.out", help="cloud assembly directory")
+    parser.add_argument(
+        "--no-bundle",
+        action="store_true",
+        help="plain functions/ asset without dependencies (template checks only, not deployable)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        app, stack = build_app(bundle=not args.no_bundle, outdir=args.out)
+    except BundleError as exc:
+        print(
+            f"synth: {exc}\n(needs PyPI once; the result is cached under build/)", file=sys.stderr
+        )
+        return 2
+    report = Path(args.out) / "validation-report.json"
+    report.unlink(missing_ok=True)
+    try:
+        app.synth()
+    except RuntimeError:
+        findings = nag_violations(args.out)
+        if not findings:
+            raise
+        print(f"cdk-nag: {len(findings)} unacknowledged finding(s):", file=sys.stderr)
+        for finding in findings:
+            print(f"  {finding}", file=sys.stderr)
+        return 1
+    print(f"synthesized {stack.stack_name} → {Path(args.out) / stack.template_file}")
+    print("cdk-nag AwsSolutions: no unacknowledged findings")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
