@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml agent/pyproject.toml
 # Until the local stack lands, the demo is the planner on a simulated Vast offer book.
 demo: venv
 	@mkdir -p build
-	$(PY) -m infra.local.offers --count 400 --seed 7 > build/demo-offers.json
+	$(PY) -m infra.local.offers --count 400 --seed 2 > build/demo-offers.json
 	$(VENV)/bin/tether plan examples/qlora-7b.yaml --offers build/demo-offers.json
 
 test: venv

@@ -1,0 +1,321 @@
+"""The agent's life on a host: restore, train, upload, heartbeat, and the dead-man switch.
+
+Exit codes (`ExitCode`): 0 training finished; the training command's own non-zero status is
+passed through (128+N when a signal N killed it); 2 bad configuration; 10 lease expired (the
+supervisor went silent); 11 stopped by a `stop` command; 12 superseded by a newer generation;
+13 checkpoint storage unreadable at restore.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from enum import IntEnum
+from pathlib import Path
+from types import FrameType
+
+from tether_agent.checkpoints import MIB
+from tether_agent.gpu import GpuMonitor, Probe, make_probe
+from tether_agent.heartbeat import Heartbeater, Lease
+from tether_agent.progress import current_step
+from tether_agent.protocol import (
+    CheckpointRef,
+    Command,
+    HeartbeatRequest,
+    Phase,
+    StorageCredentials,
+)
+from tether_agent.restore import Restored, RestoreError, restore_latest
+from tether_agent.runner import RotatingLog, TrainingProcess
+from tether_agent.settings import AgentSettings, Tuning
+from tether_agent.storage import (
+    Credentials,
+    CredentialStore,
+    RateLimiter,
+    Storage,
+    StorageError,
+    TransferCancelled,
+)
+from tether_agent.uploader import CheckpointUploader
+from tether_agent.vast import stop_own_instance
+
+log = logging.getLogger(__name__)
+HOOKS_DIR = Path(__file__).parent / "_hooks"  # holds only tether_hooks.py (stdlib only)
+SECRET_VARS = (
+    "TETHER_AGENT_TOKEN",
+    "TETHER_S3_ACCESS_KEY_ID",
+    "TETHER_S3_SECRET_ACCESS_KEY",
+    "TETHER_S3_SESSION_TOKEN",
+)
+
+
+class ExitCode(IntEnum):
+    FINISHED = 0
+    BAD_CONFIG = 2
+    LEASE_EXPIRED = 10
+    STOPPED = 11
+    SUPERSEDED = 12
+    STORAGE_FAILED = 13
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        tuning: Tuning,
+        command: Sequence[str],
+        *,
+        probe: Probe | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tuning = tuning
+        self.command = list(command)
+        self.phase: Phase = "starting"
+        self.exit_code: int | None = None
+        self.restored: Restored | None = None
+        self._command: tuple[Command, str | None] | None = None
+        self._wake = threading.Event()
+        self.credentials = CredentialStore(
+            Credentials(
+                access_key_id=settings.s3_access_key_id,
+                secret_access_key=settings.s3_secret_access_key,
+                session_token=settings.s3_session_token,
+                expires_at=settings.s3_credentials_expire_at,
+                endpoint=settings.s3_endpoint,
+                bucket=settings.s3_bucket,
+            )
+        )
+        limit = tuning.bandwidth_limit_mb_s
+        self.storage = Storage(
+            self.credentials,
+            settings.s3_prefix,
+            concurrency=tuning.upload_concurrency,
+            part_size=tuning.part_size_mb * MIB,
+            limiter=RateLimiter(limit * 1e6 if limit else None),
+            nice=tuning.upload_nice,
+            backoff_s=min(1.0, settings.heartbeat_interval_s),
+            credential_wait_s=max(4 * settings.heartbeat_interval_s, 1.0),
+        )
+        self.progress_file = settings.progress_file or settings.work_dir / "progress.json"
+        self.uploader = CheckpointUploader(
+            self.storage,
+            settings.checkpoint_dir,
+            settings.marker,
+            settings.generation,
+            settings.keep_last,
+            file_concurrency=tuning.file_concurrency,
+            prune_local=tuning.prune_local,
+            poll_interval_s=tuning.poll_interval_s,
+            on_uploaded=self._uploaded,
+        )
+        self.lease = Lease(settings.first_lease_expires_at)
+        self.gpu = GpuMonitor(
+            probe or make_probe(settings.gpu_probe, settings.probe_timeout_s),
+            interval_s=settings.heartbeat_interval_s,
+        )
+        self.heartbeater = Heartbeater(
+            settings.api_url,
+            settings.agent_token,
+            settings.heartbeat_interval_s,
+            self._heartbeat_request,
+            self.lease,
+            on_command=self._on_command,
+            on_credentials=self._on_credentials,
+        )
+        self.training: TrainingProcess | None = None
+
+    # -- callbacks from other threads -------------------------------------------------------
+
+    def _heartbeat_request(self) -> HeartbeatRequest:
+        s = self.settings
+        return HeartbeatRequest(
+            job_id=s.job_id,
+            generation=s.generation,
+            phase=self.phase,
+            step=current_step(s.checkpoint_dir, s.marker, self.progress_file),
+            last_checkpoint=self.uploader.last,
+            restored_checkpoint=self.restored.ref if self.restored else None,
+            gpu=self.gpu.current(),
+            exit_code=self.exit_code,
+            bytes_downloaded=self.storage.stats.bytes_downloaded,
+            bytes_uploaded=self.storage.stats.bytes_uploaded,
+            agent_time=time.time(),
+            credentials_expire_at=self.credentials.current().expires_at,
+        )
+
+    def _on_command(self, command: Command, reason: str | None) -> None:
+        if self._command is None:
+            log.warning("control plane says %s (%s)", command, reason or "no reason given")
+            self._command = (command, reason)
+        if command == "superseded":
+            self.storage.cancel.set()  # upload nothing more, not even what is in flight
+        self._wake.set()
+
+    def _on_credentials(self, new: StorageCredentials) -> None:
+        if new.prefix != self.settings.s3_prefix:
+            log.warning(
+                "credentials for prefix %s ignored (job prefix %s)",
+                new.prefix,
+                self.settings.s3_prefix,
+            )
+            return
+        self.credentials.offer(
+            Credentials(
+                access_key_id=new.access_key_id,
+                secret_access_key=new.secret_access_key,
+                session_token=new.session_token,
+                expires_at=new.expires_at,
+                endpoint=new.endpoint,
+                bucket=new.bucket,
+            )
+        )
+
+    def _uploaded(self, ref: CheckpointRef) -> None:
+        self.heartbeater.poke()
+
+    def _set_phase(self, phase: Phase) -> None:
+        if phase != self.phase:
+            log.info("phase: %s", phase)
+            self.phase = phase
+            self.heartbeater.poke()
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        s = self.settings
+        s.work_dir.mkdir(parents=True, exist_ok=True)
+        s.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self.gpu.start()
+        self.heartbeater.start()
+        try:
+            return self._run()
+        finally:
+            self.gpu.stop()
+            self.uploader.close()
+            self.storage.close()
+
+    def _run(self) -> int:
+        self._set_phase("restoring")
+        try:
+            self.restored = restore_latest(
+                self.storage, self.settings.generation, self.settings.checkpoint_dir,
+                self.tuning.file_concurrency,
+            )  # fmt: skip
+        except (RestoreError, StorageError) as exc:
+            if self._command is None:
+                log.error("restore failed: %s", exc)
+                self.exit_code = None
+                self._set_phase("failed")
+                self.heartbeater.stop(final=True)
+                return ExitCode.STORAGE_FAILED
+        if self.restored:
+            self.uploader.already_remote(self.restored.ref.step, self.restored.ref)
+        if self._command or self.lease.expired():
+            return self._shut_down()
+
+        self.uploader.start()
+        self.training = TrainingProcess(
+            self.command,
+            self._child_env(),
+            RotatingLog(
+                self.settings.work_dir / "logs" / "training.log",
+                self.tuning.log_max_bytes,
+                self.tuning.log_backups,
+            ),
+        )
+        try:
+            self.training.start()
+        except OSError as exc:
+            log.error("cannot start the training command: %s", exc)
+            self.exit_code = 127
+            self._set_phase("failed")
+            self.uploader.stop_watching()
+            self.heartbeater.stop(final=True)
+            return 127
+        self._set_phase("training")
+        self._forward_signals()
+
+        while True:
+            self.training.exited.wait(timeout=max(0.01, min(1.0, self.lease.remaining_s())))
+            if self._command or self.lease.expired():
+                return self._shut_down()
+            code = self.training.poll()
+            if code is not None:
+                return self._finish(code)
+
+    def _finish(self, code: int) -> int:
+        """Training ended on its own: upload what it marked, report, exit with its status."""
+        log.info("training exited with %d", code)
+        self.exit_code = code
+        self._set_phase("uploading")
+        self.uploader.stop_watching()
+        try:
+            self.uploader.upload_pending()
+        except TransferCancelled:
+            pass
+        except StorageError as exc:
+            log.error("final upload failed: %s", exc)
+        if self._command and self._command[0] != "continue":
+            return self._shut_down()
+        self._set_phase("finished" if code == 0 else "failed")
+        self.heartbeater.stop(final=True)
+        return code
+
+    def _shut_down(self) -> int:
+        """Lease expired, `stop` or `superseded`: stop training, maybe upload, stop the host."""
+        command = self._command[0] if self._command else None
+        if command == "superseded":
+            self.storage.cancel.set()
+            reason = ExitCode.SUPERSEDED
+        elif command == "stop":
+            reason = ExitCode.STOPPED
+        else:
+            reason = ExitCode.LEASE_EXPIRED
+            log.error("lease expired without renewal: stopping the job and this machine")
+        self._set_phase("stopping")
+        if self.training is not None:
+            self.exit_code = self.training.terminate(self.settings.grace_s)
+        self.uploader.stop_watching()
+        if reason != ExitCode.SUPERSEDED:
+            try:
+                self.uploader.upload_pending()  # the final checkpoint, if one is marked
+            except StorageError as exc:
+                log.warning("final checkpoint not uploaded: %s", exc)
+        self.heartbeater.stop(final=reason != ExitCode.SUPERSEDED)
+        stop_own_instance(
+            self.settings.vast_url,
+            self.settings.container_id,
+            self.settings.container_api_key,
+            self.settings.on_dead_man,
+            backoff_s=min(1.0, self.settings.heartbeat_interval_s),
+        )
+        return reason
+
+    def _child_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}
+        env["TETHER_CHECKPOINT_DIR"] = str(self.settings.checkpoint_dir)
+        env["TETHER_MARKER"] = self.settings.marker
+        env["TETHER_PROGRESS_FILE"] = str(self.progress_file)
+        if self.restored:
+            env["TETHER_RESTORED_STEP"] = str(self.restored.ref.step)
+            env["TETHER_RESUME_FROM"] = str(self.restored.local_dir)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(HOOKS_DIR), os.environ.get("PYTHONPATH", "")) if p
+        )
+        return env
+
+    def _forward_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def forward(signum: int, frame: FrameType | None) -> None:
+            log.info("got signal %d: forwarding it to the training group", signum)
+            if self.training:
+                self.training.signal(signum)
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)

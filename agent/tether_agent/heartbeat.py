@@ -1,0 +1,129 @@
+"""Heartbeats to the control plane and the lease they renew (DESIGN §3).
+
+A heartbeat goes out every interval (and at once when the phase changes). Errors, timeouts and
+4xx/5xx replies back off (doubling up to 8 intervals, with jitter) and never touch training: only
+the lease decides, and it is renewed only by a valid reply. The lease deadline is kept on the
+monotonic clock from `lease_expires_at - server_time`, so a wrong host clock cannot stretch it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+from pydantic import ValidationError
+
+from tether_agent.protocol import Command, HeartbeatReply, HeartbeatRequest, StorageCredentials
+
+log = logging.getLogger(__name__)
+MAX_BACKOFF_INTERVALS = 8
+
+
+class Lease:
+    """When the agent must stop on its own; renewed only by a heartbeat reply."""
+
+    def __init__(self, expires_at_epoch: float) -> None:
+        self._lock = threading.Lock()
+        self._deadline = time.monotonic() + (expires_at_epoch - time.time())
+
+    def renew(self, expires_at: float, server_time: float) -> None:
+        with self._lock:
+            self._deadline = time.monotonic() + (expires_at - server_time)
+
+    def remaining_s(self) -> float:
+        with self._lock:
+            return self._deadline - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.remaining_s() <= 0
+
+
+class Heartbeater:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        interval_s: float,
+        build_request: Callable[[], HeartbeatRequest],
+        lease: Lease,
+        on_command: Callable[[Command, str | None], None],
+        on_credentials: Callable[[StorageCredentials], None],
+        client: httpx.Client | None = None,
+    ) -> None:
+        self._url = url.rstrip("/") + "/agent/heartbeat"
+        self._interval_s = interval_s
+        self._build_request = build_request
+        self._lease = lease
+        self._on_command = on_command
+        self._on_credentials = on_credentials
+        timeout = max(1.0, min(10.0, 2 * interval_s))
+        self._client = client or httpx.Client(
+            timeout=timeout, headers={"Authorization": f"Bearer {token}"}
+        )
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._failures = 0
+        self.sent = 0
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poke(self) -> None:
+        """Send one now (phase change, checkpoint uploaded)."""
+        self._wake.set()
+
+    def stop(self, final: bool = True) -> None:
+        """Stop the loop; with `final`, send one last heartbeat (the end state) first."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=max(5.0, 3 * self._interval_s))
+        if final:
+            self.beat_once()
+        self._client.close()
+
+    def beat_once(self) -> bool:
+        try:
+            body = self._build_request().model_dump(mode="json")
+            response = self._client.post(self._url, json=body)
+        except (httpx.HTTPError, OSError) as exc:
+            return self._failed(f"{type(exc).__name__}: {exc}")
+        if response.status_code >= 400:
+            return self._failed(f"HTTP {response.status_code}: {response.text[:200]}")
+        try:
+            reply = HeartbeatReply.model_validate_json(response.content)
+        except ValidationError as exc:
+            return self._failed(f"unreadable reply: {exc.errors()[:1]}")
+        self._failures = 0
+        self.sent += 1
+        self.last_error = None
+        if reply.credentials:
+            self._on_credentials(reply.credentials)
+        if reply.command == "continue":
+            self._lease.renew(reply.lease_expires_at, reply.server_time)
+        else:
+            self._on_command(reply.command, reply.reason)
+        return True
+
+    def _failed(self, error: str) -> bool:
+        self._failures += 1
+        self.last_error = error
+        log.warning("heartbeat failed (%d in a row): %s", self._failures, error)
+        return False
+
+    def _delay(self) -> float:
+        if not self._failures:
+            return self._interval_s
+        factor: float = min(2.0 ** (self._failures - 1), MAX_BACKOFF_INTERVALS)
+        return self._interval_s * factor * random.uniform(0.75, 1.0)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.beat_once()
+            self._wake.wait(self._delay())
+            self._wake.clear()

@@ -1,0 +1,74 @@
+"""The agent ⇄ API heartbeat contract (DESIGN §3), mirrored from the control plane.
+
+The agent is a separate distribution and cannot import `functions`; these models must stay
+identical to `functions/domain/heartbeat.py` (a contract test compares the JSON schemas).
+Times are epoch seconds (float). The reply carries `server_time` so the agent can turn the
+absolute lease into a local deadline without trusting its own clock.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Phase = Literal["starting", "restoring", "training", "uploading", "stopping", "finished", "failed"]
+Command = Literal["continue", "stop", "superseded"]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class GpuProbe(_Wire):
+    available: bool = Field(
+        description="False when the host has no NVML/GPU: not a health failure."
+    )
+    responsive: bool = True
+    utilization_pct: float | None = Field(default=None, ge=0, le=100)
+    memory_used_mb: float | None = Field(default=None, ge=0)
+    memory_total_mb: float | None = Field(default=None, ge=0)
+    unresponsive_s: float = Field(default=0, ge=0)
+    error: str | None = Field(default=None, max_length=1024)
+
+
+class CheckpointRef(_Wire):
+    step: int = Field(ge=0)
+    generation: int = Field(ge=1)
+    manifest_key: str = Field(min_length=1, max_length=1024)
+
+
+class HeartbeatRequest(_Wire):
+    job_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    generation: int = Field(ge=1)
+    phase: Phase
+    step: int | None = Field(default=None, ge=0)
+    last_checkpoint: CheckpointRef | None = None
+    restored_checkpoint: CheckpointRef | None = None
+    gpu: GpuProbe
+    exit_code: int | None = None
+    bytes_downloaded: int = Field(default=0, ge=0)
+    bytes_uploaded: int = Field(default=0, ge=0)
+    agent_time: float = Field(gt=0)
+    credentials_expire_at: float | None = Field(
+        default=None,
+        description="Expiry of the storage credentials the agent holds; newer ones come back.",
+    )
+
+
+class StorageCredentials(_Wire):
+    access_key_id: str = Field(min_length=1)
+    secret_access_key: str = Field(min_length=1)
+    session_token: str
+    expires_at: float
+    endpoint: str = Field(min_length=1)
+    bucket: str = Field(min_length=1)
+    prefix: str = Field(min_length=1, description="jobs/<job_id>/")
+
+
+class HeartbeatReply(_Wire):
+    command: Command
+    lease_expires_at: float = Field(description="Absolute; 0 when superseded (no lease).")
+    server_time: float
+    credentials: StorageCredentials | None = None
+    reason: str | None = None

@@ -1,0 +1,121 @@
+"""Restore the newest verified checkpoint before training starts (rule: `checkpoints.py`)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from pydantic import ValidationError
+
+from tether_agent.checkpoints import (
+    Manifest,
+    RemoteCheckpointId,
+    restore_candidates,
+    restore_dirname,
+)
+from tether_agent.protocol import CheckpointRef
+from tether_agent.storage import IntegrityError, Storage, StorageError, TransferCancelled
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Restored:
+    ref: CheckpointRef
+    local_dir: Path
+    skipped: tuple[str, ...]  # why newer candidates were passed over
+
+
+class RestoreError(Exception):
+    """Storage could not be read at all (not a bad checkpoint: that falls back)."""
+
+
+def restore_latest(
+    storage: Storage, generation: int, checkpoint_dir: Path, file_concurrency: int = 4
+) -> Restored | None:
+    """Download the best checkpoint into `checkpoint_dir/checkpoint-<step>`; None = fresh start."""
+    try:
+        candidates = restore_candidates(storage.list_checkpoints(), generation)
+    except StorageError as exc:
+        raise RestoreError(f"cannot list checkpoints: {exc}") from exc
+    skipped: list[str] = []
+    for cid in candidates:
+        problem = _try_restore(storage, cid, checkpoint_dir, file_concurrency)
+        if isinstance(problem, Path):
+            ref = CheckpointRef(
+                step=cid.step,
+                generation=cid.generation,
+                manifest_key=cid.manifest_key(storage.prefix),
+            )
+            log.info("restored checkpoint %s into %s", cid.dirname, problem)
+            return Restored(ref, problem, tuple(skipped))
+        log.warning("checkpoint %s not restorable: %s", cid.dirname, problem)
+        skipped.append(f"{cid.dirname}: {problem}")
+    log.info("no restorable checkpoint: starting fresh")
+    return None
+
+
+def _try_restore(
+    storage: Storage, cid: RemoteCheckpointId, checkpoint_dir: Path, file_concurrency: int
+) -> Path | str:
+    """The restored directory, or why this candidate was rejected."""
+    try:
+        manifest = storage.read_manifest(cid)
+    except ValidationError as exc:
+        return f"malformed manifest ({exc.error_count()} errors)"
+    except StorageError as exc:
+        raise RestoreError(str(exc)) from exc
+    if manifest is None:
+        return "no manifest (incomplete upload)"
+    if (manifest.step, manifest.generation) != (cid.step, cid.generation):
+        return "manifest names another step or generation"
+    bad = [f.path for f in manifest.files if not _is_safe_relative(f.path)]
+    if bad:
+        return f"unsafe path in manifest: {bad[0]}"
+
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    staging = checkpoint_dir / f".tether-restore-{cid.dirname}"
+    shutil.rmtree(staging, ignore_errors=True)
+    problem = _download_all(storage, cid, manifest, staging, file_concurrency)
+    if problem:
+        shutil.rmtree(staging, ignore_errors=True)
+        return problem
+    final = checkpoint_dir / restore_dirname(cid.step)
+    shutil.rmtree(final, ignore_errors=True)
+    staging.rename(final)
+    return final
+
+
+def _download_all(
+    storage: Storage, cid: RemoteCheckpointId, manifest: Manifest, staging: Path, workers: int
+) -> str | None:
+    base = cid.dir_key(storage.prefix)
+
+    def fetch(path: str, size: int, sha256: str) -> str | None:
+        dest = staging / path
+        try:
+            digest = storage.download_file(base + path, dest, size)
+        except IntegrityError as exc:
+            return str(exc)
+        except TransferCancelled:
+            raise
+        except StorageError as exc:
+            raise RestoreError(str(exc)) from exc
+        if dest.stat().st_size != size:
+            return f"{path}: size {dest.stat().st_size}, manifest says {size}"
+        if digest != sha256:
+            return f"{path}: sha256 mismatch"
+        return None
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="restore") as pool:
+        results = list(pool.map(lambda f: fetch(f.path, f.size, f.sha256), manifest.files))
+    problems = [r for r in results if r]
+    return problems[0] if problems else None
+
+
+def _is_safe_relative(path: str) -> bool:
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts and "\\" not in path and bool(path)

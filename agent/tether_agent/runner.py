@@ -1,0 +1,134 @@
+"""The user's training command: its own process group, output teed to the console and a
+rotated log file, signals forwarded to the whole group."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+log = logging.getLogger(__name__)
+
+
+class RotatingLog:
+    """Append-only byte log rotated at `max_bytes` into `<name>.1 … <name>.<backups>`."""
+
+    def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
+        self.path = path
+        self._max_bytes = max_bytes
+        self._backups = backups
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: BinaryIO = path.open("ab")
+
+    def write(self, data: bytes) -> None:
+        if self._file.tell() + len(data) > self._max_bytes and self._file.tell() > 0:
+            self._rotate()
+        self._file.write(data)
+        self._file.flush()
+
+    def _rotate(self) -> None:
+        self._file.close()
+        for index in range(self._backups, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{index}")
+            newer = self.path.with_name(f"{self.path.name}.{index - 1}") if index > 1 else self.path
+            if newer.exists():
+                if index == self._backups:
+                    older.unlink(missing_ok=True)
+                newer.replace(older)
+        if self._backups == 0:
+            self.path.unlink(missing_ok=True)
+        self._file = self.path.open("ab")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TrainingProcess:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        log_file: RotatingLog,
+        console: BinaryIO | None = None,
+    ) -> None:
+        self._argv = list(argv)
+        self._env = dict(env)
+        self._log_file = log_file
+        self._console = console if console is not None else sys.stdout.buffer
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pump: threading.Thread | None = None
+        self.exited = threading.Event()
+
+    def start(self) -> None:
+        log.info("starting training: %s", " ".join(self._argv))
+        self._process = subprocess.Popen(
+            self._argv,
+            env=self._env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: signals reach every worker
+        )
+        self._pump = threading.Thread(target=self._pump_output, name="training-output", daemon=True)
+        self._pump.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def _pump_output(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in iter(self._process.stdout.readline, b""):
+            try:
+                self._console.write(line)
+                self._console.flush()
+            except (OSError, ValueError):
+                pass  # a closed console must not stop training
+            self._log_file.write(line)
+        self._process.wait()
+        self.exited.set()
+
+    def poll(self) -> int | None:
+        if not self.exited.is_set():
+            return None
+        assert self._process is not None
+        return exit_status(self._process.returncode)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if not self.exited.wait(timeout):
+            return None
+        return self.poll()
+
+    def signal(self, signum: int) -> None:
+        if self._process is None or self.exited.is_set():
+            return
+        self._killpg(signum)
+
+    def _killpg(self, signum: int) -> None:
+        assert self._process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signum)
+
+    def terminate(self, grace_s: float) -> int:
+        """SIGTERM the group, wait `grace_s`, then SIGKILL it; returns the exit status."""
+        self.signal(signal.SIGTERM)
+        code = self.wait(grace_s)
+        if code is None:
+            log.warning("training ignored SIGTERM for %.0fs: SIGKILL", grace_s)
+            self.signal(signal.SIGKILL)
+            code = self.wait(30)
+        # Workers the group leader left behind must not survive it.
+        self._killpg(signal.SIGKILL)
+        return code if code is not None else 128 + signal.SIGKILL
+
+
+def exit_status(returncode: int) -> int:
+    """A signal death becomes 128+N, as a shell reports it."""
+    return 128 - returncode if returncode < 0 else returncode

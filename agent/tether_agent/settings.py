@@ -1,0 +1,124 @@
+"""The agent's configuration: the environment the control plane sets on a host, validated once.
+
+Every name comes from `functions/domain/agent_env.py` (a test keeps the two in step). The model
+is checked before anything starts; a missing or malformed variable is reported by its name and
+the agent exits 2 (see `main.py`). Knobs that are not part of the control-plane contract
+(upload concurrency, bandwidth cap, local pruning) are command-line options in `Tuning`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_LEASE_S = 3 * 3600  # DESIGN §3: lease window when no TETHER_LEASE_EXPIRES_AT is given
+
+
+class SettingsError(Exception):
+    """One line per bad variable: `NAME: reason`."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class AgentSettings(BaseModel):
+    """Read from the environment by alias; field names are what the code uses."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=False)
+
+    job_id: str = Field(
+        alias="TETHER_JOB_ID", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"
+    )
+    generation: int = Field(alias="TETHER_GENERATION", ge=1)
+    api_url: str = Field(alias="TETHER_API_URL", pattern=r"^https?://\S+$")
+    agent_token: str = Field(alias="TETHER_AGENT_TOKEN", min_length=1, repr=False)
+    run: str | None = Field(default=None, alias="TETHER_RUN")
+    checkpoint_dir: Path = Field(alias="TETHER_CHECKPOINT_DIR")
+    marker: str = Field(
+        default=".tether-complete", alias="TETHER_MARKER", min_length=1, pattern=r"^[^/\\]+$"
+    )
+    progress_file: Path | None = Field(default=None, alias="TETHER_PROGRESS_FILE")
+    keep_last: int = Field(default=3, alias="TETHER_KEEP_LAST", ge=1, le=100)
+    s3_endpoint: str = Field(alias="TETHER_S3_ENDPOINT", pattern=r"^https?://\S+$")
+    s3_bucket: str = Field(alias="TETHER_S3_BUCKET", min_length=1)
+    s3_prefix: str = Field(alias="TETHER_S3_PREFIX", pattern=r"^\S+/$")
+    s3_access_key_id: str = Field(alias="TETHER_S3_ACCESS_KEY_ID", min_length=1)
+    s3_secret_access_key: str = Field(alias="TETHER_S3_SECRET_ACCESS_KEY", min_length=1, repr=False)
+    s3_session_token: str = Field(default="", alias="TETHER_S3_SESSION_TOKEN", repr=False)
+    s3_credentials_expire_at: float | None = Field(
+        default=None, alias="TETHER_S3_CREDENTIALS_EXPIRE_AT", gt=0
+    )
+    lease_expires_at: float | None = Field(default=None, alias="TETHER_LEASE_EXPIRES_AT", gt=0)
+    heartbeat_interval_s: float = Field(
+        default=15, alias="TETHER_HEARTBEAT_INTERVAL_S", gt=0, le=3600
+    )
+    grace_s: float = Field(default=120, alias="TETHER_GRACE_S", ge=0, le=86_400)
+    on_dead_man: Literal["stop", "destroy"] = Field(default="stop", alias="TETHER_ON_DEAD_MAN")
+    vast_url: str = Field(
+        default="https://console.vast.ai", alias="TETHER_VAST_URL", pattern=r"^https?://\S+$"
+    )
+    gpu_probe: str = Field(
+        default="nvml", alias="TETHER_GPU_PROBE", pattern=r"^(nvml|none|fake:.+)$"
+    )
+    probe_timeout_s: float = Field(default=10, alias="TETHER_PROBE_TIMEOUT_S", gt=0, le=600)
+    work_dir: Path = Field(default=Path("/var/lib/tether"), alias="TETHER_WORK_DIR")
+    container_id: str = Field(alias="CONTAINER_ID", pattern=r"^[0-9]+$")
+    container_api_key: str = Field(alias="CONTAINER_API_KEY", min_length=1, repr=False)
+
+    @field_validator("s3_prefix")
+    @classmethod
+    def _prefix_is_relative(cls, value: str) -> str:
+        if value.startswith("/") or "//" in value:
+            raise ValueError("must look like jobs/<job_id>/ (no leading or double slash)")
+        return value
+
+    @property
+    def first_lease_expires_at(self) -> float:
+        return self.lease_expires_at or time.time() + DEFAULT_LEASE_S
+
+
+class Tuning(BaseModel):
+    """Agent-side knobs (command-line options), not part of the control-plane contract."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    upload_concurrency: int = Field(default=8, ge=1, le=64)
+    file_concurrency: int = Field(default=4, ge=1, le=32)
+    part_size_mb: int = Field(default=16, ge=5, le=5 * 1024)
+    bandwidth_limit_mb_s: float | None = Field(default=None, gt=0)
+    prune_local: bool = False
+    poll_interval_s: float = Field(default=30, gt=0, le=3600)
+    upload_nice: int = Field(default=10, ge=0, le=19)
+    log_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
+    log_backups: int = Field(default=3, ge=0, le=100)
+
+
+ENV_NAMES: tuple[str, ...] = tuple(
+    str(field.alias) for field in AgentSettings.model_fields.values() if field.alias
+)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> AgentSettings:
+    """Validate the agent's variables; empty strings count as unset (shells export them so)."""
+    source = os.environ if environ is None else environ
+    values = {name: source[name] for name in ENV_NAMES if source.get(name, "") != ""}
+    try:
+        return AgentSettings.model_validate(values)
+    except ValidationError as exc:
+        raise SettingsError([_error_line(err) for err in exc.errors()]) from None
+
+
+def _error_line(err: object) -> str:
+    assert isinstance(err, dict)
+    loc = err.get("loc", ())
+    name = str(loc[0]) if loc else "environment"
+    if err.get("type") == "missing":
+        return f"{name}: required but not set"
+    message = str(err.get("msg", "invalid"))
+    return f"{name}: {message.removeprefix('Value error, ')}"

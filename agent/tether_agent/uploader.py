@@ -1,0 +1,213 @@
+"""Uploads each marked local checkpoint, then applies retention.
+
+Watching uses inotify through watchdog (a polling observer where inotify is unavailable) plus a
+slow periodic rescan as a safety net, so an idle agent sleeps. A checkpoint directory is never
+read before its marker file exists. Files go up in parallel; the manifest (sizes and sha256 of
+the bytes actually sent) is written last, and only then are older remote checkpoints deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from tether_agent.checkpoints import (
+    MANIFEST_NAME,
+    Manifest,
+    ManifestFile,
+    RemoteCheckpointId,
+    checkpoints_prefix,
+    parse_remote_dir,
+    retention_victims,
+)
+from tether_agent.progress import marked_checkpoints
+from tether_agent.protocol import CheckpointRef
+from tether_agent.storage import Storage, StorageError, TransferCancelled
+
+log = logging.getLogger(__name__)
+
+
+class _MarkerHandler(FileSystemEventHandler):
+    def __init__(self, marker: str, on_marker: Callable[[], None]) -> None:
+        self._marker = marker
+        self._on_marker = on_marker
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        paths = [str(event.src_path), str(getattr(event, "dest_path", "") or "")]
+        if any(Path(p).name == self._marker for p in paths if p):
+            self._on_marker()
+
+
+class CheckpointUploader:
+    def __init__(
+        self,
+        storage: Storage,
+        checkpoint_dir: Path,
+        marker: str,
+        generation: int,
+        keep_last: int,
+        *,
+        file_concurrency: int = 4,
+        prune_local: bool = False,
+        poll_interval_s: float = 30.0,
+        on_uploaded: Callable[[CheckpointRef], None] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.checkpoint_dir = checkpoint_dir
+        self.marker = marker
+        self.generation = generation
+        self.keep_last = keep_last
+        self.prune_local = prune_local
+        self.poll_interval_s = poll_interval_s
+        self.last: CheckpointRef | None = None
+        self._on_uploaded = on_uploaded
+        self._done_steps: set[int] = set()
+        self._lock = threading.Lock()  # one scan at a time (watcher thread vs final flush)
+        self._files = ThreadPoolExecutor(max_workers=file_concurrency, thread_name_prefix="s3-file")
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._observer: Observer | PollingObserver | None = None  # type: ignore[valid-type]
+        self._thread = threading.Thread(target=self._loop, name="uploader", daemon=True)
+
+    def already_remote(self, step: int, ref: CheckpointRef | None = None) -> None:
+        """A local checkpoint that came from the bucket (restored): never upload it again."""
+        self._done_steps.add(step)
+        if ref is not None:
+            self.last = ref
+
+    def start(self) -> None:
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        handler = _MarkerHandler(self.marker, self._wake.set)
+        try:
+            observer = Observer()
+            observer.schedule(handler, str(self.checkpoint_dir), recursive=True)
+            observer.start()
+        except OSError as exc:  # no inotify (limits, some container runtimes)
+            log.warning("inotify unavailable (%s); polling the checkpoint dir", exc)
+            observer = PollingObserver(timeout=self.poll_interval_s)
+            observer.schedule(handler, str(self.checkpoint_dir), recursive=True)
+            observer.start()
+        self._observer = observer
+        self._thread.start()
+
+    def stop_watching(self) -> None:
+        """Stop the watcher; an upload in progress finishes (or is cancelled by the storage)."""
+        self._stop.set()
+        self._wake.set()
+        if self._observer is not None:
+            self._observer.stop()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def close(self) -> None:
+        self._files.shutdown(wait=False, cancel_futures=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.poll_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.upload_pending()
+            except TransferCancelled:
+                return
+            except Exception:  # the watcher must outlive any one bad checkpoint
+                log.exception("checkpoint upload failed; will retry on the next marker or scan")
+
+    def upload_pending(self) -> list[CheckpointRef]:
+        """Upload every marked checkpoint not uploaded yet, oldest first."""
+        uploaded: list[CheckpointRef] = []
+        with self._lock:
+            for step, path in marked_checkpoints(self.checkpoint_dir, self.marker):
+                if step in self._done_steps or (self.last and step < self.last.step):
+                    continue
+                ref = self._upload_checkpoint(step, path)
+                if ref is None:
+                    continue
+                uploaded.append(ref)
+                self._after_upload(ref, path)
+        return uploaded
+
+    def _upload_checkpoint(self, step: int, path: Path) -> CheckpointRef | None:
+        cid = RemoteCheckpointId(step, self.generation)
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        log.info("uploading checkpoint %s (%d files) as %s", path.name, len(files), cid.dirname)
+        base = cid.dir_key(self.storage.prefix)
+        relative = [f.relative_to(path).as_posix() for f in files]
+        if MANIFEST_NAME in relative:
+            log.error("%s contains a file named %s; skipped", path, MANIFEST_NAME)
+            self._done_steps.add(step)
+            return None
+        futures = [
+            self._files.submit(self.storage.upload_file, f, base + rel)
+            for f, rel in zip(files, relative, strict=True)
+        ]
+        try:
+            results = [f.result() for f in futures]
+        except FileNotFoundError:
+            # The script deleted it meanwhile (e.g. Trainer's save_total_limit): not an error.
+            log.warning("checkpoint %s vanished while uploading; skipped", path.name)
+            self._done_steps.add(step)
+            return None
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        manifest = Manifest(
+            step=step,
+            generation=self.generation,
+            created_at=datetime.now(UTC),
+            files=[
+                ManifestFile(path=rel, size=size, sha256=sha)
+                for rel, (size, sha) in zip(relative, results, strict=True)
+            ],
+        )
+        key = self.storage.put_manifest(cid, manifest)  # last: now the checkpoint exists
+        self._done_steps.add(step)
+        return CheckpointRef(step=step, generation=self.generation, manifest_key=key)
+
+    def _after_upload(self, ref: CheckpointRef, path: Path) -> None:
+        self.last = ref
+        log.info("checkpoint %d uploaded (%s)", ref.step, ref.manifest_key)
+        if self._on_uploaded:
+            self._on_uploaded(ref)
+        try:
+            self.apply_retention()
+        except StorageError as exc:
+            log.warning("retention skipped this time: %s", exc)
+        if self.prune_local:
+            self._prune_local(keep=path)
+
+    def apply_retention(self) -> list[RemoteCheckpointId]:
+        root = checkpoints_prefix(self.storage.prefix)
+        found: set[RemoteCheckpointId] = set()
+        complete: set[RemoteCheckpointId] = set()
+        for key in self.storage.list_keys(root):
+            dirname, _, rest = key.removeprefix(root).partition("/")
+            cid = parse_remote_dir(dirname)
+            if cid is None:
+                continue
+            found.add(cid)
+            if rest == MANIFEST_NAME:
+                complete.add(cid)
+        victims = retention_victims(list(found), complete, self.generation, self.keep_last)
+        for cid in victims:
+            log.info("retention: deleting remote checkpoint %s", cid.dirname)
+            self.storage.delete_checkpoint(cid)
+        return victims
+
+    def _prune_local(self, keep: Path) -> None:
+        """Delete local checkpoints that are safely remote, except the newest one."""
+        for step, path in marked_checkpoints(self.checkpoint_dir, self.marker):
+            if path != keep and step in self._done_steps and self.last and step < self.last.step:
+                shutil.rmtree(path, ignore_errors=True)

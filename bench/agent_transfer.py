@@ -1,0 +1,177 @@
+"""Agent transfer benchmark: upload and restore a checkpoint of several files on a local S3
+server (`rclone serve s3`), then the same with `s5cmd` on the same endpoint, same run.
+
+    python bench/agent_transfer.py [--quick]      # 1 GiB, or 128 MiB with --quick
+
+Prints each side's MB/s, `upload_ratio` and `restore_ratio` (agent / s5cmd throughput), the
+agent's CPU seconds per GiB, and the idle agent's CPU use (% of one core) while it watches and
+heartbeats at the default 15 s interval. Not a test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tether_agent.restore import restore_latest  # noqa: E402
+from tether_agent.storage import Credentials, CredentialStore, Storage  # noqa: E402
+from tether_agent.uploader import CheckpointUploader  # noqa: E402
+
+from infra.local.s3server import start_s3_server  # noqa: E402
+
+KEY, SECRET = "BENCHKEY0001", "bench-secret-0001"
+MIB = 1024 * 1024
+MARKER = ".tether-complete"
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def make_checkpoint(path: Path, total_mb: int) -> int:
+    """Several files like a real checkpoint: one big shard, two mid-size, a few small."""
+    path.mkdir(parents=True)
+    sizes = {"model-00001.bin": total_mb // 2, "model-00002.bin": total_mb // 4,
+             "optimizer.pt": total_mb // 4 - 1, "rng_state.pth": 1}  # fmt: skip
+    block = os.urandom(MIB)
+    for name, mb in sizes.items():
+        with (path / name).open("wb") as f:
+            for i in range(mb):
+                f.write(block[i % 7 :] + block[: i % 7])  # distinct blocks, cheap to make
+    (path / "trainer_state.json").write_text('{"global_step": 100}')
+    (path / MARKER).write_text("done")
+    return sum(p.stat().st_size for p in path.iterdir())
+
+
+def s5cmd(endpoint: str, *args: str) -> None:
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_REGION": "us-east-1"}  # fmt: skip
+    env.pop("AWS_SESSION_TOKEN", None)
+    exe = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or "s5cmd"
+    subprocess.run([exe, "--endpoint-url", endpoint, *args], env=env, check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+
+
+def transfer_bench(work: Path, total_mb: int) -> dict[str, float]:
+    src = work / "src" / "checkpoint-100"
+    nbytes = make_checkpoint(src, total_mb)
+    gib = nbytes / 1024**3
+    results: dict[str, float] = {"bytes": nbytes}
+    with start_s3_server(work / "s3", {KEY: SECRET}, None) as server:
+        server.create_bucket("bench")
+        store = CredentialStore(Credentials(KEY, SECRET, "", None, server.endpoint_url, "bench"))
+        storage = Storage(store, "jobs/bench/", concurrency=8, part_size=16 * MIB)
+        uploader = CheckpointUploader(storage, src.parent, MARKER, 1, 3, file_concurrency=4)
+
+        c0, t0 = cpu_s(), time.perf_counter()
+        assert uploader.upload_pending(), "agent uploaded nothing"
+        t1, c1 = time.perf_counter(), cpu_s()
+        restored = restore_latest(storage, 1, work / "agent-restore", file_concurrency=4)
+        t2, c2 = time.perf_counter(), cpu_s()
+        assert restored is not None and restored.ref.step == 100
+        storage.close()
+
+        s0 = time.perf_counter()
+        s5cmd(server.endpoint_url, "cp", f"{src}/*", "s3://bench/s5/")
+        s1 = time.perf_counter()
+        s5cmd(server.endpoint_url, "cp", "s3://bench/s5/*", f"{work / 's5-restore'}/")
+        s2 = time.perf_counter()
+
+    mb = nbytes / 1e6
+    results.update(
+        agent_upload_mb_s=mb / (t1 - t0), agent_restore_mb_s=mb / (t2 - t1),
+        s5cmd_upload_mb_s=mb / (s1 - s0), s5cmd_restore_mb_s=mb / (s2 - s1),
+        agent_upload_cpu_s_per_gib=(c1 - c0) / gib, agent_restore_cpu_s_per_gib=(c2 - c1) / gib,
+    )  # fmt: skip
+    results["upload_ratio"] = results["agent_upload_mb_s"] / results["s5cmd_upload_mb_s"]
+    results["restore_ratio"] = results["agent_restore_mb_s"] / results["s5cmd_restore_mb_s"]
+    return results
+
+
+class _Api(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:  # answers heartbeats with a renewed lease
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        now = time.time()
+        body = json.dumps({"command": "continue", "lease_expires_at": now + 3600,
+                           "server_time": now}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_bench(work: Path, seconds: float) -> float:
+    """% of one core the agent process itself uses while training sleeps."""
+    api = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    with start_s3_server(work / "s3-idle", {KEY: SECRET}, None) as server:
+        server.create_bucket("idle")
+        env = {**os.environ, "TETHER_JOB_ID": "idle", "TETHER_GENERATION": "1",
+               "TETHER_API_URL": f"http://127.0.0.1:{api.server_address[1]}",
+               "TETHER_AGENT_TOKEN": "t", "TETHER_CHECKPOINT_DIR": str(work / "idle-ckpt"),
+               "TETHER_S3_ENDPOINT": server.endpoint_url, "TETHER_S3_BUCKET": "idle",
+               "TETHER_S3_PREFIX": "jobs/idle/", "TETHER_S3_ACCESS_KEY_ID": KEY,
+               "TETHER_S3_SECRET_ACCESS_KEY": SECRET, "TETHER_WORK_DIR": str(work / "idle-work"),
+               "CONTAINER_ID": "1", "CONTAINER_API_KEY": "k"}  # fmt: skip
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "tether_agent", "run", "--", "sleep", str(seconds + 30)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            time.sleep(5)  # start-up (imports, restore of nothing) is not idle time
+            c0, t0 = proc_cpu_s(agent.pid), time.perf_counter()
+            time.sleep(seconds)
+            c1, t1 = proc_cpu_s(agent.pid), time.perf_counter()
+        finally:
+            agent.terminate()
+            agent.wait(timeout=30)
+    api.shutdown()
+    return 100 * (c1 - c0) / (t1 - t0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="128 MiB instead of 1 GiB")
+    parser.add_argument("--idle-seconds", type=float, default=None)
+    args = parser.parse_args()
+    total_mb = 128 if args.quick else 1024
+    idle_s = args.idle_seconds or (20.0 if args.quick else 60.0)
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+        r = transfer_bench(Path(tmp), total_mb)
+        idle_pct = idle_bench(Path(tmp), idle_s)
+    print(f"checkpoint: {r['bytes'] / MIB:.0f} MiB in 5 files")
+    for side in ("agent", "s5cmd"):
+        up, down = r[f"{side}_upload_mb_s"], r[f"{side}_restore_mb_s"]
+        print(f"{side:6} upload {up:.1f} MB/s  restore {down:.1f} MB/s")
+    print(f"upload_ratio: {r['upload_ratio']:.2f}")
+    print(f"restore_ratio: {r['restore_ratio']:.2f}")
+    print(f"agent_cpu_s_per_gib: upload {r['agent_upload_cpu_s_per_gib']:.2f} "
+          f"restore {r['agent_restore_cpu_s_per_gib']:.2f}")  # fmt: skip
+    print(f"agent_idle_cpu_pct: {idle_pct:.2f} (of one core, over {idle_s:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

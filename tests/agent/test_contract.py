@@ -1,0 +1,95 @@
+"""The agent's mirrors of control-plane contracts stay identical to the originals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from tether_agent import protocol
+from tether_agent.settings import ENV_NAMES, SettingsError, load_settings
+
+from functions.domain import agent_env, heartbeat
+
+MIRRORED = ["GpuProbe", "CheckpointRef", "HeartbeatRequest", "StorageCredentials", "HeartbeatReply"]
+
+
+@pytest.mark.parametrize("name", MIRRORED)
+def test_wire_model_schema_matches_control_plane(name: str) -> None:
+    ours = getattr(protocol, name).model_json_schema()
+    theirs = getattr(heartbeat, name).model_json_schema()
+    assert ours == theirs
+
+
+def test_settings_read_every_control_plane_variable_and_no_other() -> None:
+    assert set(agent_env.ALL) == set(ENV_NAMES)
+
+
+def _minimal_env() -> dict[str, str]:
+    return {
+        "TETHER_JOB_ID": "j1",
+        "TETHER_GENERATION": "2",
+        "TETHER_API_URL": "http://127.0.0.1:9",
+        "TETHER_AGENT_TOKEN": "t",
+        "TETHER_CHECKPOINT_DIR": "/tmp/ckpt",
+        "TETHER_S3_ENDPOINT": "http://127.0.0.1:9",
+        "TETHER_S3_BUCKET": "b",
+        "TETHER_S3_PREFIX": "jobs/j1/",
+        "TETHER_S3_ACCESS_KEY_ID": "k",
+        "TETHER_S3_SECRET_ACCESS_KEY": "s",
+        "CONTAINER_ID": "1",
+        "CONTAINER_API_KEY": "c",
+    }
+
+
+def test_defaults_follow_design() -> None:
+    s = load_settings(_minimal_env())
+    assert (s.heartbeat_interval_s, s.grace_s, s.probe_timeout_s) == (15, 120, 10)
+    assert (s.marker, s.keep_last, s.on_dead_man, s.gpu_probe) == (
+        ".tether-complete",
+        3,
+        "stop",
+        "nvml",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TETHER_GENERATION", "zero"),
+        ("TETHER_GENERATION", "0"),
+        ("TETHER_HEARTBEAT_INTERVAL_S", "-1"),
+        ("TETHER_ON_DEAD_MAN", "explode"),
+        ("TETHER_S3_PREFIX", "jobs/j1"),
+        ("TETHER_GPU_PROBE", "cuda"),
+        ("TETHER_API_URL", "not a url"),
+    ],
+)
+def test_bad_value_names_the_variable(name: str, value: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings({**_minimal_env(), name: value})
+    assert [line.split(":")[0] for line in err.value.lines] == [name]
+
+
+def test_agent_process_exits_2_naming_the_missing_variable() -> None:
+    env = {k: v for k, v in _minimal_env().items() if k != "TETHER_S3_BUCKET"}
+    env["TETHER_GENERATION"] = "abc"
+    env["PATH"] = "/usr/bin:/bin"
+    done = subprocess.run(
+        [sys.executable, "-m", "tether_agent", "run", "--", "true"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "TETHER_S3_BUCKET: required but not set" in done.stderr
+    assert "TETHER_GENERATION:" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_no_command_and_no_tether_run_is_a_config_error() -> None:
+    env = {**_minimal_env(), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tether_agent", "run"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "TETHER_RUN" in done.stderr

@@ -1,0 +1,134 @@
+"""Pure rules: restore order, retention, part sizing, progress sources, hooks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from tether_agent import gpu
+from tether_agent._hooks import tether_hooks
+from tether_agent.checkpoints import (
+    MAX_PARTS,
+    MIB,
+    MIN_PART,
+    parse_remote_dir,
+    part_size_for,
+    restore_candidates,
+    retention_victims,
+)
+from tether_agent.checkpoints import (
+    RemoteCheckpointId as C,
+)
+from tether_agent.progress import current_step
+
+
+def test_restore_order_prefers_step_then_generation_and_ignores_newer_generations() -> None:
+    found = [C(100, 1), C(200, 1), C(200, 2), C(300, 3), C(150, 2)]
+    assert restore_candidates(found, own_generation=2) == [
+        C(200, 2),
+        C(200, 1),
+        C(150, 2),
+        C(100, 1),
+    ]
+
+
+def test_remote_dir_names_round_trip() -> None:
+    assert C(500, 2).dirname == "000000000500-g2"
+    assert parse_remote_dir("000000000500-g2/") == C(500, 2)
+    assert parse_remote_dir("500-g2") is None
+    assert parse_remote_dir("000000000500-g0") is None
+    assert C(7, 1).manifest_key("jobs/x/") == "jobs/x/checkpoints/000000000007-g1/manifest.json"
+
+
+def test_retention_keeps_last_n_complete_and_never_touches_newer_generations() -> None:
+    found = [C(1, 1), C(2, 1), C(3, 1), C(4, 2), C(5, 2), C(6, 2), C(9, 3)]
+    complete = {C(2, 1), C(3, 1), C(4, 2), C(5, 2), C(9, 3)}  # 1 and 6 have no manifest
+    victims = retention_victims(found, complete, own_generation=2, keep_last=2)
+    assert victims == [C(1, 1), C(2, 1), C(3, 1)]  # keeps 5 and 4; 6 may be in flight
+
+
+def test_retention_deletes_nothing_until_n_complete_exist() -> None:
+    assert retention_victims([C(1, 1), C(2, 1)], {C(2, 1)}, 1, keep_last=2) == []
+
+
+@pytest.mark.parametrize("size", [0, 1, 5 * MIB, 1024 * MIB, 200 * 1024 * MIB, 5 * 1024**4])
+def test_part_sizes_fit_r2_limits(size: int) -> None:
+    part = part_size_for(size, preferred=16 * MIB)
+    assert MIN_PART <= part <= 5 * 1024 * MIB
+    assert -(-size // part) <= MAX_PARTS
+
+
+def test_progress_is_the_most_advanced_source(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint-10").mkdir()
+    (tmp_path / "checkpoint-10" / "m").write_text("")
+    (tmp_path / "checkpoint-20").mkdir()  # no marker: does not count
+    assert current_step(tmp_path, "m", None) == 10
+    progress = tmp_path / "progress"
+    progress.write_text('{"step": 17}')
+    assert current_step(tmp_path, "m", progress) == 17
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 19}))
+    assert current_step(tmp_path, "m", progress) == 19
+    progress.write_text("garbage")
+    assert current_step(tmp_path, "m", progress) == 19
+
+
+def test_hf_callback_marks_saved_checkpoint_and_reports_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TETHER_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("TETHER_MARKER", ".done")
+    monkeypatch.setenv("TETHER_PROGRESS_FILE", str(tmp_path / "progress.json"))
+    callback = tether_hooks.TetherCallback()
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    state = SimpleNamespace(global_step=40, is_world_process_zero=True)
+    (tmp_path / "checkpoint-40").mkdir()
+    (tmp_path / "checkpoint-40" / "model.safetensors").write_bytes(b"w")
+    assert tether_hooks.latest_checkpoint() is None
+    callback.on_save(args, state, control="c")
+    assert (tmp_path / "checkpoint-40" / ".done").is_file()
+    assert tether_hooks.latest_checkpoint() == str(tmp_path / "checkpoint-40")
+    assert json.loads((tmp_path / "progress.json").read_text()) == {"step": 40}
+
+
+def test_hooks_are_noops_outside_tether(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TETHER_CHECKPOINT_DIR", "TETHER_PROGRESS_FILE", "TETHER_MARKER"):
+        monkeypatch.delenv(name, raising=False)
+    tether_hooks.report_step(5, force=True)
+    assert tether_hooks.latest_checkpoint() is None
+
+
+def test_hooks_import_in_a_bare_interpreter_without_site_packages() -> None:
+    hooks_dir = Path(tether_hooks.__file__).parent
+    done = subprocess.run(
+        [sys.executable, "-S", "-I", "-c",
+         f"import sys; sys.path.insert(0, {str(hooks_dir)!r}); import tether_hooks;"
+         "print(tether_hooks.TetherCallback.__mro__[1].__name__)"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "object"
+
+
+def test_gpu_probe_hang_is_reported_unresponsive_at_the_deadline(tmp_path: Path) -> None:
+    script = tmp_path / "gpu"
+    script.write_text("hung")
+    monitor = gpu.GpuMonitor(gpu.make_probe(f"fake:{script}", timeout_s=0.5), interval_s=1)
+    first = monitor.probe_once()
+    assert first.available and not first.responsive
+    assert "0.5s" in (first.error or "")
+    second = monitor.probe_once()
+    assert second.unresponsive_s >= 0.5  # the streak grows while it stays hung
+    script.write_text("idle")
+    recovered = monitor.probe_once()
+    assert recovered.responsive and recovered.utilization_pct == 0 and recovered.unresponsive_s == 0
+
+
+def test_no_nvml_means_no_gpu_not_unhealthy() -> None:
+    reading = gpu.make_probe("nvml", timeout_s=10).probe()
+    if reading.available:
+        pytest.skip("this machine has a working NVML")
+    assert reading.responsive
