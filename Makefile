@@ -24,7 +24,7 @@ demo: venv
 	$(VENV)/bin/tether plan examples/qlora-7b.yaml --offers build/demo-offers.json
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 lint: venv
 	$(VENV)/bin/ruff check .

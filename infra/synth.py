@@ -67,13 +67,29 @@ def _run(cmd: list[str], what: str) -> None:
         raise BundleError(f"{what} failed (exit {result.returncode}):\n{tail}")
 
 
+def _staging(target: Path) -> Path:
+    """A private build directory next to `target` (parallel test workers)."""
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    return staging
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Move a finished build into place; if another process got there first, keep theirs."""
+    if target.exists() and not (target / ".complete").exists() and not any(target.glob("*.whl")):
+        shutil.rmtree(target, ignore_errors=True)  # left over from an interrupted build
+    try:
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def build_dependencies() -> Path:
     """`functions/requirements.txt` installed for arm64 / cp312, cached by the file's hash."""
     target = BUILD / "lambda-deps" / source_hash(REQUIREMENTS)
     if (target / ".complete").exists():
         return target
-    staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = _staging(target)
     _run(
         [
             sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
@@ -90,8 +106,7 @@ def build_dependencies() -> Path:
     for cache in staging.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
     (staging / ".complete").write_text("ok\n")
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    _publish(staging, target)
     return target
 
 
@@ -109,8 +124,7 @@ def build_lambda_asset(*, bundle: bool) -> Path:
     target = BUILD / "lambda-asset" / f"{kind}-{source_hash(FUNCTIONS)}"
     if (target / ".complete").exists():
         return target
-    staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = _staging(target)
     staging.mkdir(parents=True)
     if bundle:
         deps = build_dependencies()
@@ -118,9 +132,8 @@ def build_lambda_asset(*, bundle: bool) -> Path:
             deps, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete")
         )
     _copy_functions(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    (target / ".complete").write_text("ok\n")
+    (staging / ".complete").write_text("ok\n")
+    _publish(staging, target)
     return target
 
 
@@ -135,15 +148,13 @@ def build_agent_wheel(*, bundle: bool) -> Path:
     target = BUILD / "agent-wheel" / source_hash(AGENT / "pyproject.toml", AGENT / "tether_agent")
     if any(target.glob("*.whl")):
         return target
-    staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = _staging(target)
     _run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
          "--disable-pip-version-check", "--wheel-dir", str(staging), str(AGENT)],
         "building the agent wheel",
     )  # fmt: skip
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    _publish(staging, target)
     return target
 
 
@@ -180,7 +191,7 @@ def synth_template(*, bundle: bool) -> dict[str, Any]:
     _, stack = build_app(bundle=bundle, nag=False)
     template: dict[str, Any] = dict(Template.from_stack(stack).to_json())
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
+    tmp = cache.with_suffix(f".tmp-{os.getpid()}")
     tmp.write_text(json.dumps(template, indent=1, sort_keys=True))
     tmp.rename(cache)
     return template
