@@ -21,6 +21,14 @@ STATE_MACHINE_ARN_ENV = "TETHER_STATE_MACHINE_ARN"
 PULSE_MAX_AGE_ENV = "TETHER_PULSE_MAX_AGE_S"
 MAX_BODY_BYTES_ENV = "TETHER_MAX_BODY_BYTES"
 IDEMPOTENCY_TTL_ENV = "TETHER_IDEMPOTENCY_TTL_S"
+VAST_SECRET_ARN_ENV = "TETHER_VAST_SECRET_ARN"  # noqa: S105 (a name, not a secret)
+CLOUDFLARE_SECRET_ARN_ENV = "TETHER_CLOUDFLARE_SECRET_ARN"  # noqa: S105 (a name, not a secret)
+VAST_BASE_URL_ENV = "TETHER_VAST_BASE_URL"
+CLOUDFLARE_BASE_URL_ENV = "TETHER_CLOUDFLARE_BASE_URL"
+R2_ENDPOINT_ENV = "TETHER_R2_ENDPOINT"
+ARTIFACTS_BUCKET_ENV = "TETHER_ARTIFACTS_BUCKET"
+API_URL_ENV = "TETHER_API_URL"
+MONITOR_INTERVAL_ENV = "TETHER_MONITOR_INTERVAL_S"
 # Powertools reads these two itself; the stack sets them from one place (infra/names.py).
 SERVICE_NAME_ENV = "POWERTOOLS_SERVICE_NAME"
 METRICS_NAMESPACE_ENV = "POWERTOOLS_METRICS_NAMESPACE"
@@ -54,6 +62,51 @@ class HeartbeatSettings(_Settings):
         description="About three monitor intervals: older than this, the supervisor is dead.",
     )
     max_body_bytes: int = Field(default=16 * 1024, alias=MAX_BODY_BYTES_ENV, ge=1024)
+
+
+class LogsApiSettings(_Settings):
+    """GET /jobs/{id}/logs: reads the job's log segments in R2 with read-only credentials."""
+
+    cloudflare_secret_arn: str = Field(alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:")
+    cloudflare_base_url: str = Field(
+        default="https://api.cloudflare.com/client/v4",
+        alias=CLOUDFLARE_BASE_URL_ENV,
+        pattern=r"^https?://",
+    )
+    r2_endpoint: str | None = Field(default=None, alias=R2_ENDPOINT_ENV, pattern=r"^https?://")
+
+
+class _ProviderSettings(_Settings):
+    """Where the account-wide keys live (Secrets Manager) and which endpoints to call."""
+
+    vast_secret_arn: str = Field(alias=VAST_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:")
+    cloudflare_secret_arn: str = Field(alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:")
+    vast_base_url: str = Field(
+        default="https://console.vast.ai", alias=VAST_BASE_URL_ENV, pattern=r"^https?://"
+    )
+    cloudflare_base_url: str = Field(
+        default="https://api.cloudflare.com/client/v4",
+        alias=CLOUDFLARE_BASE_URL_ENV,
+        pattern=r"^https?://",
+    )
+    r2_endpoint: str | None = Field(
+        default=None,
+        alias=R2_ENDPOINT_ENV,
+        pattern=r"^https?://",
+        description="Default: https://<account_id>.r2.cloudflarestorage.com",
+    )
+    monitor_interval_s: float = Field(default=60, alias=MONITOR_INTERVAL_ENV, gt=0)
+
+
+class MonitorSettings(_ProviderSettings):
+    state_machine_arn: str = Field(
+        alias=STATE_MACHINE_ARN_ENV, pattern=r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:"
+    )
+
+
+class LifecycleSettings(_ProviderSettings):
+    artifacts_bucket: str = Field(alias=ARTIFACTS_BUCKET_ENV, min_length=3, max_length=63)
+    api_url: str = Field(alias=API_URL_ENV, pattern=r"^https?://")
 
 
 S = TypeVar("S", bound=_Settings)

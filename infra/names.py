@@ -7,13 +7,18 @@ Environment variable names are defined next to the settings models that read the
 from __future__ import annotations
 
 from functions.settings import (
+    API_URL_ENV,
+    ARTIFACTS_BUCKET_ENV,
+    CLOUDFLARE_SECRET_ARN_ENV,
     IDEMPOTENCY_TTL_ENV,
     MAX_BODY_BYTES_ENV,
     METRICS_NAMESPACE_ENV,
+    MONITOR_INTERVAL_ENV,
     PULSE_MAX_AGE_ENV,
     SERVICE_NAME_ENV,
     STATE_MACHINE_ARN_ENV,
     TABLE_NAME_ENV,
+    VAST_SECRET_ARN_ENV,
 )
 
 STACK_NAME = "Tether"
@@ -28,16 +33,24 @@ API_ID = "Api"
 LIFECYCLE_ID = "Lifecycle"
 JOBS_FUNCTION_ID = "JobsFunction"
 HEARTBEAT_FUNCTION_ID = "HeartbeatFunction"
+MONITOR_ID = "Monitor"
+MONITOR_FUNCTION_ID = "MonitorFunction"
+MONITOR_SCHEDULE_ID = "Schedule"
+LIFECYCLE_FUNCTION_ID = "LifecycleFunction"
+NOTIFICATIONS_TOPIC_ID = "Notifications"
 
 # Lambda handlers (module path inside the asset, which holds only functions/ and its deps).
 JOBS_HANDLER = "functions.api.jobs.handler"
 HEARTBEAT_HANDLER = "functions.api.heartbeat.handler"
+MONITOR_HANDLER = "functions.monitor.handler.handler"
+LIFECYCLE_HANDLER = "functions.lifecycle.handler.handler"
 
 # Stack outputs (logical ids = export-free output names the CLI reads).
 OUTPUT_API_URL = "ApiUrl"
 OUTPUT_TABLE_NAME = "TableName"
 OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
 OUTPUT_STATE_MACHINE_ARN = "StateMachineArn"
+OUTPUT_NOTIFICATIONS_TOPIC_ARN = "NotificationsTopicArn"
 OUTPUT_VAST_SECRET_ARN = "VastSecretArn"  # noqa: S105 (a name, not a secret)
 OUTPUT_CLOUDFLARE_SECRET_ARN = "CloudflareSecretArn"  # noqa: S105 (a name, not a secret)
 
@@ -58,18 +71,31 @@ USER_ROUTES = (
     ("POST", "/jobs/{id}/cancel"),
 )
 HEARTBEAT_ROUTE = ("POST", "/agent/heartbeat")
+# GET /jobs/{id}/logs has its own function: it alone reads the Cloudflare secret.
+LOGS_ROUTE = ("GET", "/jobs/{id}/logs")
+LOGS_FUNCTION_ID = "LogsFunction"
+LOGS_HANDLER = "functions.api.logs.handler"
+OBSERVABILITY_ID = "Observability"
 
 LOG_RETENTION_DAYS = 30
 # The monitor runs every minute; a pulse older than three runs means the supervisor is dead.
 MONITOR_INTERVAL_S = 60
 PULSE_MAX_AGE_S = 3 * MONITOR_INTERVAL_S
+MONITOR_SCHEDULE_EXPRESSION = "rate(1 minute)"
+# The lifecycle's longest path: an hour of waiting for capacity plus retried destroys.
+LIFECYCLE_TIMEOUT_HOURS = 3
 
 __all__ = [
+    "API_URL_ENV",
+    "ARTIFACTS_BUCKET_ENV",
+    "CLOUDFLARE_SECRET_ARN_ENV",
     "IDEMPOTENCY_TTL_ENV",
     "MAX_BODY_BYTES_ENV",
     "METRICS_NAMESPACE_ENV",
+    "MONITOR_INTERVAL_ENV",
     "PULSE_MAX_AGE_ENV",
     "SERVICE_NAME_ENV",
     "STATE_MACHINE_ARN_ENV",
     "TABLE_NAME_ENV",
+    "VAST_SECRET_ARN_ENV",
 ]

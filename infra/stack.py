@@ -1,5 +1,5 @@
 """The tether stack: small constructs, each owning its resources (data, secrets, artifacts,
-lifecycle, api), and the outputs the CLI and the tests read (names in `infra/names.py`)."""
+lifecycle, api, monitor), and the outputs the CLI and the tests read (names in `infra/names.py`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from infra.constructs.api import Api
 from infra.constructs.artifacts import Artifacts
 from infra.constructs.data import DataStore
 from infra.constructs.lifecycle import Lifecycle
+from infra.constructs.monitor import Monitor
+from infra.constructs.observability import Observability
 from infra.constructs.secrets import Secrets
 
 
@@ -33,13 +35,45 @@ class TetherStack(Stack):
         self.data = DataStore(self, names.DATA_ID)
         self.secrets = Secrets(self, names.SECRETS_ID)
         self.artifacts = Artifacts(self, names.ARTIFACTS_ID, agent_wheel_dir=agent_wheel_dir)
-        self.lifecycle = Lifecycle(self, names.LIFECYCLE_ID)
+        self.lifecycle = Lifecycle(
+            self,
+            names.LIFECYCLE_ID,
+            code=code,
+            table=self.data.table,
+            vast_secret=self.secrets.vast_api_key,
+            cloudflare_secret=self.secrets.cloudflare,
+            artifacts_bucket=self.artifacts.bucket,
+        )
         self.api = Api(
             self,
             names.API_ID,
             code=code,
             table=self.data.table,
             state_machine=self.lifecycle.state_machine,
+            cloudflare_secret=self.secrets.cloudflare,
+        )
+        self.lifecycle.set_api_url(self.api.url)
+        self.monitor = Monitor(
+            self,
+            names.MONITOR_ID,
+            code=code,
+            table=self.data.table,
+            state_machine=self.lifecycle.state_machine,
+            vast_secret=self.secrets.vast_api_key,
+            cloudflare_secret=self.secrets.cloudflare,
+        )
+        self.observability = Observability(
+            self,
+            names.OBSERVABILITY_ID,
+            job_topic=self.lifecycle.topic,
+            http_api=self.api.http_api,
+            state_machine=self.lifecycle.state_machine,
+            monitor_function=self.monitor.function.function,
+            api_functions={
+                "jobs": self.api.jobs.function,
+                "logs": self.api.logs.function,
+                "heartbeat": self.api.heartbeat.function,
+            },
         )
         for output_id, value, description in (
             (names.OUTPUT_API_URL, self.api.url, "Base URL of the tether API"),
@@ -53,6 +87,11 @@ class TetherStack(Stack):
                 names.OUTPUT_STATE_MACHINE_ARN,
                 self.lifecycle.state_machine.state_machine_arn,
                 "Lifecycle state machine",
+            ),
+            (
+                names.OUTPUT_NOTIFICATIONS_TOPIC_ARN,
+                self.lifecycle.topic.topic_arn,
+                "SNS topic with job notifications (subscribe your e-mail)",
             ),
             (
                 names.OUTPUT_VAST_SECRET_ARN,

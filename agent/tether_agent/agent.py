@@ -21,6 +21,7 @@ from types import FrameType
 from tether_agent.checkpoints import MIB
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
+from tether_agent.logs import LogShipper, TeeLog
 from tether_agent.progress import current_step
 from tether_agent.protocol import (
     CheckpointRef,
@@ -112,6 +113,13 @@ class Agent:
             poll_interval_s=tuning.poll_interval_s,
             on_uploaded=self._uploaded,
         )
+        self.log_shipper = LogShipper(
+            self.storage,
+            settings.generation,
+            secrets=self._secret_values,
+            segment_bytes=tuning.log_segment_bytes,
+            interval_s=tuning.log_upload_interval_s or 2 * settings.heartbeat_interval_s,
+        )
         self.lease = Lease(settings.first_lease_expires_at)
         self.gpu = GpuMonitor(
             probe or make_probe(settings.gpu_probe, settings.probe_timeout_s),
@@ -174,6 +182,24 @@ class Agent:
             )
         )
 
+    def _secret_values(self) -> list[str]:
+        """Everything secret this agent holds: scrubbed from the shipped log."""
+        s = self.settings
+        creds = self.credentials.current()
+        return [
+            s.agent_token,
+            s.container_api_key,
+            s.s3_secret_access_key,
+            s.s3_session_token,
+            creds.secret_access_key,
+            creds.session_token,
+        ]
+
+    def _ship_rest_of_log(self) -> None:
+        """Upload the buffered log before the final heartbeat or stopping the machine; a
+        superseded generation uploads nothing more (the cancelled storage refuses it)."""
+        self.log_shipper.close(upload_rest=not self.storage.cancel.is_set())
+
     def _uploaded(self, ref: CheckpointRef) -> None:
         self.heartbeater.poke()
 
@@ -195,6 +221,7 @@ class Agent:
             return self._run()
         finally:
             self.gpu.stop()
+            self._ship_rest_of_log()
             self.uploader.close()
             self.storage.close()
 
@@ -218,13 +245,22 @@ class Agent:
             return self._shut_down()
 
         self.uploader.start()
+        self.log_shipper.start()
+        restored = f"restored step {self.restored.ref.step}" if self.restored else "no checkpoint"
+        self.log_shipper.note(
+            f"generation {self.settings.generation} on instance {self.settings.container_id}: "
+            f"{restored}; starting training"
+        )
         self.training = TrainingProcess(
             self.command,
             self._child_env(),
-            RotatingLog(
-                self.settings.work_dir / "logs" / "training.log",
-                self.tuning.log_max_bytes,
-                self.tuning.log_backups,
+            TeeLog(
+                RotatingLog(
+                    self.settings.work_dir / "logs" / "training.log",
+                    self.tuning.log_max_bytes,
+                    self.tuning.log_backups,
+                ),
+                self.log_shipper,
             ),
         )
         try:
@@ -261,6 +297,8 @@ class Agent:
             log.error("final upload failed: %s", exc)
         if self._command and self._command[0] != "continue":
             return self._shut_down()
+        self.log_shipper.note(f"training exited with {code}")
+        self._ship_rest_of_log()
         self._set_phase("finished" if code == 0 else "failed")
         self.heartbeater.stop(final=True)
         return code
@@ -285,6 +323,8 @@ class Agent:
                 self.uploader.upload_pending()  # the final checkpoint, if one is marked
             except StorageError as exc:
                 log.warning("final checkpoint not uploaded: %s", exc)
+        self.log_shipper.note(f"stopped ({reason.name.lower().replace('_', ' ')})")
+        self._ship_rest_of_log()
         self.heartbeater.stop(final=reason != ExitCode.SUPERSEDED)
         stop_own_instance(
             self.settings.vast_url,

@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +50,18 @@ class RotatingLog:
         self._file.close()
 
 
+class LogSink(Protocol):
+    """Where the training output goes besides the console (a RotatingLog, a TeeLog)."""
+
+    def write(self, data: bytes) -> None: ...
+
+
 class TrainingProcess:
     def __init__(
         self,
         argv: Sequence[str],
         env: Mapping[str, str],
-        log_file: RotatingLog,
+        log_file: LogSink,
         console: BinaryIO | None = None,
     ) -> None:
         self._argv = list(argv)

@@ -97,6 +97,9 @@ class Tuning(BaseModel):
     upload_nice: int = Field(default=10, ge=0, le=19)
     log_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
     log_backups: int = Field(default=3, ge=0, le=100)
+    # Log shipping (tether_agent/logs.py); the interval defaults to two heartbeat intervals.
+    log_segment_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    log_upload_interval_s: float | None = Field(default=None, gt=0, le=3600)
 
 
 ENV_NAMES: tuple[str, ...] = tuple(

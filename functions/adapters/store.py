@@ -11,8 +11,9 @@
 - timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
 - idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
   TTL removes it after a day).
-- host reputation — `pk=HOST#<machine_id> sk=REP`: failures, last failure, avoid-until
-  (written by the lifecycle).
+- host reputation — `pk=HOST#<machine_id> sk=REP`: `failures` (a string set of `<job>:g<n>`, so
+  a repeated write counts once), `dead_failures`, `hung_failures`, `last_failure_at`,
+  `avoid_until` (written by the monitor, read by the lifecycle's planner as the blocklist).
 - supervisor pulse — `pk=SUPERVISOR sk=PULSE`: `at` (epoch s), written by the monitor on every
   run; the heartbeat renews leases only while it is fresh.
 
@@ -44,6 +45,7 @@ from functions.domain.job import (
     ACTIVE_STATES,
     Generation,
     Heartbeat,
+    HostReputation,
     Job,
     JobState,
     TimelineEvent,
@@ -221,6 +223,14 @@ class StateConflict(Exception):
     def __init__(self, job: Job | None) -> None:
         super().__init__("job is not in an expected state" if job else "no such job")
         self.job = job
+
+
+def _set_clause(updates: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """`SET #u0 = :u0, …` with its names and (plain) values."""
+    names = {f"#u{i}": name for i, name in enumerate(updates)}
+    values = {f":u{i}": value for i, value in enumerate(updates.values())}
+    clause = ", ".join(f"#u{i} = :u{i}" for i in range(len(updates)))
+    return f"SET {clause}", names, values
 
 
 def _is_condition_failure(exc: ClientError) -> bool:
@@ -544,6 +554,165 @@ class JobStore:
                 return False
             raise
         return True
+
+    def list_generations(self, job_id: str) -> list[Generation]:
+        """Every generation of a job, oldest first."""
+        items = self._query_all(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :gen)",
+            ExpressionAttributeValues={":pk": {"S": f"JOB#{job_id}"}, ":gen": {"S": "GEN#"}},
+        )
+        return [Generation.model_validate(_strip_keys(i)) for i in items]
+
+    def record_generation(
+        self,
+        generation: Generation,
+        *,
+        expected: Iterable[JobState],
+        now: float,
+        event: TimelineEvent,
+    ) -> bool:
+        """Store a newly rented generation and make it the job's current one (→ RUNNING), in
+        one transaction: only while the job is in `expected` and its current generation is the
+        one before. False when someone else won (a second rent, a cancel): the caller destroys
+        what it rented (invariant 1)."""
+        values: dict[str, Any] = {
+            ":running": JobState.RUNNING.value,
+            ":now": now,
+            ":gen": generation.generation,
+            ":prev": generation.generation - 1,
+        }
+        placeholders = []
+        for i, state in enumerate(expected):
+            values[f":e{i}"] = state.value
+            placeholders.append(f":e{i}")
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": serialize(
+                        {
+                            **generation_key(generation.job_id, generation.generation),
+                            **generation.model_dump(mode="json", exclude_none=True),
+                        }
+                    ),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": serialize(job_key(generation.job_id)),
+                    "UpdateExpression": "SET #state = :running, updated_at = :now, "
+                    "current_generation = :gen",
+                    "ConditionExpression": f"#state IN ({', '.join(placeholders)}) "
+                    "AND current_generation = :prev",
+                    "ExpressionAttributeNames": {"#state": "state"},
+                    "ExpressionAttributeValues": serialize(values),
+                }
+            },
+            {"Put": {"TableName": self.table_name, "Item": serialize(self._event_item(event))}},
+        ]
+        try:
+            self.client.transact_write_items(TransactItems=cast(Any, items))
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                return False
+            raise
+        return True
+
+    def update_generation(
+        self,
+        job_id: str,
+        generation: int,
+        updates: Mapping[str, Any],
+        *,
+        only_if_current: bool = False,
+    ) -> bool:
+        """SET fields of an existing generation; False when it does not exist (or, with
+        `only_if_current`, was superseded meanwhile)."""
+        if not updates:
+            return True
+        expression, names, values = _set_clause(updates)
+        condition = "attribute_exists(pk)"
+        if only_if_current:
+            condition += " AND is_current = :true"
+            values[":true"] = True
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=serialize(generation_key(job_id, generation)),
+                UpdateExpression=expression,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=serialize(values),
+            )
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                return False
+            raise
+        return True
+
+    def update_job_fields(self, job_id: str, updates: Mapping[str, Any]) -> bool:
+        """SET plain fields (spend, restarts) without a state change; False if no such job."""
+        expression, names, values = _set_clause(updates)
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=serialize(job_key(job_id)),
+                UpdateExpression=expression,
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=serialize(values),
+            )
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                return False
+            raise
+        return True
+
+    # host reputation ----------------------------------------------------------------------
+
+    def record_host_failure(
+        self, machine_id: int, *, failure: str, kind: str, now: float, avoid_until: float
+    ) -> None:
+        """Remember that `machine_id` failed a job generation. `failure` (`<job>:g<n>`) goes
+        into a string set, so overlapping monitor runs count one failure once."""
+        self.client.update_item(
+            TableName=self.table_name,
+            Key=serialize(host_key(machine_id)),
+            UpdateExpression="ADD failures :f, #kind :f SET machine_id = :m, "
+            "last_failure_at = :now, avoid_until = :until",
+            ExpressionAttributeNames={"#kind": f"{kind}_failures"},
+            ExpressionAttributeValues={
+                ":f": {"SS": [failure]},
+                ":m": {"N": str(machine_id)},
+                ":now": serialize({"v": now})["v"],
+                ":until": serialize({"v": avoid_until})["v"],
+            },
+        )
+
+    def host_reputations(self, machine_ids: Iterable[int]) -> dict[int, HostReputation]:
+        """The reputation items of these machines (missing ones: never failed)."""
+        ids = sorted(set(machine_ids))
+        found: dict[int, HostReputation] = {}
+        for start in range(0, len(ids), 100):  # BatchGetItem takes at most 100 keys
+            keys = [serialize(host_key(i)) for i in ids[start : start + 100]]
+            request: dict[str, Any] = {self.table_name: {"Keys": keys}}
+            while request:
+                reply = self.client.batch_get_item(RequestItems=request)
+                for item in reply.get("Responses", {}).get(self.table_name, []):
+                    plain = deserialize(item)
+                    reputation = HostReputation(
+                        machine_id=int(plain["machine_id"]),
+                        failures=len(plain.get("failures", ())),
+                        dead_failures=len(plain.get("dead_failures", ())),
+                        hung_failures=len(plain.get("hung_failures", ())),
+                        last_failure_at=float(plain.get("last_failure_at", 0)),
+                        avoid_until=float(plain.get("avoid_until", 0)),
+                    )
+                    found[reputation.machine_id] = reputation
+                request = reply.get("UnprocessedKeys") or {}
+        return found
 
     # events, pulse ------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ ROUTES = {
     "/jobs": {"GET", "POST"},
     "/jobs/{id}": {"GET"},
     "/jobs/{id}/cancel": {"POST"},
+    "/jobs/{id}/logs": {"GET"},  # served by the logs function; listed here for 405s
 }
 
 app = APIGatewayHttpResolver(enable_validation=True)

@@ -192,6 +192,28 @@ class Generation(BaseModel):
     lease_expires_at: float = 0.0
     heartbeat: Heartbeat | None = None
     credentials: StorageCredentials | None = None
+    # Written by the lifecycle when the generation is replaced or stopped.
+    ended_at: float | None = None
+    host_blamed: bool = Field(default=False, description="Replaced as dead or hung.")
+    # Written by the monitor each run (functions/domain/supervision.py).
+    spend_usd: float = Field(default=0.0, ge=0)
+    progress_step: int | None = None
+    progress_at: float | None = Field(default=None, description="When the step last advanced.")
+    observed_status: str | None = Field(default=None, description="Vast's actual_status.")
+    observed_status_since: float | None = None
+
+
+class HostReputation(BaseModel):
+    """`pk=HOST#<machine_id> sk=REP`: how often a machine failed tether jobs (dead or hung)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    machine_id: int
+    failures: int = 0
+    dead_failures: int = 0
+    hung_failures: int = 0
+    last_failure_at: float = 0.0
+    avoid_until: float = 0.0
 
 
 class TimelineEvent(BaseModel):

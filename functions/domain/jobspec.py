@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from functions.domain.errors import FieldError, field_errors
 
@@ -88,19 +96,50 @@ class Checkpoint(_Strict):
         return value
 
 
-class Policy(_Strict):
-    """Health thresholds (DESIGN §4). One missed heartbeat never kills a job."""
+# Each threshold is observed through heartbeats, so its floor is a multiple of the heartbeat
+# interval (relative), above a small absolute floor. Real jobs keep the safe defaults; a local
+# demo with a 1 s heartbeat may use second-scale timers without bypassing validation.
+HEARTBEATS_PER_TIMEOUT = 3  # two missed heartbeats never kill a job
+HEARTBEATS_PER_GPU_UNRESPONSIVE = 2  # a hung probe must be seen in at least two heartbeats
+HEARTBEATS_PER_NO_PROGRESS = 4
+HEARTBEATS_PER_STARTUP = 4
+_RELATIVE_FLOORS = {
+    "heartbeat_timeout_s": HEARTBEATS_PER_TIMEOUT,
+    "gpu_unresponsive_s": HEARTBEATS_PER_GPU_UNRESPONSIVE,
+    "no_progress_s": HEARTBEATS_PER_NO_PROGRESS,
+    "startup_timeout_s": HEARTBEATS_PER_STARTUP,
+}
 
-    heartbeat_timeout_s: int = Field(default=180, ge=30, le=86_400)
-    gpu_unresponsive_s: int = Field(default=300, ge=30, le=86_400)
-    no_progress_s: int = Field(default=1800, ge=60, le=7 * 86_400)
+
+class Policy(_Strict):
+    """Health thresholds (DESIGN §4). Floors are relative to `heartbeat_interval_s` (see
+    `_RELATIVE_FLOORS`): e.g. `heartbeat_timeout_s ≥ 3 × heartbeat_interval_s`."""
+
+    heartbeat_interval_s: int = Field(
+        default=15, ge=1, le=600, description="How often the agent heartbeats."
+    )
+    heartbeat_timeout_s: int = Field(default=180, ge=3, le=86_400)
+    gpu_unresponsive_s: int = Field(default=300, ge=2, le=86_400)
+    no_progress_s: int = Field(default=1800, ge=4, le=7 * 86_400)
     gpu_idle_util_pct: float = Field(
         default=5, ge=0, le=100, description="'Near zero' GPU utilisation."
     )
-    startup_timeout_s: int = Field(default=1200, ge=60, le=86_400)
+    startup_timeout_s: int = Field(default=1200, ge=4, le=86_400)
     max_restarts: int = Field(default=3, ge=0, le=100)
-    lease_window_s: int = Field(default=3 * 3600, ge=300, le=7 * 86_400)
+    lease_window_s: int = Field(default=3 * 3600, ge=10, le=7 * 86_400)
     on_dead_man: Literal["stop", "destroy"] = "stop"
+
+    @field_validator(*_RELATIVE_FLOORS)
+    @classmethod
+    def _heartbeats_apart(cls, value: int, info: ValidationInfo) -> int:
+        interval = info.data.get("heartbeat_interval_s")
+        times = _RELATIVE_FLOORS[str(info.field_name)]
+        if isinstance(interval, int) and value < times * interval:
+            raise ValueError(
+                f"must be ≥ {times} × policy.heartbeat_interval_s ({times * interval} s), "
+                "or heartbeats too far apart would trip it"
+            )
+        return value
 
     @model_validator(mode="after")
     def _lease_outlives_heartbeat(self) -> Policy:

@@ -136,7 +136,7 @@ def build_host_env(
     agent_token: str,
     storage: StorageCredentials,
     lease_expires_at: float,
-    heartbeat_interval_s: float = 15,
+    heartbeat_interval_s: float | None = None,
     grace_s: float = 120,
     vast_url: str | None = None,
     gpu_probe: str | None = None,
@@ -172,7 +172,9 @@ def build_host_env(
         agent_env.S3_SESSION_TOKEN: storage.session_token,
         agent_env.S3_CREDENTIALS_EXPIRE_AT: _number(storage.expires_at),
         agent_env.LEASE_EXPIRES_AT: _number(lease_expires_at),
-        agent_env.HEARTBEAT_INTERVAL_S: _number(heartbeat_interval_s),
+        agent_env.HEARTBEAT_INTERVAL_S: _number(
+            job.policy.heartbeat_interval_s if heartbeat_interval_s is None else heartbeat_interval_s
+        ),
         agent_env.GRACE_S: _number(grace_s),
         agent_env.ON_DEAD_MAN: job.policy.on_dead_man,
         agent_env.VAST_URL: vast_url,

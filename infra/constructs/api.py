@@ -12,6 +12,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.aws_apigatewayv2_authorizers import HttpIamAuthorizer
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
@@ -30,6 +31,7 @@ JOBS_TABLE_ACTIONS = (
     "dynamodb:UpdateItem",
 )
 HEARTBEAT_TABLE_ACTIONS = ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem")
+LOGS_TABLE_ACTIONS = ("dynamodb:GetItem",)
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)
@@ -62,6 +64,7 @@ class Api(Construct):
         code: lambda_.Code,
         table: dynamodb.ITable,
         state_machine: sfn.IStateMachine,
+        cloudflare_secret: secretsmanager.ISecret,
     ) -> None:
         super().__init__(scope, construct_id)
         self.jobs = TetherFunction(
@@ -86,6 +89,23 @@ class Api(Construct):
                 names.PULSE_MAX_AGE_ENV: str(names.PULSE_MAX_AGE_S),
             },
         )
+        # Reads the job item, then the job's log segments in R2 with read-only credentials it
+        # mints from the Cloudflare secret (which no other API function can read).
+        self.logs = TetherFunction(
+            self,
+            names.LOGS_FUNCTION_ID,
+            code=code,
+            handler=names.LOGS_HANDLER,
+            description="tether job logs: presigned URLs of the training log segments",
+            environment={
+                names.TABLE_NAME_ENV: table.table_name,
+                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.secret_arn,
+            },
+        )
+        self.logs.role.add_to_policy(
+            iam.PolicyStatement(actions=list(LOGS_TABLE_ACTIONS), resources=[table.table_arn])
+        )
+        cloudflare_secret.grant_read(self.logs.role)
         self.jobs.role.add_to_policy(
             iam.PolicyStatement(
                 actions=list(JOBS_TABLE_ACTIONS),
@@ -135,6 +155,13 @@ class Api(Construct):
                 integration=jobs_integration,
                 authorizer=iam_auth,
             )
+        method, path = names.LOGS_ROUTE
+        self.http_api.add_routes(
+            path=path,
+            methods=[apigwv2.HttpMethod(method)],
+            integration=HttpLambdaIntegration("LogsIntegration", self.logs.function),
+            authorizer=iam_auth,
+        )
         method, path = names.HEARTBEAT_ROUTE
         heartbeat_routes = self.http_api.add_routes(
             path=path, methods=[apigwv2.HttpMethod(method)], integration=heartbeat_integration

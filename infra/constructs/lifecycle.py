@@ -1,37 +1,132 @@
-"""The lifecycle state machine (Step Functions Standard), input contract:
+"""The lifecycle state machine (Step Functions Standard, JSONPath) and its task function.
+
+Input contract (`functions.domain.job.TransitionRequest`):
 
     {"action": "provision" | "replace" | "stop", "job_id": str, "generation": int, "reason": str}
 
-started with the deterministic execution name `<job_id>-<action>-g<generation>`
-(`<job_id>-stop`). This body is a placeholder that accepts the contract and routes on the
-action; the lifecycle issue replaces it with the real transitions.
+started with the deterministic execution name `<job_id>-<action>-g<generation>` (`<job_id>-stop`).
+
+    provision / replace:
+      Begin ─(no)→ Skipped
+        │ replace: DestroyPrevious (retried until Vast no longer lists the old instance)
+        ▼
+      Provision ─ rented → NotifyRented → Done
+        ├ no capacity → (timed out? → Fail) WaitForCapacity → Provision
+        ├ over budget → DestroyAll → Finish → NotifyStopped
+        ├ lost race / abandoned → Skipped
+        └ error after retries → Fail (job FAILED) → NotifyFailed
+    stop:
+      StopBegin ─(no)→ Skipped
+        ▼
+      DestroyAll (retried until gone) → Finish → NotifyStopped → Done
+
+Every Task is the one lifecycle function with an `op` (`functions/lifecycle/service.py`); its
+output lands under its own key, so the execution input stays intact. No secret ever passes
+through the state (the provision step mints, rents and records in one invocation), so full
+execution logging is safe.
 """
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import CfnResource, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
-from constructs import Construct
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct, IConstruct
 
+from infra import names
+from infra.constructs.function import TetherFunction
 from infra.constructs.nag import acknowledge
+
+LIFECYCLE_TABLE_ACTIONS = (
+    "dynamodb:BatchGetItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+)
+# Vast and Cloudflare hiccups: the adapters already retried for tens of seconds.
+TRANSIENT_ERRORS = [
+    "VastUnavailable",
+    "RateLimited",
+    "CloudflareUnavailable",
+    "CloudflareRateLimited",
+    "Lambda.ServiceException",
+    "Lambda.TooManyRequestsException",
+    "Lambda.SdkClientException",
+]
 
 
 class Lifecycle(Construct):
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        code: lambda_.Code,
+        table: dynamodb.ITable,
+        vast_secret: secretsmanager.ISecret,
+        cloudflare_secret: secretsmanager.ISecret,
+        artifacts_bucket: s3.IBucket,
+    ) -> None:
         super().__init__(scope, construct_id)
-        unknown = sfn.Fail(
+        self.task_function = TetherFunction(
             self,
-            "UnknownAction",
-            error="UnknownAction",
-            cause="action must be provision, replace or stop",
+            names.LIFECYCLE_FUNCTION_ID,
+            code=code,
+            handler=names.LIFECYCLE_HANDLER,
+            description="tether lifecycle steps: begin, provision, destroy, stop, finish",
+            environment={
+                names.TABLE_NAME_ENV: table.table_name,
+                names.VAST_SECRET_ARN_ENV: vast_secret.secret_arn,
+                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.secret_arn,
+                names.ARTIFACTS_BUCKET_ENV: artifacts_bucket.bucket_name,
+                names.MONITOR_INTERVAL_ENV: str(names.MONITOR_INTERVAL_S),
+            },
+            memory_mb=512,
+            timeout=Duration.minutes(3),
         )
-        route = (
-            sfn.Choice(self, "RouteAction")
-            .when(sfn.Condition.string_equals("$.action", "provision"), sfn.Pass(self, "Provision"))
-            .when(sfn.Condition.string_equals("$.action", "replace"), sfn.Pass(self, "Replace"))
-            .when(sfn.Condition.string_equals("$.action", "stop"), sfn.Pass(self, "Stop"))
-            .otherwise(unknown)
+        role = self.task_function.role
+        role.add_to_policy(
+            iam.PolicyStatement(actions=list(LIFECYCLE_TABLE_ACTIONS), resources=[table.table_arn])
+        )
+        vast_secret.grant_read(role)
+        cloudflare_secret.grant_read(role)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[artifacts_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{names.AGENT_WHEEL_PREFIX}*"]}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[artifacts_bucket.arn_for_objects(f"{names.AGENT_WHEEL_PREFIX}*")],
+            )
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5",
+            "Presigning the agent wheel: read-only, limited to the artifacts bucket's agent/ "
+            "prefix, whose file name changes with every build.",
+            f"Resource::<{_logical_id(artifacts_bucket)}.Arn>/{names.AGENT_WHEEL_PREFIX}*",
+        )
+
+        self.topic = sns.Topic(
+            self,
+            names.NOTIFICATIONS_TOPIC_ID,
+            display_name="tether job notifications",
+            enforce_ssl=True,
+            master_key=kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns"),
         )
         self.log_group = logs.LogGroup(
             self,
@@ -42,9 +137,9 @@ class Lifecycle(Construct):
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
-            definition_body=sfn.DefinitionBody.from_chainable(route),
+            definition_body=sfn.DefinitionBody.from_chainable(self._definition()),
             state_machine_type=sfn.StateMachineType.STANDARD,
-            timeout=Duration.hours(2),
+            timeout=Duration.hours(names.LIFECYCLE_TIMEOUT_HOURS),
             tracing_enabled=True,
             logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL),
         )
@@ -55,3 +150,196 @@ class Lifecycle(Construct):
             "support no resource-level permissions.",
             "Resource::*",
         )
+        acknowledge(
+            self.state_machine.role,
+            "AwsSolutions-IAM5",
+            "CDK's LambdaInvoke grant covers the function's versions and aliases (`:*`).",
+            f"Resource::<{_logical_id(self.task_function.function)}.Arn>:*",
+        )
+
+    def set_api_url(self, url: str) -> None:
+        """The heartbeat API's base URL, which the rented hosts call (known after the Api)."""
+        self.task_function.function.add_environment(names.API_URL_ENV, url)
+
+    # --- the definition ---------------------------------------------------------------------
+
+    def _step(self, state_id: str, op: str, result_key: str, **fields: str) -> tasks.LambdaInvoke:
+        """A Task running one lifecycle op; its output lands in `$.<result_key>`."""
+        payload: dict[str, object] = {"op": op, "job_id.$": "$.job_id"}
+        payload.update(fields)
+        return tasks.LambdaInvoke(
+            self,
+            state_id,
+            lambda_function=self.task_function.function,
+            payload=sfn.TaskInput.from_object(payload),
+            payload_response_only=True,
+            result_path=f"$.{result_key}",
+            retry_on_service_exceptions=False,
+        )
+
+    @staticmethod
+    def _retry_transient(task: tasks.LambdaInvoke, attempts: int = 4) -> tasks.LambdaInvoke:
+        task.add_retry(
+            errors=TRANSIENT_ERRORS,
+            interval=Duration.seconds(10),
+            backoff_rate=2,
+            max_attempts=attempts,
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        return task
+
+    def _notify(self, state_id: str, subject: str, message_path: str) -> tasks.SnsPublish:
+        notify = tasks.SnsPublish(
+            self,
+            state_id,
+            topic=self.topic,
+            subject=subject,
+            message=sfn.TaskInput.from_json_path_at(message_path),
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        # A notification is a courtesy: its failure must not undo or fail a transition.
+        notify.add_catch(sfn.Pass(self, f"{state_id}Dropped"), result_path="$.notify_error")
+        return notify
+
+    def _definition(self) -> sfn.IChainable:
+        done = sfn.Succeed(self, "Done")
+        skipped = sfn.Succeed(self, "Skipped", comment="Nothing to do: already done or moot")
+
+        # stop (also the end of an over-budget provision)
+        destroy_all = self._step("DestroyAll", "destroy", "destroy")
+        destroy_all.add_retry(
+            errors=["InstancesStillPresent", *TRANSIENT_ERRORS],
+            interval=Duration.seconds(15),
+            backoff_rate=2,
+            max_attempts=12,
+            max_delay=Duration.minutes(5),
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        finish = self._retry_transient(self._step("Finish", "finish", "finish"))
+        notify_stopped = self._notify("NotifyStopped", "tether: job ended", "$.finish.message")
+        stop_path = destroy_all.next(finish).next(notify_stopped).next(done)
+        stop_begin = self._retry_transient(
+            self._step("StopBegin", "stop_begin", "begin", **{"reason.$": "$.reason"})
+        )
+        stop = stop_begin.next(
+            sfn.Choice(self, "Stopping?")
+            .when(sfn.Condition.boolean_equals("$.begin.proceed", True), stop_path)
+            .otherwise(skipped)
+        )
+
+        # provisioning failed for good
+        fail = self._retry_transient(
+            self._step("Fail", "fail", "fail", **{"reason.$": "$.provision.message"})
+        )
+        fail_on_error = self._retry_transient(
+            self._step("FailOnError", "fail", "fail", **{"error.$": "$.error"})
+        )
+        notify_failed = self._notify("NotifyFailed", "tether: job failed", "$.fail.message")
+        fail.next(notify_failed)
+        fail_on_error.next(notify_failed)
+        notify_failed.next(done)
+
+        # provision / replace
+        provision = self._retry_transient(
+            self._step(
+                "Provision",
+                "provision",
+                "provision",
+                **{"generation.$": "$.generation", "waited_s.$": "$.waited_s"},
+            )
+        )
+        provision.add_catch(fail_on_error, errors=["States.ALL"], result_path="$.error")
+        wait = sfn.Wait(
+            self, "WaitForCapacity", time=sfn.WaitTime.seconds_path("$.provision.wait_s")
+        )
+        count_wait = sfn.Pass(
+            self,
+            "CountWait",
+            input_path="$.provision.waited_s",
+            result_path="$.waited_s",
+        )
+        notify_rented = self._notify("NotifyRented", "tether: host rented", "$.provision.message")
+        outcome = (
+            sfn.Choice(self, "Rented?")
+            .when(
+                sfn.Condition.string_equals("$.provision.outcome", "rented"),
+                notify_rented.next(done),
+            )
+            .when(
+                sfn.Condition.and_(
+                    sfn.Condition.string_equals("$.provision.outcome", "no_capacity"),
+                    sfn.Condition.boolean_equals("$.provision.timed_out", True),
+                ),
+                fail,
+            )
+            .when(
+                sfn.Condition.string_equals("$.provision.outcome", "no_capacity"),
+                wait.next(count_wait).next(provision),
+            )
+            .when(sfn.Condition.string_equals("$.provision.outcome", "over_budget"), destroy_all)
+            .otherwise(skipped)
+        )
+        provision.next(outcome)
+        start_waited = sfn.Pass(
+            self, "StartWaited", result=sfn.Result.from_number(0), result_path="$.waited_s"
+        )
+        destroy_previous = self._step(
+            "DestroyPrevious",
+            "destroy",
+            "destroy",
+            **{"below_generation.$": "$.generation"},
+        )
+        destroy_previous.add_retry(
+            errors=["InstancesStillPresent", *TRANSIENT_ERRORS],
+            interval=Duration.seconds(15),
+            backoff_rate=2,
+            max_attempts=8,
+            max_delay=Duration.minutes(5),
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        destroy_previous.add_catch(fail_on_error, errors=["States.ALL"], result_path="$.error")
+        begin = self._retry_transient(
+            self._step(
+                "Begin",
+                "begin",
+                "begin",
+                **{
+                    "action.$": "$.action",
+                    "generation.$": "$.generation",
+                    "reason.$": "$.reason",
+                },
+            )
+        )
+        begin.next(
+            sfn.Choice(self, "Begun?")
+            .when(sfn.Condition.boolean_equals("$.begin.proceed", False), skipped)
+            .when(
+                sfn.Condition.string_equals("$.action", "replace"),
+                destroy_previous.next(start_waited),
+            )
+            .otherwise(start_waited)
+        )
+        start_waited.next(provision)
+
+        unknown = sfn.Fail(
+            self,
+            "UnknownAction",
+            error="UnknownAction",
+            cause="action must be provision, replace or stop",
+        )
+        return (
+            sfn.Choice(self, "RouteAction")
+            .when(sfn.Condition.string_equals("$.action", "provision"), begin)
+            .when(sfn.Condition.string_equals("$.action", "replace"), begin)
+            .when(sfn.Condition.string_equals("$.action", "stop"), stop)
+            .otherwise(unknown)
+        )
+
+
+def _logical_id(construct: IConstruct) -> str:
+    """The CloudFormation logical id of an L2 resource (cdk-nag names findings by it)."""
+
+    stack = Stack.of(construct)
+    child = construct.node.default_child
+    assert isinstance(child, CfnResource)
+    return str(stack.resolve(stack.get_logical_id(child)))

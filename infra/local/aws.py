@@ -168,6 +168,9 @@ class _MotoPatches:
         self._replace(lambda_class, _LAMBDA_INVOKE[2], invoke_lambda)
         self._replace(wait_class, _WAIT_INTERVAL[2], wait_interval)
         self._replace(retrier, "time", _ScaledTime(scale))
+        # Not a dict attribute like the others: os.environ's class, restored the same way.
+        self._saved.append((os.environ, "__class__", type(os.environ)))
+        os.environ.__class__ = _SnapshotEnviron
 
     def restore(self) -> None:
         while self._saved:
@@ -177,6 +180,22 @@ class _MotoPatches:
     def _replace(self, owner: Any, name: str, value: Any) -> None:
         self._saved.append((owner, name, owner.__dict__[name]))
         setattr(owner, name, value)
+
+
+class _SnapshotEnviron(os._Environ):  # type: ignore[type-arg]
+    """os.environ whose `items()` and `copy()` read one atomic snapshot.
+
+    Handlers run with their function's variables set in os.environ (under a lock) while other
+    threads keep sending requests, and botocore and httpx read proxy settings with
+    `os.environ.items()` on every request: a plain iteration that meets a key removed meanwhile
+    raises KeyError. Copying the underlying dict is atomic, so snapshot readers never see that.
+    """
+
+    def items(self) -> list[tuple[str, str]]:  # type: ignore[override]
+        return [(self.decodekey(k), self.decodevalue(v)) for k, v in dict(self._data).items()]  # type: ignore[attr-defined]
+
+    def copy(self) -> dict[str, str]:
+        return dict(self.items())
 
 
 def _owner(symbol: tuple[str, str, str]) -> Any:

@@ -71,7 +71,9 @@ class S3Server:
     def start(self, timeout_s: float = 20.0) -> S3Server:
         self.root.mkdir(parents=True, exist_ok=True)
         args = [
-            rclone_binary(), "serve", "s3", str(self.root),
+            rclone_binary(), "serve", "s3",
+            # With --auth-proxy the proxy's answer names each key's root: no positional root.
+            *([] if self.auth_proxy else [str(self.root)]),
             "--addr", f"127.0.0.1:{self.port}",
             "--config", "/dev/null",  # no user rclone.conf, no warning about it
             "--dir-cache-time", "1s",  # objects changed on disk show up quickly (tests do that)

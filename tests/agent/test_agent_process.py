@@ -65,7 +65,8 @@ def test_lease_expiry_stops_training_uploads_final_checkpoint_and_stops_machine(
     control_plane.down = True  # the supervisor is gone: nothing renews the lease
     env = agent_env(
         tmp_path, s3_server, bucket, control_plane,
-        TETHER_LEASE_EXPIRES_AT=str(time.time() + 2),
+        # Long enough for the agent and the script to start on a loaded machine (2 s flaked).
+        TETHER_LEASE_EXPIRES_AT=str(time.time() + 8),
     )  # fmt: skip
     agent = start_agent(env, fake_train("--steps", "2", "--hold", "--save-on-term"))
     code, out = finish(agent)

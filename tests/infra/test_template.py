@@ -107,12 +107,14 @@ def test_user_routes_use_iam_auth_and_the_heartbeat_none(template):
     heartbeat = routes[" ".join(names.HEARTBEAT_ROUTE)]
     assert heartbeat.get("AuthorizationType", "NONE") == "NONE"
     assert routes["$default"].get("AuthorizationType", "NONE") == "NONE"
-    assert len(routes) == len(names.USER_ROUTES) + 2
+    assert routes[" ".join(names.LOGS_ROUTE)]["AuthorizationType"] == "AWS_IAM"
+    assert len(routes) == len(names.USER_ROUTES) + 3  # + heartbeat, logs, $default
 
 
 def test_routes_reach_the_right_function(template):
     jobs_id, _ = function_by_handler(template, names.JOBS_HANDLER)
     heartbeat_id, _ = function_by_handler(template, names.HEARTBEAT_HANDLER)
+    logs_id, _ = function_by_handler(template, names.LOGS_HANDLER)
     integrations = resources(template, "AWS::ApiGatewayV2::Integration")
 
     def target(route: dict[str, Any]) -> str:
@@ -121,7 +123,8 @@ def test_routes_reach_the_right_function(template):
         return str(uri["Fn::GetAtt"][0])
 
     for route in resources(template, "AWS::ApiGatewayV2::Route").values():
-        expected = heartbeat_id if "heartbeat" in route["Properties"]["RouteKey"] else jobs_id
+        key = route["Properties"]["RouteKey"]
+        expected = heartbeat_id if "heartbeat" in key else logs_id if "logs" in key else jobs_id
         assert target(route) == expected
 
 

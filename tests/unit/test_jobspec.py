@@ -18,7 +18,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 class _Delete:
-    """Marks a field to remove from the valid spec (a stable repr keeps test ids identical across workers)."""
+    """Marks a field to remove from the valid spec; a stable repr keeps xdist test ids equal."""
 
     def __repr__(self) -> str:
         return "<deleted>"
@@ -108,7 +108,10 @@ BAD_SPECS = [
     ("checkpoint.keep_last", 0, "checkpoint.keep_last", "must be ≥ 1"),
     ("checkpoint.interval_min", 0, "checkpoint.interval_min", "must be > 0"),
     ("policy.on_dead_man", "explode", "policy.on_dead_man", "must be one of 'stop' or 'destroy'"),
-    ("policy.heartbeat_timeout_s", 10, "policy.heartbeat_timeout_s", "must be ≥ 30"),
+    ("policy.heartbeat_timeout_s", 2, "policy.heartbeat_timeout_s", "must be ≥ 3"),
+    ("policy.heartbeat_timeout_s", 40, "policy.heartbeat_timeout_s", "must be ≥ 3 × policy.hea"),
+    ("policy.heartbeat_interval_s", 0, "policy.heartbeat_interval_s", "must be ≥ 1"),
+    ("policy.no_progress_s", 30, "policy.no_progress_s", "must be ≥ 4 × policy.heartbeat_in"),
     ("policy.lease_window_s", 600, "policy", "lease_window_s must be longer"),
     ("policy.max_restarts", -1, "policy.max_restarts", "must be ≥ 0"),
     ("gpus", 1, "gpus", "unknown field"),

@@ -1,0 +1,85 @@
+"""`GET /jobs/{id}/logs` (IAM/SigV4 auth on API Gateway): presigned URLs of the job's training
+log segments (`logs_service`). Its own function, because it alone reads the Cloudflare secret."""
+
+import threading
+from http import HTTPStatus
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.adapters import factory
+from functions.adapters.cloudflare import TempCredentials
+from functions.adapters.r2 import ReadOnlyBucket
+from functions.api import logs_service
+from functions.api.http import (
+    iam_identity,
+    install_error_handlers,
+    json_response,
+    reject_unknown_query,
+)
+from functions.observability import logger, metrics, tracer
+from functions.settings import LogsApiSettings, load_settings
+
+ROUTES = {"/jobs/{id}/logs": {"GET"}}
+
+app = APIGatewayHttpResolver(enable_validation=True)
+install_error_handlers(app, ROUTES)
+
+
+_bucket_lock = threading.Lock()
+_buckets: dict[tuple[int, str], ReadOnlyBucket] = {}
+
+
+def bucket(settings: LogsApiSettings) -> ReadOnlyBucket:
+    """The bucket reader, kept while the factory keeps its Cloudflare client (so its cached
+    read credentials survive between requests, and a reset factory gets a fresh reader)."""
+    cloudflare, account = factory.cloudflare(
+        settings.cloudflare_secret_arn, settings.cloudflare_base_url
+    )
+    endpoint = account.r2_endpoint(settings.r2_endpoint)
+    key = (id(cloudflare), endpoint)
+    with _bucket_lock:
+        if key not in _buckets:
+
+            def mint(prefix: str, ttl_s: int) -> TempCredentials:
+                return cloudflare.mint_temp_credentials(
+                    account.bucket, account.parent_access_key_id, prefix, ttl_s, "object-read-only"
+                )
+
+            _buckets.clear()
+            _buckets[key] = ReadOnlyBucket(
+                endpoint=endpoint, bucket=account.bucket, mint=mint, clock=factory.now
+            )
+        return _buckets[key]
+
+
+def dependencies() -> logs_service.LogsDeps:
+    # Settings are read per request (cheap) so a redeployed environment takes effect at once.
+    settings = load_settings(LogsApiSettings)
+    return logs_service.LogsDeps(
+        store=factory.store(settings.table_name),
+        bucket=lambda: bucket(settings),
+        clock=factory.now,
+    )
+
+
+@app.get("/jobs/<job_id>/logs")
+def job_logs(
+    job_id: str,
+    after: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=logs_service.MAX_PAGE)] = 50,
+) -> Response[Any]:
+    iam_identity(app.current_event.raw_event)
+    reject_unknown_query(app.current_event.raw_event, ("after", "limit"))
+    page = logs_service.list_logs(dependencies(), job_id, after=after, limit=limit)
+    return json_response(HTTPStatus.OK, page)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

@@ -1,0 +1,113 @@
+"""`GET /jobs/{id}/logs`: the job's training-log segments as presigned GET URLs.
+
+The agent writes `jobs/<id>/logs/g<generation>-<sequence>.log` (`tether_agent/logs.py`); the
+names sort in writing order across host replacements. A page lists the segments after the
+cursor `after` (a segment name, e.g. `g0002-000017.log`), with a URL each that works for a few
+minutes; `next` is the cursor for the following page, and `ended` tells a follower that the job
+has reached a terminal state, so once a page comes back empty nothing more will come.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+from functions.adapters.factory import SecretNotSet
+from functions.adapters.r2 import ReadOnlyBucket
+from functions.adapters.store import JobStore
+from functions.api.http import ApiError, InvalidRequest, NotFound
+from functions.api.job_service import JOB_ID_SHAPE
+from functions.domain.errors import FieldError
+from functions.domain.job import TERMINAL_STATES
+
+SEGMENT_NAME = re.compile(r"^g(\d{4,9})-(\d{6,9})\.log$")
+URL_TTL_S = 300
+MAX_PAGE = 100
+
+
+class LogsUnavailable(ApiError):
+    """The deployment cannot read the bucket (secret unset, Cloudflare or R2 down)."""
+
+    status = HTTPStatus.SERVICE_UNAVAILABLE
+    code = "logs_unavailable"
+
+
+@dataclass
+class LogsDeps:
+    store: JobStore
+    bucket: Callable[[], ReadOnlyBucket]  # built on first use: it reads the Cloudflare secret
+    clock: Callable[[], float] = field(default=time.time)
+
+
+def logs_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}/logs/"
+
+
+def parse_segment_key(job_id: str, key: str) -> tuple[int, int] | None:
+    """(generation, sequence) of a segment key of this job, or None for anything else."""
+    prefix = logs_prefix(job_id)
+    if not key.startswith(prefix):
+        return None
+    match = SEGMENT_NAME.match(key[len(prefix) :])
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def validate_after(after: str | None) -> str | None:
+    if after is not None and not SEGMENT_NAME.match(after):
+        raise InvalidRequest(
+            "bad cursor",
+            [FieldError(path="query.after", reason="must be a segment name like g0001-000000.log")],
+        )
+    return after
+
+
+def list_logs(deps: LogsDeps, job_id: str, *, after: str | None, limit: int) -> dict[str, Any]:
+    job = deps.store.get_job(job_id) if JOB_ID_SHAPE.match(job_id) else None
+    if job is None:
+        raise NotFound(f"no job {job_id!r}", [FieldError(path="path.id", reason="unknown job")])
+    after = validate_after(after)
+    prefix = logs_prefix(job_id)
+    try:
+        bucket = deps.bucket()
+        found = bucket.list_after(prefix, prefix + after if after else None, limit)
+        segments = []
+        for obj in found:
+            parsed = parse_segment_key(job_id, obj.key)
+            if parsed is None:
+                continue  # not ours to show (a stray object under the prefix)
+            url, expires_at = bucket.presign_get(prefix, obj.key, URL_TTL_S)
+            segments.append(
+                {
+                    "name": obj.key[len(prefix) :],
+                    "generation": parsed[0],
+                    "sequence": parsed[1],
+                    "size": obj.size,
+                    "url": url,
+                    "expires_at": expires_at,
+                }
+            )
+    except ApiError:
+        raise
+    except Exception as exc:
+        raise LogsUnavailable(_unavailable_reason(exc)) from None
+    return {
+        "job_id": job_id,
+        "state": job.state.value,
+        "generation": job.current_generation,
+        "ended": job.state in TERMINAL_STATES,
+        "segments": segments,
+        "next": segments[-1]["name"] if segments else after,
+        "more": len(found) >= limit,
+    }
+
+
+def _unavailable_reason(exc: Exception) -> str:
+    # The secret's own message says which field to set; anything else stays generic (it may
+    # carry an endpoint or a key id, never a secret, but the caller does not need it).
+    if isinstance(exc, SecretNotSet):
+        return f"logs are unavailable: {exc}"
+    return f"logs are unavailable right now ({type(exc).__name__}); try again shortly"

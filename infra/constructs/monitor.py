@@ -1,0 +1,116 @@
+"""The monitor: a function that EventBridge Scheduler runs every minute.
+
+It reads and writes the table (pulse, spend, observations, host reputation, events), reads the
+provider secrets, and starts lifecycle executions; nothing else. Scheduler does not retry a
+failed run (the next minute's run is the retry) and drops an invocation older than a minute.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import CfnResource, Duration, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct, IConstruct
+
+from infra import names
+from infra.constructs.function import TetherFunction
+from infra.constructs.nag import acknowledge
+
+MONITOR_TABLE_ACTIONS = (
+    "dynamodb:BatchGetItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+)
+
+
+class Monitor(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        code: lambda_.Code,
+        table: dynamodb.ITable,
+        state_machine: sfn.IStateMachine,
+        vast_secret: secretsmanager.ISecret,
+        cloudflare_secret: secretsmanager.ISecret,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.function = TetherFunction(
+            self,
+            names.MONITOR_FUNCTION_ID,
+            code=code,
+            handler=names.MONITOR_HANDLER,
+            description="tether monitor: health, spend, transitions, credentials, orphans",
+            environment={
+                names.TABLE_NAME_ENV: table.table_name,
+                names.STATE_MACHINE_ARN_ENV: state_machine.state_machine_arn,
+                names.VAST_SECRET_ARN_ENV: vast_secret.secret_arn,
+                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.secret_arn,
+                names.MONITOR_INTERVAL_ENV: str(names.MONITOR_INTERVAL_S),
+            },
+            memory_mb=512,
+            # Under the interval, so runs rarely overlap (and overlapping ones are harmless).
+            timeout=Duration.seconds(names.MONITOR_INTERVAL_S - 5),
+        )
+        role = self.function.role
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=list(MONITOR_TABLE_ACTIONS),
+                resources=[table.table_arn, f"{table.table_arn}/index/*"],
+            )
+        )
+        state_machine.grant_start_execution(role)
+        vast_secret.grant_read(role)
+        cloudflare_secret.grant_read(role)
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5",
+            "Query on the table's ActiveJobs index: the monitor's list of live jobs.",
+            f"Resource::<{_logical_id(table)}.Arn>/index/*",
+        )
+
+        self.scheduler_role = iam.Role(
+            self,
+            "SchedulerRole",
+            assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"),
+            description="tether monitor schedule: invoke the monitor function",
+        )
+        self.scheduler_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"],
+                resources=[self.function.function.function_arn],
+            )
+        )
+        self.schedule = scheduler.CfnSchedule(
+            self,
+            names.MONITOR_SCHEDULE_ID,
+            description="Run the tether monitor",
+            schedule_expression=names.MONITOR_SCHEDULE_EXPRESSION,
+            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+            state="ENABLED",
+            target=scheduler.CfnSchedule.TargetProperty(
+                arn=self.function.function.function_arn,
+                role_arn=self.scheduler_role.role_arn,
+                input="{}",
+                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
+                    maximum_retry_attempts=0,
+                    maximum_event_age_in_seconds=names.MONITOR_INTERVAL_S,
+                ),
+            ),
+        )
+
+
+def _logical_id(construct: IConstruct) -> str:
+    """The CloudFormation logical id of an L2 resource (cdk-nag names findings by it)."""
+
+    stack = Stack.of(construct)
+    child = construct.node.default_child
+    assert isinstance(child, CfnResource)
+    return str(stack.resolve(stack.get_logical_id(child)))

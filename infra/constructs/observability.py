@@ -1,0 +1,341 @@
+"""What a user watches: one CloudWatch dashboard, the alarms, and where they notify.
+
+Metrics are Powertools EMF metrics in the `Tether` namespace with the service as their only
+dimension (bounded: every name × dimension combination is a billed custom metric), plus the
+services' own metrics (Lambda, Step Functions, API Gateway), which cost nothing extra.
+
+Alarms go to an own `Alarms` SNS topic: CloudWatch cannot publish to a topic encrypted with the
+AWS-managed `aws/sns` key (its key policy cannot grant CloudWatch), and a customer-managed key
+costs $1 a month, idle or not. Job notifications (rented, ended, failed) go to the lifecycle's
+topic. The `AlarmEmail` stack parameter, when set, subscribes an address to both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import CfnCondition, CfnParameter, Duration, Fn, Stack
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from infra import names
+from infra.constructs.nag import acknowledge
+
+ALARM_EMAIL_PARAMETER = "AlarmEmail"
+ALARMS_TOPIC_ID = "Alarms"
+DASHBOARD_ID = "Dashboard"
+PERIOD = Duration.minutes(5)
+SPEND_ALARM_FRACTION = 0.8
+
+# Custom metrics the dashboard and alarms read. Emitted today (grep add_metric in functions/):
+SPEND_METRIC = "ActiveSpendUsd"  # monitor: spend of all active jobs, USD
+JOBS_METRIC = "JobsSupervised"  # monitor: active jobs this run
+ORPHANS_METRIC = "OrphansDestroyed"  # monitor
+MONITOR_ERRORS_METRIC = "MonitorErrors"  # monitor: jobs whose handling raised this run
+HOSTS_BLAMED_METRIC = "HostsBlamed"  # monitor: a host judged dead or hung
+RECOVERY_CAUSES = ("dead", "hung", "crashed")  # monitor: Verdict_<health>
+LIFECYCLE_FAILED_METRIC = "Lifecycle_failed"  # lifecycle: a job failed for good
+LIFECYCLE_RENTED_METRIC = "Lifecycle_rented"
+JOBS_SUBMITTED_METRIC = "JobsSubmitted"  # jobs API
+# Agreed names the supervision code does not emit yet (the widgets stay empty until it does):
+BUDGET_FRACTION_METRIC = "BudgetUsedMaxFraction"  # monitor: max over active jobs of spent/budget
+INSTANCES_METRIC = "ActiveInstances"  # monitor: labelled instances billing now
+HEARTBEAT_AGE_METRIC = "HeartbeatAgeMaxS"  # monitor: oldest heartbeat among live generations
+RECOVERY_TIME_METRIC = "RecoveryToTrainingS"  # detection → the new generation trains
+CHECKPOINT_LAG_METRIC = "CheckpointUploadLagS"  # marker written → manifest uploaded
+WORK_LOST_METRIC = "WorkLostS"  # training time lost per incident (since the last checkpoint)
+
+
+def tether_metric(name: str, statistic: str = "Sum", label: str | None = None) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace=names.METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={"service": names.SERVICE_NAME},
+        statistic=statistic,
+        period=PERIOD,
+        label=label or name,
+    )
+
+
+class Observability(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        job_topic: sns.ITopic,
+        http_api: apigwv2.HttpApi,
+        state_machine: sfn.StateMachine,
+        monitor_function: lambda_.IFunction,
+        api_functions: Mapping[str, lambda_.IFunction],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.alarm_topic = sns.Topic(
+            self, ALARMS_TOPIC_ID, display_name="tether alarms", enforce_ssl=True
+        )
+        acknowledge(
+            self.alarm_topic,
+            "AwsSolutions-SNS2",
+            "CloudWatch alarms cannot publish to a topic encrypted with the AWS-managed aws/sns "
+            "key, and a customer-managed key costs $1/month idle; alarm messages carry metric "
+            "names and thresholds only, no job data or secrets.",
+        )
+        self._email_subscriptions(job_topic)
+
+        monitor_alive = cloudwatch.MathExpression(
+            expression="FILL(invocations, 0) - FILL(errors, 0)",
+            using_metrics={
+                "invocations": monitor_function.metric_invocations(period=PERIOD),
+                "errors": monitor_function.metric_errors(period=PERIOD),
+            },
+            period=PERIOD,
+            label="monitor runs that succeeded",
+        )
+        lifecycle_failures = cloudwatch.MathExpression(
+            expression="FILL(failed, 0) + FILL(timedout, 0) + FILL(aborted, 0)",
+            using_metrics={
+                "failed": state_machine.metric_failed(period=PERIOD),
+                "timedout": state_machine.metric_timed_out(period=PERIOD),
+                "aborted": state_machine.metric_aborted(period=PERIOD),
+            },
+            period=PERIOD,
+            label="lifecycle executions failed, timed out or aborted",
+        )
+        self.alarms = {
+            "MonitorNotRunning": cloudwatch.Alarm(
+                self,
+                "MonitorNotRunning",
+                alarm_description="The monitor has not completed a run for 10 minutes: nobody "
+                "replaces dead hosts or checks spend (agents stop themselves after their lease).",
+                metric=monitor_alive,
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+                evaluation_periods=2,
+                treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+            ),
+            "LifecycleFailing": cloudwatch.Alarm(
+                self,
+                "LifecycleFailing",
+                alarm_description="A lifecycle execution failed, timed out or was aborted: a "
+                "host may be rented or left running without supervision. See the state "
+                "machine's execution history.",
+                metric=lifecycle_failures,
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+            "SpendNearBudget": cloudwatch.Alarm(
+                self,
+                "SpendNearBudget",
+                alarm_description=f"A job has spent {SPEND_ALARM_FRACTION:.0%} of its budget "
+                "(it is stopped at 100 %). `tether jobs` shows which.",
+                metric=tether_metric(BUDGET_FRACTION_METRIC, "Maximum"),
+                threshold=SPEND_ALARM_FRACTION,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+            "OrphanFound": cloudwatch.Alarm(
+                self,
+                "OrphanFound",
+                alarm_description="The monitor destroyed a labelled Vast instance that belonged "
+                "to no live job generation (it was billing for nothing).",
+                metric=tether_metric(ORPHANS_METRIC),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+            "JobFailed": cloudwatch.Alarm(
+                self,
+                "JobFailed",
+                alarm_description="A job failed for good (no host could be rented, or "
+                "provisioning kept failing). `tether status JOB` shows why.",
+                metric=tether_metric(LIFECYCLE_FAILED_METRIC),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+        }
+        action = cw_actions.SnsAction(self.alarm_topic)
+        for alarm in self.alarms.values():
+            alarm.add_alarm_action(action)
+        # "Back to normal" matters for the monitor: it says the supervisor is running again.
+        self.alarms["MonitorNotRunning"].add_ok_action(action)
+
+        self.dashboard = cloudwatch.Dashboard(
+            self,
+            DASHBOARD_ID,
+            dashboard_name=f"{Stack.of(self).stack_name}-tether",
+            default_interval=Duration.hours(24),
+        )
+        self.dashboard.add_widgets(
+            *self._spend_row(), *self._health_row(), *self._recovery_row(),
+        )  # fmt: skip
+        self.dashboard.add_widgets(
+            *self._control_plane_row(
+                http_api, monitor_alive, lifecycle_failures, monitor_function, api_functions
+            )
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(
+                title="Alarms", alarms=list(self.alarms.values()), width=24, height=3
+            )
+        )
+
+    # --- notifications ----------------------------------------------------------------------
+
+    def _email_subscriptions(self, job_topic: sns.ITopic) -> None:
+        email = CfnParameter(
+            self,
+            ALARM_EMAIL_PARAMETER,
+            type="String",
+            default="",
+            allowed_pattern=r"^$|^[^@\s]+@[^@\s]+\.[^@\s]+$",
+            constraint_description="an e-mail address, or empty for none",
+            description="E-mail address for tether alarms and job notifications (optional; "
+            "confirm the subscription from the first message).",
+        )
+        email.override_logical_id(ALARM_EMAIL_PARAMETER)  # `--parameters AlarmEmail=…`
+        has_email = CfnCondition(
+            self,
+            "HasAlarmEmail",
+            expression=Fn.condition_not(Fn.condition_equals(email.value_as_string, "")),
+        )
+        for topic_id, topic in (("AlarmsEmail", self.alarm_topic), ("JobsEmail", job_topic)):
+            subscription = sns.CfnSubscription(
+                self,
+                topic_id,
+                protocol="email",
+                endpoint=email.value_as_string,
+                topic_arn=topic.topic_arn,
+            )
+            subscription.cfn_options.condition = has_email
+
+    # --- dashboard rows ---------------------------------------------------------------------
+
+    @staticmethod
+    def _spend_row() -> list[cloudwatch.IWidget]:
+        spend = cloudwatch.GraphWidget(
+            title="Spend of active jobs (USD)",
+            left=[tether_metric(SPEND_METRIC, "Maximum", "total spend, active jobs")],
+            width=8,
+        )
+        budget = cloudwatch.GraphWidget(
+            title="Budget used, highest job",
+            left=[tether_metric(BUDGET_FRACTION_METRIC, "Maximum", "spent / budget")],
+            left_y_axis=cloudwatch.YAxisProps(min=0, max=1.1),
+            left_annotations=[
+                cloudwatch.HorizontalAnnotation(value=SPEND_ALARM_FRACTION, label="alarm"),
+                cloudwatch.HorizontalAnnotation(value=1.0, label="stopped"),
+            ],
+            width=8,
+        )
+        active = cloudwatch.GraphWidget(
+            title="Active jobs and instances",
+            left=[
+                tether_metric(JOBS_METRIC, "Maximum", "active jobs"),
+                tether_metric(INSTANCES_METRIC, "Maximum", "billing instances"),
+            ],
+            width=8,
+        )
+        return [spend, budget, active]
+
+    @staticmethod
+    def _health_row() -> list[cloudwatch.IWidget]:
+        heartbeat = cloudwatch.GraphWidget(
+            title="Heartbeat age, oldest live job (s)",
+            left=[tether_metric(HEARTBEAT_AGE_METRIC, "Maximum", "heartbeat age")],
+            width=8,
+        )
+        causes = cloudwatch.GraphWidget(
+            title="Recoveries by cause",
+            left=[tether_metric(f"Verdict_{cause}", "Sum", cause) for cause in RECOVERY_CAUSES],
+            right=[tether_metric(HOSTS_BLAMED_METRIC, "Sum", "hosts blamed")],
+            stacked=True,
+            width=8,
+        )
+        lifecycle = cloudwatch.GraphWidget(
+            title="Hosts rented and jobs failed",
+            left=[
+                tether_metric(LIFECYCLE_RENTED_METRIC, "Sum", "hosts rented"),
+                tether_metric(LIFECYCLE_FAILED_METRIC, "Sum", "jobs failed"),
+                tether_metric(JOBS_SUBMITTED_METRIC, "Sum", "jobs submitted"),
+            ],
+            width=8,
+        )
+        return [heartbeat, causes, lifecycle]
+
+    @staticmethod
+    def _recovery_row() -> list[cloudwatch.IWidget]:
+        return [
+            cloudwatch.GraphWidget(
+                title="Detection → training resumed (s)",
+                left=[
+                    tether_metric(RECOVERY_TIME_METRIC, "Average", "average"),
+                    tether_metric(RECOVERY_TIME_METRIC, "Maximum", "worst"),
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Checkpoint upload lag (s)",
+                left=[
+                    tether_metric(CHECKPOINT_LAG_METRIC, "Average", "average"),
+                    tether_metric(CHECKPOINT_LAG_METRIC, "Maximum", "worst"),
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Work lost per incident (s of training)",
+                left=[
+                    tether_metric(WORK_LOST_METRIC, "Average", "average"),
+                    tether_metric(WORK_LOST_METRIC, "Maximum", "worst"),
+                ],
+                width=8,
+            ),
+        ]
+
+    @staticmethod
+    def _control_plane_row(
+        http_api: apigwv2.HttpApi,
+        monitor_alive: cloudwatch.IMetric,
+        lifecycle_failures: cloudwatch.IMetric,
+        monitor_function: lambda_.IFunction,
+        api_functions: Mapping[str, lambda_.IFunction],
+    ) -> list[cloudwatch.IWidget]:
+        return [
+            cloudwatch.GraphWidget(
+                title="Monitor",
+                left=[monitor_alive],
+                right=[
+                    tether_metric(MONITOR_ERRORS_METRIC, "Sum", "job errors"),
+                    tether_metric(ORPHANS_METRIC, "Sum", "orphans destroyed"),
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Lifecycle failures",
+                left=[lifecycle_failures],
+                right=[monitor_function.metric_throttles(period=PERIOD, label="monitor throttles")],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="API 4xx / 5xx",
+                left=[
+                    http_api.metric_client_error(period=PERIOD, label="4xx"),
+                    http_api.metric_server_error(period=PERIOD, label="5xx"),
+                ],
+                right=[
+                    fn.metric_errors(period=PERIOD, label=f"{name} function errors")
+                    for name, fn in api_functions.items()
+                ],
+                width=8,
+            ),
+        ]

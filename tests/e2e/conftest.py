@@ -1,0 +1,183 @@
+"""End-to-end tier: the local stack (`infra.local.stack.LocalStack`), over real loopback HTTP.
+
+One stack per test module (moto is process-wide, so one per xdist worker at a time); every test
+works on its own job, so tests do not depend on each other's leftovers. `provision_by_hand` does
+what the lifecycle's provision does (mint job-scoped keys, store the generation, rent with the
+host environment) for the tests that must run before, or without, the real lifecycle.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import yaml
+
+from functions.adapters.cloudflare import CloudflareClient
+from functions.adapters.store import JobStore
+from functions.adapters.vast import VastClient
+from functions.api.heartbeat_service import hash_token
+from functions.domain.heartbeat import StorageCredentials
+from functions.domain.job import Generation, JobState, TimelineEvent, new_job, new_job_id
+from functions.domain.jobspec import JobSpec, parse_job
+from functions.domain.onstart import build_host_env, build_onstart
+from infra.local.hosts import LocalHost
+from infra.local.stack import CLOUDFLARE_PARENT_KEY, R2_BUCKET, LocalStack, LocalStackConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGNED = {
+    "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDLOCALTEST/20260101/us-east-1/"
+    "execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=0"
+}
+T = TypeVar("T")
+
+
+def tiny_spec(**overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+    spec.update(overrides)
+    return spec
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    config = LocalStackConfig(
+        root=tmp_path_factory.mktemp("stack"),
+        monitor_interval_s=0,  # tests fire the monitor themselves with stack.tick()
+        startup_s=0.3,
+        created_s=0.1,
+        stop_grace_s=1.0,
+    )
+    with LocalStack(config) as local:
+        yield local
+
+
+@dataclass
+class HandProvisioned:
+    job_id: str
+    generation: int
+    token: str
+    instance_id: int
+    credentials: StorageCredentials
+    spec: JobSpec
+
+    def host(self, stack: LocalStack) -> LocalHost:
+        assert stack.hosts is not None
+        return stack.hosts.get(self.instance_id)
+
+
+def provision_by_hand(
+    stack: LocalStack,
+    run: str,
+    *,
+    ttl_s: int = 900,
+    heartbeat_interval_s: float = 0.3,
+    **spec_overrides: Any,
+) -> HandProvisioned:
+    """What the lifecycle's provision does, by hand: a job stored directly (no state machine
+    execution), job-scoped credentials minted at the Cloudflare simulator, a generation with the
+    agent token's hash, and a rent whose env is `build_host_env`'s."""
+    spec = parse_job(tiny_spec(run=run, **spec_overrides))
+    store = JobStore(stack.table_name())
+    now = time.time()
+    job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by="e2e")
+    store.create_job(job, event)
+    cloudflare = CloudflareClient(
+        "local-account", "local-api-token", base_url=stack.cloudflare_url, min_ttl_s=1
+    )
+    prefix = f"jobs/{job.job_id}/"
+    minted = cloudflare.mint_temp_credentials(R2_BUCKET, CLOUDFLARE_PARENT_KEY, prefix, ttl_s)
+    credentials = StorageCredentials(
+        access_key_id=minted.access_key_id,
+        secret_access_key=minted.secret_access_key,
+        session_token=minted.session_token,
+        expires_at=minted.expires_at,
+        endpoint=stack.s3_url,
+        bucket=R2_BUCKET,
+        prefix=prefix,
+    )
+    token = secrets.token_urlsafe(32)
+    lease_expires_at = now + spec.policy.lease_window_s
+    env = build_host_env(
+        spec,
+        job_id=job.job_id,
+        generation=1,
+        api_url=stack.api_url,
+        agent_token=token,
+        storage=credentials,
+        lease_expires_at=lease_expires_at,
+        heartbeat_interval_s=heartbeat_interval_s,
+        grace_s=2,
+        vast_url=stack.vast_url,
+    )
+    vast = VastClient(stack.vast.api_key, base_url=stack.vast_url)
+    offer = min(stack.vast.offers(), key=lambda o: float(o.get("dph_total") or 0))
+    rented = vast.rent(
+        int(offer["id"]),
+        image=spec.image,
+        disk_gb=float(spec.resources.min_disk_gb),
+        label=f"tether:{job.job_id}:g1",
+        env=env,
+        onstart=build_onstart(
+            agent_wheel_url="https://artifacts.invalid/tether_agent-0.1.0-py3-none-any.whl"
+        ),
+    )
+    store.put_generation(
+        Generation(
+            job_id=job.job_id,
+            generation=1,
+            status="running",
+            token_hash=hash_token(token),
+            instance_id=rented.instance_id,
+            offer_id=int(offer["id"]),
+            machine_id=int(offer.get("machine_id") or 0),
+            usd_per_hour=float(offer.get("dph_total") or 0),
+            created_at=now,
+            lease_expires_at=lease_expires_at,
+            credentials=credentials,
+        )
+    )
+    store.transition_job(
+        job.job_id,
+        JobState.RUNNING,
+        expected=[JobState.PENDING],
+        now=now,
+        event=TimelineEvent(job_id=job.job_id, at=now, kind="running", message="by hand"),
+        updates={"current_generation": 1},
+    )
+    return HandProvisioned(job.job_id, 1, token, rented.instance_id, credentials, spec)
+
+
+def stored_heartbeat(stack: LocalStack, job_id: str, generation: int = 1) -> Any:
+    found = JobStore(stack.table_name()).get_generation(job_id, generation)
+    return None if found is None else found.heartbeat
+
+
+def s3_keys(stack: LocalStack, job_id: str) -> list[str]:
+    base = stack.root / "s3" / R2_BUCKET
+    job_dir = base / "jobs" / job_id
+    if not job_dir.exists():
+        return []
+    return sorted(str(p.relative_to(base)) for p in job_dir.rglob("*") if p.is_file())
+
+
+def api(stack: LocalStack, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    headers = {**SIGNED, **kwargs.pop("headers", {})}
+    return httpx.request(method, stack.api_url + path, headers=headers, timeout=60, **kwargs)

@@ -1,0 +1,220 @@
+"""The real stack on LocalAws with the Vast and Cloudflare simulators behind the adapters.
+
+One deployment per test module (`supervised` fixture factory below); each test gets a fresh
+simulator pair, an empty table and a fake clock that the handlers and the simulators share
+(`functions.adapters.factory.install_hooks`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from functions.adapters import factory
+from functions.adapters.store import JobStore
+from functions.domain.heartbeat import GpuProbe
+from functions.domain.job import (
+    Generation,
+    Heartbeat,
+    Job,
+    TransitionAction,
+    TransitionRequest,
+    new_job,
+    new_job_id,
+)
+from functions.domain.jobspec import parse_job
+from infra import names
+from infra.local.aws import Deployed, LocalAws
+from infra.local.cloudflare_sim import CloudflareSim
+from infra.local.vast_sim import VastSimulator
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEEL_KEY = f"{names.AGENT_WHEEL_PREFIX}tether_agent-0.1.0-py3-none-any.whl"
+CLOUDFLARE_ACCOUNT = "local-account"
+CLOUDFLARE_TOKEN = "local-api-token-0123456789"
+PARENT_KEY = "local-parent-key"
+BUCKET = "tether"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def logical_id_by_handler(template: dict[str, Any], handler: str) -> str:
+    (found,) = [
+        k
+        for k, v in template["Resources"].items()
+        if v["Type"] == "AWS::Lambda::Function" and v["Properties"].get("Handler") == handler
+    ]
+    return str(found)
+
+
+def logical_id_by_type(template: dict[str, Any], kind: str, contains: str) -> str:
+    (found,) = [k for k, v in template["Resources"].items() if v["Type"] == kind and contains in k]
+    return str(found)
+
+
+@dataclass
+class Supervised:
+    """One deployed stack plus the current test's simulators."""
+
+    aws: LocalAws
+    deployed: Deployed
+    template: dict[str, Any]
+    clock: FakeClock = field(default_factory=FakeClock)
+    vast: VastSimulator = field(init=False)
+    cloudflare: CloudflareSim = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.table = self.deployed.table_name(
+            logical_id_by_type(self.template, "AWS::DynamoDB::Table", "Data")
+        )
+        self.store = JobStore(self.table, client=self.aws.client("dynamodb"))
+        self.state_machine_arn = self.deployed.state_machine_arn(
+            logical_id_by_type(self.template, "AWS::StepFunctions::StateMachine", "Lifecycle")
+        )
+        self.monitor_arn = self.deployed.function_arn(
+            logical_id_by_handler(self.template, names.MONITOR_HANDLER)
+        )
+        self.sfn = self.aws.client("stepfunctions")
+        self.fresh()
+        secrets = self.aws.client("secretsmanager")
+        for contains, value in (
+            ("VastApiKey", self.vast.api_key),
+            (
+                "Cloudflare",
+                json.dumps(
+                    {
+                        "account_id": CLOUDFLARE_ACCOUNT,
+                        "api_token": CLOUDFLARE_TOKEN,
+                        "parent_access_key_id": PARENT_KEY,
+                        "bucket": BUCKET,
+                    }
+                ),
+            ),
+        ):
+            arn = self.deployed.secret_arn(
+                logical_id_by_type(self.template, "AWS::SecretsManager::Secret", contains)
+            )
+            secrets.put_secret_value(SecretId=arn, SecretString=value)
+        bucket = self.deployed.bucket_name(
+            logical_id_by_type(self.template, "AWS::S3::Bucket", "Artifacts")
+        )
+        self.aws.client("s3").put_object(Bucket=bucket, Key=WHEEL_KEY, Body=b"wheel")
+
+    def fresh(self) -> None:
+        """New simulators and clock; an empty table; no running executions."""
+        self.aws.stop_running_executions()
+        self.clock = FakeClock()
+        self.vast = VastSimulator(clock=self.clock, startup_s=30)
+        self.cloudflare = CloudflareSim(
+            account_id=CLOUDFLARE_ACCOUNT, api_tokens=[CLOUDFLARE_TOKEN], clock=self.clock
+        )
+        sims = self
+
+        def transport(provider: factory.Provider) -> httpx.BaseTransport:
+            if provider == "vast":
+                return httpx.MockTransport(lambda r: sims.vast.handle(r))
+            return httpx.MockTransport(lambda r: sims.cloudflare.handle(r))
+
+        factory.install_hooks(
+            factory.Hooks(transport=transport, sleep=lambda s: None, clock=self.clock)
+        )
+        dynamodb = self.aws.client("dynamodb")
+        for page in dynamodb.get_paginator("scan").paginate(TableName=self.table):
+            for item in page["Items"]:
+                dynamodb.delete_item(TableName=self.table, Key={"pk": item["pk"], "sk": item["sk"]})
+
+    # jobs ----------------------------------------------------------------------------------
+
+    def submit(self, **overrides: Any) -> Job:
+        spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(spec.get(key), dict):
+                spec[key].update(value)
+            else:
+                spec[key] = value
+        parsed = parse_job(spec)
+        job, event = new_job(
+            parsed, job_id=new_job_id(parsed.name), now=self.clock(), submitted_by="test"
+        )
+        self.store.create_job(job, event)
+        return job
+
+    def start(self, action: TransitionAction, job_id: str, generation: int, reason: str) -> str:
+        request = TransitionRequest(
+            action=action,
+            job_id=job_id,
+            generation=generation,
+            reason=reason,
+        )
+        return self.aws.start_execution(
+            self.state_machine_arn, request.model_dump(), name=request.execution_name
+        )
+
+    def execution_arn(self, name: str) -> str:
+        return self.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
+
+    def run(
+        self, action: TransitionAction, job_id: str, generation: int, reason: str = "test"
+    ) -> dict[str, Any]:
+        arn = self.start(action, job_id, generation, reason)
+        return self.aws.wait_execution(arn, timeout_s=60)
+
+    def provisioned(self, **overrides: Any) -> tuple[Job, Generation]:
+        job = self.submit(**overrides)
+        result = self.run("provision", job.job_id, 1, "submitted")
+        assert result["status"] == "SUCCEEDED", result
+        found = self.store.get_job(job.job_id)
+        generation = self.store.get_generation(job.job_id, 1)
+        assert found is not None and generation is not None
+        return found, generation
+
+    def heartbeat(self, job_id: str, generation: int, **fields: Any) -> None:
+        values: dict[str, Any] = {
+            "at": self.clock(),
+            "agent_time": self.clock(),
+            "phase": "training",
+            "step": 1,
+            "gpu": GpuProbe(available=True, utilization_pct=90.0),
+        }
+        values.update(fields)
+        beat = Heartbeat(**values)
+        self.store.update_generation(
+            job_id, generation, {"heartbeat": beat.model_dump(mode="json", exclude_none=True)}
+        )
+
+    def monitor(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.aws.invoke(self.monitor_arn, {})
+        return result
+
+    def wait_for(self, name: str) -> dict[str, Any]:
+        return self.aws.wait_execution(self.execution_arn(name), timeout_s=60)
+
+    def events(self, job_id: str) -> list[str]:
+        view = self.store.get_job_view(job_id)
+        assert view is not None
+        return [e.kind for e in view.events]
+
+
+def supervised_stack(template: dict[str, Any], time_scale: float) -> Iterator[Supervised]:
+    with LocalAws(time_scale=time_scale) as aws:
+        deployed = aws.deploy(template)
+        try:
+            yield Supervised(aws=aws, deployed=deployed, template=template)
+        finally:
+            factory.reset()

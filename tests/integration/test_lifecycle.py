@@ -1,0 +1,143 @@
+"""The lifecycle state machine as synthesized, executed by moto with the task function in
+process and Vast/Cloudflare simulated: provision, offer gone, no capacity, cancel, lost race."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+
+from functions.adapters.transitions import TransitionStarter
+from functions.api import job_service
+from functions.domain.job import JobState, TimelineEvent
+from functions.domain.supervision import instance_label
+from functions.settings import JobsApiSettings
+from tests.integration.conftest import TIME_SCALE
+from tests.integration.supervision_harness import Supervised, supervised_stack
+
+
+@pytest.fixture(scope="module")
+def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
+    yield from supervised_stack(tether_template, TIME_SCALE)
+
+
+@pytest.fixture
+def sup(stack: Supervised) -> Supervised:
+    stack.fresh()
+    return stack
+
+
+def rents(sup: Supervised) -> int:
+    return sum(1 for method, url in sup.vast.request_log if method == "PUT" and "/asks/" in url)
+
+
+def test_provision_rents_the_best_offer_and_records_generation_one(sup: Supervised) -> None:
+    job, generation = sup.provisioned()
+
+    assert job.state == JobState.RUNNING and job.current_generation == 1
+    instance = sup.vast.instance(generation.instance_id or 0)
+    assert instance is not None and instance["label"] == instance_label(job.job_id, 1)
+    assert sup.vast.gpu_billing_instances() == [generation.instance_id]
+    env = sup.vast.sim_instance(generation.instance_id or 0).env
+    assert env["TETHER_JOB_ID"] == job.job_id
+    assert sup.vast.api_key not in str(env)  # invariant 6: no account key on the host
+    assert generation.credentials is not None
+    assert generation.credentials.prefix == f"jobs/{job.job_id}/"
+    scope = sup.cloudflare.scope_for(generation.credentials.access_key_id)
+    assert scope is not None and scope.prefixes == (f"jobs/{job.job_id}/",)
+    assert generation.prices["gpu_usd_per_hour"] > 0 and generation.usd_per_hour > 0
+    assert {"submitted", "provisioning", "rented"} <= set(sup.events(job.job_id))
+
+
+def test_offer_gone_moves_on_to_the_next_offer(sup: Supervised) -> None:
+    sup.vast.inject("offer_gone", 2)
+    job, generation = sup.provisioned()
+
+    assert job.state == JobState.RUNNING
+    assert sup.events(job.job_id).count("offer_gone") == 2
+    assert rents(sup) == 3
+    assert sup.vast.gpu_billing_instances() == [generation.instance_id]
+
+
+def test_no_capacity_waits_with_backoff_then_fails_at_the_provision_timeout(
+    sup: Supervised,
+) -> None:
+    job = sup.submit(resources={"gpu_names": ["NoSuchGPU"]})
+    result = sup.run("provision", job.job_id, 1, "submitted")
+
+    assert result["status"] == "SUCCEEDED"
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.FAILED
+    assert "provision timeout" in found.state_reason
+    assert "no offer" in found.state_reason
+    waits = [
+        e
+        for e in sup.aws.execution_history(result["executionArn"])
+        if e["type"] == "WaitStateEntered"
+    ]
+    assert len(waits) >= 4  # 60 + 120 + 240 + 480 + 600 + … s of back-off before an hour
+    assert sup.events(job.job_id).count("no_capacity") == len(waits) + 1
+    assert rents(sup) == 0
+
+
+def test_cancel_during_provisioning_ends_cancelled_and_nothing_bills(sup: Supervised) -> None:
+    job = sup.submit(resources={"gpu_names": ["NoSuchGPU"]})
+    provision_arn = sup.start("provision", job.job_id, 1, "submitted")
+    deps = job_service.JobsDeps(
+        settings=cast(JobsApiSettings, None),  # cancel reads no setting
+        store=sup.store,
+        transitions=TransitionStarter(sup.state_machine_arn, client=sup.sfn),
+        clock=sup.clock,
+    )
+    job_service.cancel_job(deps, job.job_id, identity="tester")
+    stopped = sup.wait_for(f"{job.job_id}-stop")
+    provisioned = sup.aws.wait_execution(provision_arn, timeout_s=60)
+
+    assert stopped["status"] == "SUCCEEDED" and provisioned["status"] == "SUCCEEDED"
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.CANCELLED
+    assert sup.vast.gpu_billing_instances() == []
+
+
+def test_a_rent_that_loses_the_race_destroys_what_it_rented(sup: Supervised) -> None:
+    """A cancel lands while the rent is in flight: the conditional record fails, and the
+    instance just rented is destroyed (invariant 1)."""
+    job = sup.submit()
+    rented: list[int] = []
+
+    def cancel_meanwhile(instance: Any) -> None:
+        rented.append(instance.id)
+        sup.store.transition_job(
+            job.job_id,
+            JobState.STOPPING,
+            expected=[JobState.PROVISIONING],
+            now=sup.clock(),
+            event=TimelineEvent(
+                job_id=job.job_id, at=sup.clock(), kind="cancel_requested", message="test"
+            ),
+            updates={"stop_reason": "cancelled"},
+        )
+
+    sup.vast.on_rent = cancel_meanwhile
+    result = sup.run("provision", job.job_id, 1, "submitted")
+
+    assert result["status"] == "SUCCEEDED"
+    assert len(rented) == 1 and sup.vast.instance(rented[0]) is None
+    assert sup.vast.gpu_billing_instances() == []
+    assert "lost_race" in sup.events(job.job_id)
+    assert sup.store.get_generation(job.job_id, 1) is None
+
+
+def test_a_repeated_provision_never_rents_twice(sup: Supervised) -> None:
+    job, generation = sup.provisioned()
+    again = sup.aws.wait_execution(
+        sup.aws.start_execution(
+            sup.state_machine_arn,
+            {"action": "provision", "job_id": job.job_id, "generation": 1, "reason": "again"},
+            name="provision-again",
+        )
+    )
+    assert again["status"] == "SUCCEEDED"
+    assert rents(sup) == 1
+    assert sup.vast.gpu_billing_instances() == [generation.instance_id]

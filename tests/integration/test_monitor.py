@@ -1,0 +1,157 @@
+"""The monitor function on the real stack: it judges each job, starts the lifecycle's
+transitions, blames hosts, sweeps orphans and keeps its hands off when Vast cannot be read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from functions.domain.heartbeat import GpuProbe
+from functions.domain.job import JobState
+from tests.integration.conftest import TIME_SCALE
+from tests.integration.supervision_harness import Supervised, supervised_stack
+
+
+@pytest.fixture(scope="module")
+def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
+    yield from supervised_stack(tether_template, TIME_SCALE)
+
+
+@pytest.fixture
+def sup(stack: Supervised) -> Supervised:
+    stack.fresh()
+    return stack
+
+
+def rents(sup: Supervised) -> int:
+    return sum(1 for method, url in sup.vast.request_log if method == "PUT" and "/asks/" in url)
+
+
+def test_the_monitor_writes_its_pulse_and_leaves_a_healthy_job_alone(sup: Supervised) -> None:
+    job, generation = sup.provisioned()
+    sup.clock.advance(60)
+    sup.heartbeat(job.job_id, 1, step=5)
+
+    report = sup.monitor()
+
+    assert report["verdicts"] == {"healthy": 1} and report["transitions_started"] == 0
+    assert sup.store.read_pulse() == pytest.approx(sup.clock())
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.RUNNING and found.spent_usd > 0
+    observed = sup.store.get_generation(job.job_id, 1)
+    assert observed is not None and observed.progress_step == 5
+    assert sup.vast.gpu_billing_instances() == [generation.instance_id]
+
+
+def test_dead_host_is_replaced_with_new_generation_and_credentials(sup: Supervised) -> None:
+    job, first = sup.provisioned()
+    sup.vast.kill(first.instance_id or 0, "offline")
+
+    report = sup.monitor()
+    result = sup.wait_for(f"{job.job_id}-replace-g2")
+
+    assert report["verdicts"] == {"dead": 1} and result["status"] == "SUCCEEDED"
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.RUNNING
+    assert found.current_generation == 2
+    second = sup.store.get_generation(job.job_id, 2)
+    old = sup.store.get_generation(job.job_id, 1)
+    assert second is not None and old is not None
+    assert sup.vast.instance(first.instance_id or 0) is None  # the old host is destroyed
+    assert sup.vast.gpu_billing_instances() == [second.instance_id]
+    assert second.credentials is not None and first.credentials is not None
+    assert second.credentials.access_key_id != first.credentials.access_key_id
+    assert old.status == "superseded" and not old.is_current and old.host_blamed
+    assert second.machine_id != first.machine_id
+
+
+def test_hung_host_is_replaced_and_blocklisted(sup: Supervised) -> None:
+    job, first = sup.provisioned()
+    sup.clock.advance(120)
+    sup.heartbeat(job.job_id, 1, gpu=GpuProbe(available=True, responsive=False, unresponsive_s=400))
+
+    report = sup.monitor()
+    result = sup.wait_for(f"{job.job_id}-replace-g2")
+
+    assert report["verdicts"] == {"hung": 1} and report["hosts_blamed"] == 1
+    assert result["status"] == "SUCCEEDED"
+    reputation = sup.store.host_reputations([first.machine_id or 0])
+    assert reputation[first.machine_id or 0].hung_failures == 1
+    assert reputation[first.machine_id or 0].avoid_until > sup.clock()
+    second = sup.store.get_generation(job.job_id, 2)
+    assert second is not None and second.machine_id != first.machine_id
+
+
+def test_over_budget_stops_the_job_and_destroys_its_host(sup: Supervised) -> None:
+    job, _ = sup.provisioned()
+    sup.clock.advance(100 * 3600)  # a hundred hours at any price passes a $1 budget
+    sup.heartbeat(job.job_id, 1)
+
+    report = sup.monitor()
+    result = sup.wait_for(f"{job.job_id}-stop")
+
+    assert report["verdicts"] == {"over_budget": 1} and result["status"] == "SUCCEEDED"
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.OVER_BUDGET
+    assert sup.vast.gpu_billing_instances() == []
+
+
+def test_overlapping_monitor_runs_rent_exactly_once(sup: Supervised) -> None:
+    """Invariant 7: the second run starts the same execution name, so no second execution
+    (Step Functions answers a running duplicate idempotently, a finished one with
+    ExecutionAlreadyExists)."""
+    job, first = sup.provisioned()
+    sup.vast.kill(first.instance_id or 0, "exited")
+
+    reports = [sup.monitor(), sup.monitor()]
+    sup.wait_for(f"{job.job_id}-replace-g2")
+    sup.monitor()  # a third run after the replacement: the new host is starting, left alone
+
+    # The second run sees the job dead again, or already REPLACING: either way no new rent.
+    assert reports[0]["verdicts"] == {"dead": 1}
+    executions = sup.sfn.list_executions(stateMachineArn=sup.state_machine_arn)["executions"]
+    assert sorted(
+        e["name"] for e in executions if e["name"].startswith(f"{job.job_id}-replace")
+    ) == [f"{job.job_id}-replace-g2"]
+    assert rents(sup) == 2  # the first host and its one replacement
+    assert len(sup.vast.gpu_billing_instances()) == 1
+
+
+def test_orphan_instances_are_destroyed_after_the_grace(sup: Supervised) -> None:
+    job, generation = sup.provisioned()
+    offer = sup.vast.offers()[0]
+    client = httpx.Client(transport=httpx.MockTransport(sup.vast.handle))
+    reply = client.put(
+        f"https://console.vast.ai/api/v0/asks/{offer['id']}/",
+        headers={"Authorization": f"Bearer {sup.vast.api_key}"},
+        json={"image": "x", "disk": 10, "label": "tether:gone-job-0123abcd:g1", "env": {},
+              "runtype": "args", "args": ["true"]},
+    )  # fmt: skip
+    orphan = reply.json()["new_contract"]
+
+    young = sup.monitor()
+    sup.clock.advance(61)
+    sup.heartbeat(job.job_id, 1)
+    old = sup.monitor()
+
+    assert young["orphans_destroyed"] == 0 and old["orphans_destroyed"] == 1
+    assert sup.vast.instance(orphan) is None
+    assert sup.vast.gpu_billing_instances() == [generation.instance_id]  # ours is untouched
+
+
+def test_a_vast_429_storm_kills_no_job(sup: Supervised) -> None:
+    job, generation = sup.provisioned()
+    sup.vast.kill(generation.instance_id or 0, "offline")  # would be dead, if Vast could be read
+    sup.clock.advance(30)
+    sup.heartbeat(job.job_id, 1)
+    sup.vast.inject("rate_limit", 10_000)
+
+    report = sup.monitor()
+
+    assert report["instances"] is None and report["transitions_started"] == 0
+    assert report["verdicts"] == {"healthy": 1}
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.RUNNING
