@@ -17,11 +17,8 @@ $(STAMP): pyproject.toml agent/pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]' -e ./agent
 	@touch $@
 
-# Until the local stack lands, the demo is the planner on a simulated Vast offer book.
 demo: venv
-	@mkdir -p build
-	$(PY) -m infra.local.offers --count 400 --seed 2 > build/demo-offers.json
-	$(VENV)/bin/tether plan examples/qlora-7b.yaml --offers build/demo-offers.json
+	$(VENV)/bin/tether demo
 
 test: venv
 	$(PY) -m pytest -q -n 2
@@ -36,7 +33,7 @@ format: venv
 	$(VENV)/bin/ruff format .
 
 bench: venv
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b $(if $(QUICK),--quick) || exit 1; done
+	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b $(if $(QUICK),--quick) || exit 1; done
 
 # Synthesize into cdk.out without Docker or the CDK CLI: arm64 Lambda bundle (PyPI once, then
 # cached under build/), cdk-nag AwsSolutions and cfn-lint (W3005: CDK's own redundant DependsOn).

@@ -1,0 +1,1 @@
+"""Helpers shared by the benchmarks; nothing here is a benchmark itself."""

@@ -1,0 +1,401 @@
+"""Monitor at scale: one monitor run over 1,000 active jobs.
+
+    python bench/monitor_scale.py [--quick] [--jobs N]
+
+The real monitor Lambda handler (`functions.monitor.handler.handler`, settings from the
+environment, clients from `functions.adapters.factory`) runs in process against moto
+(`mock_aws`: DynamoDB table from `store.create_table`, the two provider secrets, a state
+machine) and the Vast and Cloudflare simulators (through the factory's transport hook). The
+book: N jobs RUNNING on N rented simulator instances with fresh heartbeats; 1 % of the hosts are
+dead (→ replace transitions, host blame), 2 % of the credentials are due for renewal.
+
+Measured per run (a cold one, which also reads the secrets, then a warm one a minute later):
+wall time, time spent inside the simulators (subtracted: a real Vast answers in its own time),
+Vast API calls (`request_log`) and pages, every AWS call by operation, estimated DynamoDB units
+(`bench.lib.meter`: moto reports a constant capacity, so units come from item sizes), and the
+peak Python memory of a third run (tracemalloc) and the process's peak RSS.
+Goal: a run under 20 s; Vast calls grow with pages (25 instances each), not with jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import math
+import os
+import resource
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from bench.lib.meter import AwsMeter  # noqa: E402
+from bench.lib.report import write_results  # noqa: E402
+from functions import settings as env_names  # noqa: E402
+
+NAME = "monitor_scale"
+REGION = "us-east-1"
+TABLE = "tether-bench"
+VAST_BASE = "https://vast.sim"
+CLOUDFLARE_BASE = "https://cloudflare.sim/client/v4"
+CF_ACCOUNT, CF_TOKEN, CF_PARENT = "bench-account", "bench-token", "local-parent-key"
+BUCKET = "tether"
+INTERVAL_S = 60.0
+GOAL_S = 20.0
+VAST_PAGE = 25  # instances per page of GET /api/v1/instances/
+# Assumed round trips inside AWS for the estimate (not measured here): DynamoDB / Step Functions /
+# Secrets Manager from Lambda about 10 ms; one Vast API page about 500 ms.
+AWS_CALL_S = 0.010
+VAST_CALL_S = 0.5
+
+
+def estimated_lambda_s(own_s: float, aws_calls: int, vast_calls: int) -> float:
+    """The run's own time plus the assumed latency of each (sequential) remote call."""
+    return own_s + aws_calls * AWS_CALL_S + vast_calls * VAST_CALL_S
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class TimedTransport(httpx.BaseTransport):
+    """Routes to a simulator and adds up the time spent inside it."""
+
+    def __init__(self, handle: Callable[[httpx.Request], httpx.Response]) -> None:
+        self.handle = handle
+        self.seconds = 0.0
+        self.calls = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        start = time.perf_counter()
+        self.calls += 1
+        try:
+            response = self.handle(request)
+            response.read()
+            return response
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+class FakeContext:
+    function_name = "tether-monitor"
+    function_version = "$LATEST"
+    invoked_function_arn = f"arn:aws:lambda:{REGION}:123456789012:function:tether-monitor"
+    memory_limit_in_mb = 512
+    aws_request_id = "bench"
+    log_group_name = "/aws/lambda/tether-monitor"
+    log_stream_name = "bench"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 900_000
+
+
+def expected_vast_calls(instances: int, charge_rows: int, charges_page: int = 500) -> int:
+    """One list call per page of instances plus one charges call per page of charge rows."""
+    return max(1, math.ceil(instances / VAST_PAGE)) + max(1, math.ceil(charge_rows / charges_page))
+
+
+def _environment(secrets: dict[str, str], state_machine_arn: str) -> None:
+    os.environ.update(
+        {
+            env_names.SERVICE_NAME_ENV: "tether",
+            env_names.METRICS_NAMESPACE_ENV: "Tether",
+            env_names.TABLE_NAME_ENV: TABLE,
+            env_names.STATE_MACHINE_ARN_ENV: state_machine_arn,
+            env_names.VAST_SECRET_ARN_ENV: secrets["vast"],
+            env_names.CLOUDFLARE_SECRET_ARN_ENV: secrets["cloudflare"],
+            env_names.VAST_BASE_URL_ENV: VAST_BASE,
+            env_names.CLOUDFLARE_BASE_URL_ENV: CLOUDFLARE_BASE,
+            env_names.MONITOR_INTERVAL_ENV: str(INTERVAL_S),
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_LOG_LEVEL": "WARNING",
+        }
+    )
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The handler logs and prints its EMF metrics to stdout; keep ours readable."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+@contextlib.contextmanager
+def store_batch(store: Any) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """BatchWriteItem in 25s (plain puts) into the store's table."""
+    from functions.adapters.store import serialize
+
+    pending: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        request = {store.table_name: [{"PutRequest": {"Item": serialize(i)}} for i in pending]}
+        while request:
+            request = store.client.batch_write_item(RequestItems=request).get("UnprocessedItems")
+        pending.clear()
+
+    def put(item: dict[str, Any]) -> None:
+        pending.append(item)
+        if len(pending) == 25:
+            flush()
+
+    yield put
+    if pending:
+        flush()
+
+
+def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, int]:
+    """`jobs` RUNNING jobs, each on its own rented simulator instance, as the lifecycle leaves
+    them; then heartbeats a few minutes later. Returns what was set up."""
+    from functions.adapters.store import _job_item, event_key, generation_key
+    from functions.adapters.vast import VastClient
+    from functions.domain.heartbeat import GpuProbe, StorageCredentials
+    from functions.domain.job import Generation, Heartbeat, JobState, new_job
+    from functions.domain.jobspec import load_job_file, parse_job
+    from functions.domain.supervision import credentials_ttl_s, instance_label
+
+    # A budget no job nears in the benchmark's minutes: the incidents are the ones planted here.
+    example = load_job_file(ROOT / "examples" / "tiny-cpu.yaml").model_dump()
+    spec = parse_job({**example, "budget_usd": 1000.0})
+    vast = VastClient(
+        vast_sim.api_key,
+        base_url=VAST_BASE,
+        client=httpx.Client(transport=httpx.MockTransport(vast_sim.handle)),
+    )
+    offers = sorted(vast_sim.offers(), key=lambda o: o["id"])
+    ttl = credentials_ttl_s(spec.policy)
+    renew_every = 50  # 2 % of the generations hold credentials that are due for renewal
+    rented: list[tuple[str, int]] = []
+    with store_batch(store) as put:
+        for i in range(jobs):
+            offer = offers[i]
+            job_id = f"bench-{i:05d}"
+            job, event = new_job(spec, job_id=job_id, now=clock(), submitted_by="bench")
+            result = vast.rent(
+                int(offer["id"]), image=spec.image, disk_gb=10, label=instance_label(job_id, 1),
+                env={}, onstart="true",
+            )  # fmt: skip
+            due = i % renew_every == renew_every - 1
+            credentials = StorageCredentials(
+                access_key_id=f"k{i}", secret_access_key="s", session_token="t",  # noqa: S106
+                expires_at=clock() + (spec.policy.lease_window_s if due else ttl),
+                endpoint="https://r2.sim", bucket=BUCKET, prefix=f"jobs/{job_id}/",
+            )  # fmt: skip
+            usd_per_hour = float(offer["dph_base"]) + float(offer["storage_cost"]) * 10 / 720
+            generation = Generation(
+                job_id=job_id, generation=1, status="running", token_hash="0" * 64,
+                instance_id=result.instance_id, offer_id=int(offer["id"]),
+                machine_id=int(offer["machine_id"]), usd_per_hour=usd_per_hour,
+                created_at=clock(), lease_expires_at=clock() + spec.policy.lease_window_s,
+                credentials=credentials,
+            )  # fmt: skip
+            # The items the lifecycle's create_job + record_generation leave, written without
+            # transactions: moto copies the whole table for each one, which would make setup
+            # quadratic in the number of jobs.
+            running = job.model_copy(update={"state": JobState.RUNNING, "current_generation": 1})
+            put(_job_item(running))
+            gen_item = generation.model_dump(mode="json", exclude_none=True)
+            put({**generation_key(job_id, 1), **gen_item})
+            put({**event_key(event), **event.model_dump(mode="json")})
+            rented.append((job_id, result.instance_id))
+    clock.now += 5 * 60  # the hosts booted; the agents train and heartbeat
+    dead = 0
+    for i, (job_id, instance_id) in enumerate(rented):
+        if i % 100 == 99:  # 1 % of the hosts died
+            vast_sim.kill(instance_id, "offline")
+            dead += 1
+        beat = Heartbeat(
+            at=clock() - 10, agent_time=clock() - 10, phase="training", step=100 + i,
+            gpu=GpuProbe(available=True, utilization_pct=90.0),
+        )  # fmt: skip
+        store.update_generation(
+            job_id, 1, {"heartbeat": beat.model_dump(mode="json", exclude_none=True)}
+        )
+    return {"jobs": jobs, "dead_hosts": dead, "credentials_due": jobs // renew_every}
+
+
+def run(jobs: int, *, trace_memory: bool = True) -> dict[str, Any]:
+    import boto3
+    from moto import mock_aws
+
+    # Fake credentials first: nothing here may reach a real AWS account.
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        os.environ[key] = "testing"
+    os.environ["AWS_DEFAULT_REGION"] = os.environ["AWS_REGION"] = REGION
+    os.environ.pop("AWS_PROFILE", None)
+    with mock_aws():
+        # moto swaps boto3's default session for the mock's span: hook the one inside it.
+        boto3.setup_default_session(region_name=REGION)
+        meter = AwsMeter(index_keys=("active_pk", "list_pk")).install()
+        from functions.adapters import factory
+        from functions.adapters.store import JobStore, create_table
+        from infra.local.cloudflare_sim import CloudflareSim
+        from infra.local.offers import generate_offers
+        from infra.local.vast_sim import VastSimulator
+
+        dynamodb = boto3.client("dynamodb")
+        create_table(dynamodb, TABLE)
+        sm = boto3.client("secretsmanager")
+        secrets = {
+            "vast": sm.create_secret(Name="tether/vast", SecretString="x")["ARN"],
+            "cloudflare": sm.create_secret(Name="tether/cloudflare", SecretString="x")["ARN"],
+        }
+        machine = boto3.client("stepfunctions").create_state_machine(
+            name="tether-lifecycle",
+            definition='{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": true}}}',
+            roleArn="arn:aws:iam::123456789012:role/bench",
+        )
+        _environment(secrets, machine["stateMachineArn"])
+
+        clock = Clock(1_790_000_000.0)
+        vast_sim = VastSimulator(
+            generate_offers(jobs + 20, seed=11), clock=clock, startup_s=30, seed=11
+        )
+        cloudflare_sim = CloudflareSim(account_id=CF_ACCOUNT, api_tokens=[CF_TOKEN], clock=clock)
+        sm.put_secret_value(SecretId=secrets["vast"], SecretString=vast_sim.api_key)
+        sm.put_secret_value(
+            SecretId=secrets["cloudflare"],
+            SecretString=(
+                f'{{"account_id": "{CF_ACCOUNT}", "api_token": "{CF_TOKEN}", '
+                f'"parent_access_key_id": "{CF_PARENT}", "bucket": "{BUCKET}"}}'
+            ),
+        )
+        transports = {
+            "vast": TimedTransport(vast_sim.handle),
+            "cloudflare": TimedTransport(cloudflare_sim.handle),
+        }
+        factory.install_hooks(
+            factory.Hooks(transport=lambda p: transports[p], sleep=lambda s: None, clock=clock)
+        )
+        setup_start = time.perf_counter()
+        setup = populate(jobs, clock, vast_sim, JobStore(TABLE, client=dynamodb))
+        setup_s = time.perf_counter() - setup_start
+
+        from functions.monitor.handler import handler
+
+        runs: list[dict[str, Any]] = []
+        for name in ("cold", "warm", "traced") if trace_memory else ("cold", "warm"):
+            meter.reset()
+            vast_sim.request_log.clear()
+            for t in transports.values():
+                t.seconds, t.calls = 0.0, 0
+            charge_rows = len(vast_sim.charges())
+            listed = len(vast_sim.instances())
+            if name == "traced":
+                tracemalloc.start()
+            start = time.perf_counter()
+            with quiet():
+                reply = handler({}, FakeContext())
+            wall = time.perf_counter() - start
+            peak = None
+            if name == "traced":
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+            sim_s = sum(t.seconds for t in transports.values()) + meter.backend_seconds
+            runs.append(
+                {
+                    "run": name,
+                    "wall_s": wall,
+                    "simulators_s": sim_s,
+                    "wall_without_simulators_s": wall - sim_s,
+                    "vast_sim_s": transports["vast"].seconds,
+                    "estimated_lambda_s": estimated_lambda_s(
+                        wall - sim_s, meter.snapshot()["aws_calls"], len(vast_sim.request_log)
+                    ),
+                    "vast_calls": len(vast_sim.request_log),
+                    "vast_calls_expected": expected_vast_calls(listed, charge_rows),
+                    "vast_instances_listed": listed,
+                    "cloudflare_calls": transports["cloudflare"].calls,
+                    "reply": reply,
+                    "peak_python_mib": None if peak is None else peak / 2**20,
+                    **meter.snapshot(),
+                }
+            )
+            clock.now += INTERVAL_S
+        factory.reset()
+        meter.uninstall()
+    return {
+        "setup": {**setup, "setup_s": setup_s},
+        "runs": runs,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "goal_s": GOAL_S,
+    }
+
+
+def print_results(results: dict[str, Any]) -> None:
+    setup = results["setup"]
+    print(
+        f"book: {setup['jobs']} running jobs, {setup['dead_hosts']} dead hosts, "
+        f"{setup['credentials_due']} credentials due (setup {setup['setup_s']:.1f} s)"
+    )
+    for r in results["runs"][:2]:
+        p = f"{r['run']}."
+        reply = r["reply"]
+        print(
+            f"{p}wall_s: {r['wall_s']:.2f} (in moto {r['moto_s']:.2f}, in the Vast simulator "
+            f"{r['vast_sim_s']:.2f})"
+        )
+        print(f"{p}own_s: {r['wall_without_simulators_s']:.2f} (wall minus moto and simulators)")
+        print(
+            f"{p}estimated_lambda_s: {r['estimated_lambda_s']:.2f} (own + {AWS_CALL_S * 1000:.0f}"
+            f" ms per AWS call + {VAST_CALL_S * 1000:.0f} ms per Vast call, assumed)"
+        )
+        print(
+            f"{p}vast_calls: {r['vast_calls']} (pages expected {r['vast_calls_expected']}, "
+            f"{r['vast_instances_listed']} instances)"
+        )
+        print(
+            f"{p}verdicts: {reply.get('verdicts')} transitions {reply.get('transitions_started')} "
+            f"renewed {reply.get('credentials_renewed')} errors {reply.get('errors')}; "
+            f"cloudflare calls {r['cloudflare_calls']}"
+        )
+        calls = r["calls"]
+        ddb = {k.split(".", 1)[1]: v for k, v in calls.items() if k.startswith("dynamodb.")}
+        print(f"{p}dynamodb_calls: {sum(ddb.values())} {ddb}")
+        print(
+            f"{p}dynamodb_units: read {r['dynamodb_read_units']:.0f} write "
+            f"{r['dynamodb_write_units']:.0f} (estimated from item sizes; items read "
+            f"{r['dynamodb_items_read']}, written {r['dynamodb_items_written']})"
+        )
+        other = {k: v for k, v in calls.items() if not k.startswith("dynamodb.")}
+        print(f"{p}other_aws_calls: {other}")
+    if len(results["runs"]) > 2:
+        traced = results["runs"][2]
+        print(f"peak_python_mib_per_run: {traced['peak_python_mib']:.1f} (tracemalloc)")
+    print(f"peak_rss_mib_process: {results['peak_rss_mib']:.0f} (includes moto and simulators)")
+    cold = results["runs"][0]
+    jobs = setup["jobs"]
+    print(
+        f"monitor_run_estimated_s_{jobs}_jobs: {cold['estimated_lambda_s']:.2f} "
+        f"(cold; goal < {GOAL_S:.0f})"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="60 jobs instead of 1,000, no memory tracing"
+    )
+    parser.add_argument("--jobs", type=int, default=None)
+    args = parser.parse_args()
+    jobs = args.jobs or (60 if args.quick else 1000)
+    results = run(jobs, trace_memory=not args.quick)
+    print_results(results)
+    write_results(NAME, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
