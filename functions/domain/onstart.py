@@ -173,7 +173,9 @@ def build_host_env(
         agent_env.S3_CREDENTIALS_EXPIRE_AT: _number(storage.expires_at),
         agent_env.LEASE_EXPIRES_AT: _number(lease_expires_at),
         agent_env.HEARTBEAT_INTERVAL_S: _number(
-            job.policy.heartbeat_interval_s if heartbeat_interval_s is None else heartbeat_interval_s
+            job.policy.heartbeat_interval_s
+            if heartbeat_interval_s is None
+            else heartbeat_interval_s
         ),
         agent_env.GRACE_S: _number(grace_s),
         agent_env.ON_DEAD_MAN: job.policy.on_dead_man,

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import NoReturn
 
-from infra.cli import deploy, jobs, local, output, plan, validate
+from infra.cli import demo, deploy, jobs, local, output, plan, validate
 
-COMMANDS: tuple[ModuleType, ...] = (validate, plan, jobs, deploy, local)
+COMMANDS: tuple[ModuleType, ...] = (validate, plan, jobs, deploy, local, demo)
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -134,7 +134,9 @@ def no_bad_checkpoint_restored(e: Evidence) -> Check:
     for restore in e.restores:
         prefix = restore.manifest_key.rsplit("/", 1)[0] + "/"
         found = by_prefix.get(prefix)
-        if found is None or not found.has_manifest:
+        if found is None:
+            return _fail(f"g{restore.generation} restored {prefix}, never seen complete")
+        if not found.has_manifest:
             return _fail(f"g{restore.generation} restored {prefix}, which has no manifest")
         if not found.verified:
             return _fail(f"g{restore.generation} restored {prefix}, which does not verify")
@@ -180,13 +182,17 @@ def spend_within_budget(e: Evidence) -> Check:
     with the supervisor dead, by no more than the lease."""
     ledgers = _job_ledgers(e)
     spent = sum(ledger.total_usd for ledger in ledgers)
-    price = max((ledger.gpu_usd_per_hour + ledger.storage_usd_per_hour for ledger in ledgers), default=0)
+    price = max(
+        (ledger.gpu_usd_per_hour + ledger.storage_usd_per_hour for ledger in ledgers), default=0
+    )
     window_s = e.monitor_interval_s + e.slack_s
     if e.supervisor_dead_for_s > 0:
         window_s = max(window_s, e.job.spec.policy.lease_window_s + e.slack_s)
     allowed = e.job.budget_usd + price * window_s / 3600
     if spent > allowed:
-        return _fail(f"spent ${spent:.6f}, over budget ${e.job.budget_usd:g} + slack (${allowed:.6f})")
+        return _fail(
+            f"spent ${spent:.6f}, over budget ${e.job.budget_usd:g} + slack (${allowed:.6f})"
+        )
     return _ok(f"spent ${spent:.6f} of ${e.job.budget_usd:g}")
 
 
@@ -260,6 +266,9 @@ class Fault(_Frozen):
     at: float
     generation: int
     step_at_fault: int = Field(description="The step the job had reached (last heartbeat).")
+    detected_at: float | None = Field(
+        default=None, description="When it was noticed, where not by a monitor verdict."
+    )
 
 
 class GenerationProgress(_Frozen):
@@ -286,7 +295,9 @@ def incidents(
     how many steps the job went back (the step reached minus the step restored)."""
     found = []
     for fault in faults:
-        detected = next((at for at, _ in sorted(verdicts) if at >= fault.at), None)
+        detected = fault.detected_at
+        if detected is None:
+            detected = next((at for at, _ in sorted(verdicts) if at >= fault.at), None)
         after = progress.get(fault.generation + 1)
         resumed = after.first_training_at if after is not None else None
         lost = None
