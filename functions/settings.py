@@ -29,6 +29,7 @@ R2_ENDPOINT_ENV = "TETHER_R2_ENDPOINT"
 ARTIFACTS_BUCKET_ENV = "TETHER_ARTIFACTS_BUCKET"
 API_URL_ENV = "TETHER_API_URL"
 MONITOR_INTERVAL_ENV = "TETHER_MONITOR_INTERVAL_S"
+JOB_EVENTS_TOPIC_ARN_ENV = "TETHER_JOB_EVENTS_TOPIC_ARN"
 # Powertools reads these two itself; the stack sets them from one place (infra/names.py).
 SERVICE_NAME_ENV = "POWERTOOLS_SERVICE_NAME"
 METRICS_NAMESPACE_ENV = "POWERTOOLS_METRICS_NAMESPACE"
@@ -52,6 +53,12 @@ class JobsApiSettings(_Settings):
     )
     max_body_bytes: int = Field(default=256 * 1024, alias=MAX_BODY_BYTES_ENV, ge=1024)
     idempotency_ttl_s: int = Field(default=24 * 3600, alias=IDEMPOTENCY_TTL_ENV, ge=60)
+    job_events_topic_arn: str | None = Field(
+        default=None,
+        alias=JOB_EVENTS_TOPIC_ARN_ENV,
+        pattern=r"^arn:aws[a-z-]*:sns:",
+        description="Where job transition events go; unset: not published.",
+    )
 
 
 class HeartbeatSettings(_Settings):
@@ -107,6 +114,12 @@ class MonitorSettings(_ProviderSettings):
 class LifecycleSettings(_ProviderSettings):
     artifacts_bucket: str = Field(alias=ARTIFACTS_BUCKET_ENV, min_length=3, max_length=63)
     api_url: str = Field(alias=API_URL_ENV, pattern=r"^https?://")
+    job_events_topic_arn: str | None = Field(
+        default=None,
+        alias=JOB_EVENTS_TOPIC_ARN_ENV,
+        pattern=r"^arn:aws[a-z-]*:sns:",
+        description="Where job transition events go; unset: not published.",
+    )
 
 
 S = TypeVar("S", bound=_Settings)

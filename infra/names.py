@@ -11,6 +11,7 @@ from functions.settings import (
     ARTIFACTS_BUCKET_ENV,
     CLOUDFLARE_SECRET_ARN_ENV,
     IDEMPOTENCY_TTL_ENV,
+    JOB_EVENTS_TOPIC_ARN_ENV,
     MAX_BODY_BYTES_ENV,
     METRICS_NAMESPACE_ENV,
     MONITOR_INTERVAL_ENV,
@@ -38,6 +39,7 @@ MONITOR_FUNCTION_ID = "MonitorFunction"
 MONITOR_SCHEDULE_ID = "Schedule"
 LIFECYCLE_FUNCTION_ID = "LifecycleFunction"
 NOTIFICATIONS_TOPIC_ID = "Notifications"
+JOB_EVENTS_ID = "JobEvents"  # the topic of structured job transition events
 
 # Lambda handlers (module path inside the asset, which holds only functions/ and its deps).
 JOBS_HANDLER = "functions.api.jobs.handler"
@@ -51,6 +53,7 @@ OUTPUT_TABLE_NAME = "TableName"
 OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
 OUTPUT_STATE_MACHINE_ARN = "StateMachineArn"
 OUTPUT_NOTIFICATIONS_TOPIC_ARN = "NotificationsTopicArn"
+OUTPUT_JOB_EVENTS_TOPIC_ARN = "JobEventsTopicArn"
 OUTPUT_VAST_SECRET_ARN = "VastSecretArn"  # noqa: S105 (a name, not a secret)
 OUTPUT_CLOUDFLARE_SECRET_ARN = "CloudflareSecretArn"  # noqa: S105 (a name, not a secret)
 
@@ -90,6 +93,7 @@ __all__ = [
     "ARTIFACTS_BUCKET_ENV",
     "CLOUDFLARE_SECRET_ARN_ENV",
     "IDEMPOTENCY_TTL_ENV",
+    "JOB_EVENTS_TOPIC_ARN_ENV",
     "MAX_BODY_BYTES_ENV",
     "METRICS_NAMESPACE_ENV",
     "MONITOR_INTERVAL_ENV",

@@ -1,5 +1,6 @@
 """The tether stack: small constructs, each owning its resources (data, secrets, artifacts,
-lifecycle, api, monitor), and the outputs the CLI and the tests read (names in `infra/names.py`)."""
+lifecycle, api, monitor, job events, observability), and the outputs the CLI and the tests read
+(names in `infra/names.py`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from infra import names
 from infra.constructs.api import Api
 from infra.constructs.artifacts import Artifacts
 from infra.constructs.data import DataStore
+from infra.constructs.events import JobEvents
 from infra.constructs.lifecycle import Lifecycle
 from infra.constructs.monitor import Monitor
 from infra.constructs.observability import Observability
@@ -62,6 +64,13 @@ class TetherStack(Stack):
             vast_secret=self.secrets.vast_api_key,
             cloudflare_secret=self.secrets.cloudflare,
         )
+        # Every function that moves a job publishes its transitions (the monitor only starts
+        # lifecycle executions; the lifecycle moves the job).
+        self.job_events = JobEvents(
+            self,
+            names.JOB_EVENTS_ID,
+            publishers=(self.api.jobs, self.lifecycle.task_function),
+        )
         self.observability = Observability(
             self,
             names.OBSERVABILITY_ID,
@@ -92,6 +101,11 @@ class TetherStack(Stack):
                 names.OUTPUT_NOTIFICATIONS_TOPIC_ARN,
                 self.lifecycle.topic.topic_arn,
                 "SNS topic with job notifications (subscribe your e-mail)",
+            ),
+            (
+                names.OUTPUT_JOB_EVENTS_TOPIC_ARN,
+                self.job_events.topic.topic_arn,
+                "SNS topic with one JSON event per job transition (filter on `state`, `job_id`)",
             ),
             (
                 names.OUTPUT_VAST_SECRET_ARN,

@@ -440,11 +440,14 @@ class JobStore:
     ) -> Job:
         """Move a job to `target` if it is in one of `expected`, with its timeline event, in one
         transaction. Leaving the active states removes `active_pk` (the sparse index).
-        Raises StateConflict with the job as found when the condition does not hold."""
+        `previous_state` keeps the state it left (read in the same write, so it is exact even
+        when `expected` allows several). Raises StateConflict with the job as found when the
+        condition does not hold."""
         expected = list(expected)
         values: dict[str, Any] = {":target": target.value, ":now": now}
         names: dict[str, str] = {"#state": "state"}
-        sets = ["#state = :target", "updated_at = :now"]
+        # SET evaluates every operand against the item before the update.
+        sets = ["previous_state = #state", "#state = :target", "updated_at = :now"]
         for i, (name, value) in enumerate((updates or {}).items()):
             names[f"#u{i}"] = name
             values[f":u{i}"] = value
@@ -531,23 +534,33 @@ class JobStore:
         token_hash: str,
         heartbeat: Heartbeat,
         lease_expires_at: float,
+        training_start_step: int | None = None,
     ) -> bool:
         """One conditional UpdateItem: only the current generation, with this token, writes.
-        False when the condition fails (the generation was replaced meanwhile)."""
+        `training_start_step` given: the first `training` heartbeat also records when and at
+        which step training began on this host (kept if already there). False when the
+        condition fails (the generation was replaced meanwhile)."""
+        expression = "SET heartbeat = :hb, lease_expires_at = :lease"
+        values: dict[str, Any] = {
+            ":hb": heartbeat.model_dump(mode="json", exclude_none=True),
+            ":lease": lease_expires_at,
+            ":true": True,
+            ":hash": token_hash,
+        }
+        if training_start_step is not None:
+            expression += (
+                ", training_started_at = if_not_exists(training_started_at, :at)"
+                ", training_start_step = if_not_exists(training_start_step, :step)"
+            )
+            values[":at"] = heartbeat.at
+            values[":step"] = training_start_step
         try:
             self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize(generation_key(job_id, generation)),
-                UpdateExpression="SET heartbeat = :hb, lease_expires_at = :lease",
+                UpdateExpression=expression,
                 ConditionExpression="is_current = :true AND token_hash = :hash",
-                ExpressionAttributeValues=serialize(
-                    {
-                        ":hb": heartbeat.model_dump(mode="json", exclude_none=True),
-                        ":lease": lease_expires_at,
-                        ":true": True,
-                        ":hash": token_hash,
-                    }
-                ),
+                ExpressionAttributeValues=serialize(values),
             )
         except ClientError as exc:
             if _is_condition_failure(exc):
@@ -602,8 +615,8 @@ class JobStore:
                 "Update": {
                     "TableName": self.table_name,
                     "Key": serialize(job_key(generation.job_id)),
-                    "UpdateExpression": "SET #state = :running, updated_at = :now, "
-                    "current_generation = :gen",
+                    "UpdateExpression": "SET previous_state = #state, #state = :running, "
+                    "updated_at = :now, current_generation = :gen",
                     "ConditionExpression": f"#state IN ({', '.join(placeholders)}) "
                     "AND current_generation = :prev",
                     "ExpressionAttributeNames": {"#state": "state"},

@@ -18,6 +18,7 @@ from functions.api.http import (
     parse_json_body,
     reject_unknown_query,
 )
+from functions.domain.measures import CHECKPOINT_LAG_METRIC, RECOVERY_TIME_METRIC
 from functions.observability import MetricUnit, logger, metrics, tracer
 from functions.settings import HeartbeatSettings, load_settings
 
@@ -47,15 +48,22 @@ def heartbeat() -> Response[Any]:
     body = parse_json_body(raw, max_bytes=deps.settings.max_body_bytes)
     request = heartbeat_service.parse_request(body)
     try:
-        reply, decision = heartbeat_service.handle_heartbeat(deps, request, token)
+        outcome = heartbeat_service.handle_heartbeat(deps, request, token)
     except Unauthorized:
         metrics.add_metric(name="HeartbeatAuthFailures", unit=MetricUnit.Count, value=1)
         raise
+    reply, decision, measures = outcome.reply, outcome.decision, outcome.measures
     metrics.add_metric(name="Heartbeats", unit=MetricUnit.Count, value=1)
     if decision.command == "superseded":
         metrics.add_metric(name="HeartbeatsSuperseded", unit=MetricUnit.Count, value=1)
     elif not decision.lease_renewed:
         metrics.add_metric(name="LeasesNotRenewed", unit=MetricUnit.Count, value=1)
+    for name, seconds in (
+        (RECOVERY_TIME_METRIC, measures.recovery_to_training_s),
+        (CHECKPOINT_LAG_METRIC, measures.checkpoint_upload_lag_s),
+    ):
+        if seconds is not None:
+            metrics.add_metric(name=name, unit=MetricUnit.Seconds, value=seconds)
     logger.info(
         "heartbeat",
         extra={
@@ -64,6 +72,8 @@ def heartbeat() -> Response[Any]:
             "phase": request.phase,
             "command": reply.command,
             "lease_renewed": decision.lease_renewed,
+            "recovery_to_training_s": measures.recovery_to_training_s,
+            "checkpoint_upload_lag_s": measures.checkpoint_upload_lag_s,
         },
     )
     return json_response(HTTPStatus.OK, reply.model_dump(mode="json"))

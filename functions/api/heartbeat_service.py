@@ -21,6 +21,12 @@ from functions.api.http import InvalidRequest, Unauthorized
 from functions.domain.errors import FieldError, field_errors
 from functions.domain.heartbeat import HeartbeatReply, HeartbeatRequest
 from functions.domain.job import HeartbeatDecision, decide_heartbeat, heartbeat_record
+from functions.domain.measures import (
+    checkpoint_upload_lag_s,
+    is_first_training_heartbeat,
+    recovery_to_training_s,
+    training_start_step,
+)
 from functions.settings import HeartbeatSettings
 
 MAX_TOKEN_LENGTH = 256
@@ -71,9 +77,24 @@ def parse_request(body: dict[str, Any]) -> HeartbeatRequest:
         ) from None
 
 
+@dataclass(frozen=True)
+class HeartbeatMeasures:
+    """What this heartbeat tells the dashboard (`functions/domain/measures.py`); None: nothing."""
+
+    recovery_to_training_s: float | None = None
+    checkpoint_upload_lag_s: float | None = None
+
+
+@dataclass(frozen=True)
+class HeartbeatOutcome:
+    reply: HeartbeatReply
+    decision: HeartbeatDecision
+    measures: HeartbeatMeasures = field(default_factory=HeartbeatMeasures)
+
+
 def handle_heartbeat(
     deps: HeartbeatDeps, request: HeartbeatRequest, token: str
-) -> tuple[HeartbeatReply, HeartbeatDecision]:
+) -> HeartbeatOutcome:
     now = deps.clock()
     token_hash = hash_token(token)
     job, generation, pulse_at = deps.store.load_heartbeat_context(
@@ -90,15 +111,23 @@ def handle_heartbeat(
         pulse_at=pulse_at,
         pulse_max_age_s=deps.settings.pulse_max_age_s,
     )
+    measures = HeartbeatMeasures()
     if decision.command != "superseded":
+        first_training = is_first_training_heartbeat(generation, request)
         stored = deps.store.store_heartbeat(
             request.job_id,
             request.generation,
             token_hash=token_hash,
             heartbeat=heartbeat_record(request, now),
             lease_expires_at=decision.lease_expires_at,
+            training_start_step=training_start_step(request) if first_training else None,
         )
-        if not stored:  # replaced between our read and our write
+        if stored:  # measured against the generation as it was before this heartbeat
+            measures = HeartbeatMeasures(
+                recovery_to_training_s=recovery_to_training_s(job, generation, request, now),
+                checkpoint_upload_lag_s=checkpoint_upload_lag_s(generation, request, now),
+            )
+        else:  # replaced between our read and our write
             decision = HeartbeatDecision(
                 command="superseded",
                 lease_expires_at=0.0,
@@ -112,4 +141,4 @@ def handle_heartbeat(
         credentials=decision.credentials if decision.command != "superseded" else None,
         reason=decision.reason,
     )
-    return reply, decision
+    return HeartbeatOutcome(reply=reply, decision=decision, measures=measures)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from functions.adapters.notify import JobEvents
 from functions.adapters.store import (
     BadPageToken,
     IdempotencyConflict,
@@ -35,6 +36,7 @@ from functions.domain.job import (
     new_job,
     new_job_id,
 )
+from functions.domain.job_events import submission_event, transition_event
 from functions.domain.jobspec import SpecError, parse_job
 from functions.settings import JobsApiSettings
 
@@ -49,6 +51,7 @@ class JobsDeps:
     store: JobStore
     transitions: TransitionStarter
     clock: Callable[[], float] = field(default=time.time)
+    events: JobEvents = field(default_factory=lambda: JobEvents(None))
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -98,6 +101,8 @@ def submit_job(
             f"Idempotency-Key was already used for job {exc.job_id} with a different job spec",
             [FieldError(path="header.idempotency-key", reason="reused with a different body")],
         ) from None
+    if created:
+        deps.events.publish(submission_event(stored, reason=event.message))
     if stored.state == JobState.PENDING:
         # Also on a replay: the first attempt may have stored the job and died before this.
         deps.transitions.start(
@@ -165,6 +170,7 @@ def cancel_job(deps: JobsDeps, job_id: str, *, identity: str) -> dict[str, Any]:
         raise _ended(job)
     if outcome == "stop":
         now = deps.clock()
+        reason = f"cancelled by {identity}"
         try:
             job = deps.store.transition_job(
                 job_id,
@@ -175,9 +181,9 @@ def cancel_job(deps: JobsDeps, job_id: str, *, identity: str) -> dict[str, Any]:
                     job_id=job_id,
                     at=now,
                     kind="cancel_requested",
-                    message=f"cancelled by {identity}",
+                    message=reason,
                 ),
-                updates={"stop_reason": "cancelled", "state_reason": f"cancelled by {identity}"},
+                updates={"stop_reason": "cancelled", "state_reason": reason},
             )
         except StateConflict as exc:  # changed between read and write
             if exc.job is None:
@@ -185,6 +191,8 @@ def cancel_job(deps: JobsDeps, job_id: str, *, identity: str) -> dict[str, Any]:
             if cancel_outcome(exc.job) == "already_ended":
                 raise _ended(exc.job) from None
             job = exc.job
+        else:
+            deps.events.publish(transition_event(job, reason=reason, at=now))
     # Started on every cancel call: if an earlier start was lost, this one repairs it.
     deps.transitions.start(
         TransitionRequest(

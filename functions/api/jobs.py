@@ -15,6 +15,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions.adapters.notify import JobEvents
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.api import job_service
@@ -47,6 +48,7 @@ def dependencies() -> job_service.JobsDeps:
         settings=settings,
         store=JobStore(settings.table_name),
         transitions=TransitionStarter(settings.state_machine_arn),
+        events=JobEvents(settings.job_events_topic_arn),
     )
 
 

@@ -141,6 +141,14 @@ class Job(BaseModel):
     restarts: int = 0
     stop_reason: StopReason | None = None
     state_reason: str = ""
+    previous_state: JobState | None = Field(
+        default=None, description="The state before the last transition (for job events)."
+    )
+    # The latest replace the monitor started (detection time, cause, the generation it ended):
+    # the heartbeat API measures detection → training resumed from it.
+    incident_at: float | None = None
+    incident_reason: str = ""
+    incident_generation: int | None = None
 
     @property
     def active(self) -> bool:
@@ -201,6 +209,10 @@ class Generation(BaseModel):
     progress_at: float | None = Field(default=None, description="When the step last advanced.")
     observed_status: str | None = Field(default=None, description="Vast's actual_status.")
     observed_status_since: float | None = None
+    # Written by the heartbeat API with the generation's first `training` heartbeat: the pace
+    # that turns steps into training seconds (functions/domain/measures.py).
+    training_started_at: float | None = None
+    training_start_step: int | None = None
 
 
 class HostReputation(BaseModel):

@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import TypeAdapter, ValidationError
 
 from functions.adapters import factory
+from functions.adapters.notify import JobEvents
 from functions.domain.errors import field_errors
 from functions.lifecycle import service
 from functions.observability import MetricUnit, logger, metrics, tracer
@@ -68,6 +69,7 @@ def dependencies() -> service.LifecycleDeps:
         presign_wheel=presign_wheel,
         account_secrets=account_secrets,
         clock=factory.now,
+        events=JobEvents(settings.job_events_topic_arn),
     )
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions.adapters.cloudflare import CloudflareClient
 from functions.adapters.factory import CloudflareAccount
+from functions.adapters.notify import JobEvents
 from functions.adapters.store import JobStore, StateConflict
 from functions.adapters.vast import OfferGone, RentResult, VastClient, VastUnavailable
 from functions.api.heartbeat_service import hash_token
@@ -37,6 +38,7 @@ from functions.domain.job import (
     TransitionAction,
     is_terminal,
 )
+from functions.domain.job_events import JobTransitionEvent, transition_event
 from functions.domain.onstart import build_host_env, build_onstart, ensure_no_account_secrets
 from functions.domain.spend import GenerationPrices, lease_expires_at
 from functions.domain.supervision import (
@@ -144,6 +146,7 @@ class LifecycleDeps:
     presign_wheel: Callable[[], str]
     account_secrets: Callable[[], list[str]]
     clock: Callable[[], float]
+    events: JobEvents = field(default_factory=lambda: JobEvents(None))
 
 
 def _event(job_id: str, now: float, kind: str, message: str, **data: Any) -> TimelineEvent:
@@ -220,7 +223,7 @@ def _transition(
     """Move the job if it still is where we think; else return it as found (someone else —
     a cancel, another execution — moved it; the caller decides from its state)."""
     try:
-        return deps.store.transition_job(
+        moved = deps.store.transition_job(
             job.job_id,
             target,
             expected=expected,
@@ -230,6 +233,8 @@ def _transition(
         )
     except StateConflict as exc:
         return exc.job if exc.job is not None else job
+    deps.events.publish(transition_event(moved, reason=message, at=now))
+    return moved
 
 
 # --- destroy --------------------------------------------------------------------------------
@@ -401,6 +406,13 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
             event=_event(job.job_id, now, "rented", message, instance_id=result.instance_id),
         )
         if recorded:
+            # record_generation moved the job from the renting state it was checked in.
+            deps.events.publish(
+                JobTransitionEvent(
+                    job_id=job.job_id, from_state=job.state, to=JobState.RUNNING,
+                    reason=message, at=now, generation=inp.generation,
+                )
+            )  # fmt: skip
             return _rented(generation, message, inp.waited_s)
         vast.destroy_instance(result.instance_id)
         found_job = deps.store.get_job(job.job_id)

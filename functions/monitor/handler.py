@@ -2,7 +2,9 @@
 
 Emits Powertools EMF metrics with the service as the only dimension (bounded cost): jobs
 supervised, verdict counts, transitions started, credentials renewed, hosts blamed, orphans
-destroyed, whether Vast could be read, and the spend of all active jobs.
+destroyed, whether Vast could be read, the spend of all active jobs, the labelled instances on
+Vast, and — while there are jobs to measure — the highest budget fraction used, the oldest
+heartbeat and the work lost per replace (`functions/domain/measures.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,12 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.adapters import factory
+from functions.domain.measures import (
+    BUDGET_FRACTION_METRIC,
+    HEARTBEAT_AGE_METRIC,
+    INSTANCES_METRIC,
+    WORK_LOST_METRIC,
+)
 from functions.domain.supervision import SupervisionSettings
 from functions.monitor import service
 from functions.observability import MetricUnit, logger, metrics, tracer
@@ -51,6 +59,21 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="ActiveSpendUsd", unit=MetricUnit.NoUnit, value=report.spend_usd)
     for verdict, n in sorted(report.verdicts.items()):
         metrics.add_metric(name=f"Verdict_{verdict}", unit=count, value=n)
+    # Only when there is something to measure: no job, no datapoint (and no idle cost).
+    if report.tether_instances is not None:
+        metrics.add_metric(name=INSTANCES_METRIC, unit=count, value=report.tether_instances)
+    if report.budget_used_max_fraction is not None:
+        metrics.add_metric(
+            name=BUDGET_FRACTION_METRIC,
+            unit=MetricUnit.NoUnit,
+            value=report.budget_used_max_fraction,
+        )
+    if report.heartbeat_age_max_s is not None:
+        metrics.add_metric(
+            name=HEARTBEAT_AGE_METRIC, unit=MetricUnit.Seconds, value=report.heartbeat_age_max_s
+        )
+    for seconds in report.work_lost_s:
+        metrics.add_metric(name=WORK_LOST_METRIC, unit=MetricUnit.Seconds, value=seconds)
     fields = service.report_fields(report)
     logger.info("monitor run", extra=fields)
     return fields

@@ -18,7 +18,14 @@ from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import VastClient, VastError
 from functions.domain.heartbeat import StorageCredentials
-from functions.domain.job import Job, TimelineEvent
+from functions.domain.job import Generation, Job, TimelineEvent
+from functions.domain.measures import (
+    WorkLost,
+    budget_used_max_fraction,
+    heartbeat_age_max_s,
+    tether_instances,
+    work_lost,
+)
 from functions.domain.supervision import (
     InstanceFacts,
     JobDecision,
@@ -57,6 +64,10 @@ class MonitorReport:
     orphans_destroyed: int = 0
     errors: int = 0
     spend_usd: float = 0.0
+    tether_instances: int | None = None  # labelled instances on Vast; None: list failed
+    budget_used_max_fraction: float | None = None
+    heartbeat_age_max_s: float | None = None
+    work_lost_s: list[float] = field(default_factory=list)  # one per replace started
 
 
 def run_monitor(deps: MonitorDeps) -> MonitorReport:
@@ -70,6 +81,8 @@ def run_monitor(deps: MonitorDeps) -> MonitorReport:
     report.jobs = len(snapshots)
     instances = _list_instances(deps)
     report.instances = None if instances is None else len(instances)
+    report.tether_instances = None if instances is None else tether_instances(instances)
+    report.heartbeat_age_max_s = heartbeat_age_max_s(snapshots, now)
     charges = _charges(deps, snapshots) if instances is not None and snapshots else None
     plan = reconcile(
         snapshots,
@@ -79,10 +92,13 @@ def run_monitor(deps: MonitorDeps) -> MonitorReport:
         settings=deps.settings,
         monitor_healthy=instances is not None,
     )
-    jobs_by_id = {s.job.job_id: s.job for s in snapshots}
+    report.budget_used_max_fraction = budget_used_max_fraction(
+        (d.spend_usd, s.job.budget_usd) for d, s in zip(plan.decisions, snapshots, strict=True)
+    )
+    by_id = {s.job.job_id: s for s in snapshots}
     for decision in plan.decisions:
         try:
-            _apply(deps, jobs_by_id[decision.job_id], decision, now, report)
+            _apply(deps, by_id[decision.job_id], decision, now, report)
         except Exception:  # one job's trouble must not stop the others; next run retries
             report.errors += 1
             logger.exception("monitor: job failed", extra={"job_id": decision.job_id})
@@ -129,8 +145,13 @@ def _charges(deps: MonitorDeps, snapshots: list[JobSnapshot]) -> dict[int, float
 
 
 def _apply(
-    deps: MonitorDeps, job: Job, decision: JobDecision, now: float, report: MonitorReport
+    deps: MonitorDeps,
+    snapshot: JobSnapshot,
+    decision: JobDecision,
+    now: float,
+    report: MonitorReport,
 ) -> None:
+    job = snapshot.job
     report.spend_usd += decision.spend_usd
     if abs(decision.spend_usd - job.spent_usd) > SPEND_EPSILON_USD:
         deps.store.update_job_fields(job.job_id, {"spent_usd": decision.spend_usd})
@@ -158,18 +179,58 @@ def _apply(
         started = deps.transitions.start(decision.transition)
         if started:
             report.transitions_started += 1
+            lost = None
+            if decision.transition.action == "replace" and snapshot.current is not None:
+                lost = _record_incident(deps, snapshot.current, decision, now, report)
             if decision.verdict is not None:
+                message = f"{decision.transition.action}: {decision.transition.reason}"
+                data: dict[str, Any] = {}
+                if lost is not None:
+                    message += f"; {_describe(lost)}"
+                    data = {"work_lost_steps": lost.steps, "work_lost_s": lost.seconds}
                 deps.store.append_event(
                     TimelineEvent(
                         job_id=job.job_id,
                         at=now,
                         kind=decision.verdict.health.value,
-                        message=f"{decision.transition.action}: {decision.transition.reason}",
+                        message=message,
+                        data=data,
                     )
                 )
     renew = decision.renew_credentials and decision.generation is not None
     if renew and _renew_credentials(deps, job, decision.generation or 0):
         report.credentials_renewed += 1
+
+
+def _record_incident(
+    deps: MonitorDeps,
+    dying: Generation,
+    decision: JobDecision,
+    now: float,
+    report: MonitorReport,
+) -> WorkLost:
+    """A replace was started: keep when and why on the job (the heartbeat API measures
+    detection → training resumed from it) and measure the work the dying host lost."""
+    assert decision.transition is not None
+    deps.store.update_job_fields(
+        decision.job_id,
+        {
+            "incident_at": now,
+            "incident_reason": decision.transition.reason,
+            "incident_generation": dying.generation,
+        },
+    )
+    lost = work_lost(dying)
+    if lost.seconds is not None:
+        report.work_lost_s.append(lost.seconds)
+    return lost
+
+
+def _describe(lost: WorkLost) -> str:
+    if lost.steps == 0:
+        return "no work lost since the last checkpoint"
+    seconds = f" (≈ {lost.seconds:.0f} s of training)" if lost.seconds is not None else ""
+    return f"{lost.steps} steps since the last checkpoint lost{seconds}"
 
 
 def _renew_credentials(deps: MonitorDeps, job: Job, generation: int) -> bool:
@@ -216,4 +277,8 @@ def report_fields(report: MonitorReport) -> dict[str, Any]:
         "hosts_blamed": report.hosts_blamed,
         "orphans_destroyed": report.orphans_destroyed,
         "errors": report.errors,
+        "tether_instances": report.tether_instances,
+        "budget_used_max_fraction": report.budget_used_max_fraction,
+        "heartbeat_age_max_s": report.heartbeat_age_max_s,
+        "work_lost_s": report.work_lost_s,
     }

@@ -1,14 +1,16 @@
 """`tether local up [--port P]`: the whole control plane on this machine, in the foreground.
 
 Starts the local stack (`infra.local.stack.LocalStack`), prints `API: <url>` and `S3: <url>`
-(and the simulators' URLs), then serves until Ctrl-C, when it stops every host process and
-server it started.
+(and the simulators' URLs), records the API URL in the local state file (`build/local-stack.json`,
+or `TETHER_LOCAL_STATE`) that `tether <command> --local` reads, then serves until Ctrl-C, when it
+removes that file and stops every host process and server it started.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import json
 import logging
 import signal
 import socket
@@ -18,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from infra.cli.api_client import write_local_state
 from infra.cli.output import EXIT_OK, EXIT_USAGE, CliError
 
 
@@ -76,6 +79,16 @@ def _check_port(name: str, port: int) -> None:
             raise CliError(f"--{name}: cannot listen on 127.0.0.1:{port}: {exc}") from None
 
 
+def _remove_local_state(path: Path, api_url: str) -> None:
+    """Remove the state file if it still names our API (another `local up` may have taken it
+    over since), so `--local` never points at a stack that has stopped."""
+    try:
+        if json.loads(path.read_text(encoding="utf-8")).get("api_url") == api_url:
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass  # gone or not ours: nothing to clean up
+
+
 def run_up(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -108,15 +121,20 @@ def run_up(args: argparse.Namespace) -> int:
     print("starting the local stack (first start synthesizes the template: ~20 s)…", flush=True)
     try:
         with LocalStack(config) as stack:
-            print(f"API: {stack.api_url}")
-            print(f"S3: {stack.s3_url}")
-            print(f"Vast: {stack.vast_url}")
-            print(f"Cloudflare: {stack.cloudflare_url}")
-            print(f"Root: {stack.root}")
-            print("serving; Ctrl-C stops every host and server", flush=True)
-            while not stop.wait(0.5):
-                pass
-            print("stopping…", flush=True)
+            state = write_local_state(stack.api_url)
+            try:
+                print(f"API: {stack.api_url}")
+                print(f"S3: {stack.s3_url}")
+                print(f"Vast: {stack.vast_url}")
+                print(f"Cloudflare: {stack.cloudflare_url}")
+                print(f"Root: {stack.root}")
+                print(f"State: {state} (`tether <command> --local` reads it)")
+                print("serving; Ctrl-C stops every host and server", flush=True)
+                while not stop.wait(0.5):
+                    pass
+                print("stopping…", flush=True)
+            finally:
+                _remove_local_state(state, stack.api_url)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

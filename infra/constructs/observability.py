@@ -23,6 +23,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from functions.domain import measures
 from infra import names
 from infra.constructs.nag import acknowledge
 
@@ -32,7 +33,7 @@ DASHBOARD_ID = "Dashboard"
 PERIOD = Duration.minutes(5)
 SPEND_ALARM_FRACTION = 0.8
 
-# Custom metrics the dashboard and alarms read. Emitted today (grep add_metric in functions/):
+# Custom metrics the dashboard and alarms read (grep add_metric in functions/ for the emitters):
 SPEND_METRIC = "ActiveSpendUsd"  # monitor: spend of all active jobs, USD
 JOBS_METRIC = "JobsSupervised"  # monitor: active jobs this run
 ORPHANS_METRIC = "OrphansDestroyed"  # monitor
@@ -42,13 +43,13 @@ RECOVERY_CAUSES = ("dead", "hung", "crashed")  # monitor: Verdict_<health>
 LIFECYCLE_FAILED_METRIC = "Lifecycle_failed"  # lifecycle: a job failed for good
 LIFECYCLE_RENTED_METRIC = "Lifecycle_rented"
 JOBS_SUBMITTED_METRIC = "JobsSubmitted"  # jobs API
-# Agreed names the supervision code does not emit yet (the widgets stay empty until it does):
-BUDGET_FRACTION_METRIC = "BudgetUsedMaxFraction"  # monitor: max over active jobs of spent/budget
-INSTANCES_METRIC = "ActiveInstances"  # monitor: labelled instances billing now
-HEARTBEAT_AGE_METRIC = "HeartbeatAgeMaxS"  # monitor: oldest heartbeat among live generations
-RECOVERY_TIME_METRIC = "RecoveryToTrainingS"  # detection → the new generation trains
-CHECKPOINT_LAG_METRIC = "CheckpointUploadLagS"  # marker written → manifest uploaded
-WORK_LOST_METRIC = "WorkLostS"  # training time lost per incident (since the last checkpoint)
+# Measures (definitions in functions/domain/measures.py, the one spelling of their names):
+BUDGET_FRACTION_METRIC = measures.BUDGET_FRACTION_METRIC  # monitor: max spent/budget, active jobs
+INSTANCES_METRIC = measures.INSTANCES_METRIC  # monitor: labelled instances on Vast (all bill)
+HEARTBEAT_AGE_METRIC = measures.HEARTBEAT_AGE_METRIC  # monitor: oldest heartbeat, running jobs
+RECOVERY_TIME_METRIC = measures.RECOVERY_TIME_METRIC  # heartbeat: replace started → training
+CHECKPOINT_LAG_METRIC = measures.CHECKPOINT_LAG_METRIC  # heartbeat: training past a new upload
+WORK_LOST_METRIC = measures.WORK_LOST_METRIC  # monitor: training lost per replace
 
 
 def tether_metric(name: str, statistic: str = "Sum", label: str | None = None) -> cloudwatch.Metric:

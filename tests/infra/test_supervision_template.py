@@ -51,6 +51,7 @@ def test_monitor_and_lifecycle_functions_hold_only_their_grants(template):
     assert role_actions(template, lifecycle) == (
         set(LIFECYCLE_TABLE_ACTIONS)
         | {"s3:ListBucket", "s3:GetObject"}
+        | {"sns:Publish"}  # job transition events (test_job_events_template.py)
         | SECRETS_READ
         | XRAY_AND_LOGS
     )

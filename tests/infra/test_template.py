@@ -89,7 +89,7 @@ def test_least_privilege_per_function(template):
         "logs:PutLogEvents",
     }
     assert role_actions(template, jobs) == (
-        set(JOBS_TABLE_ACTIONS) | {"states:StartExecution"} | xray_and_logs
+        set(JOBS_TABLE_ACTIONS) | {"states:StartExecution", "sns:Publish"} | xray_and_logs
     )
     assert role_actions(template, heartbeat) == set(HEARTBEAT_TABLE_ACTIONS) | xray_and_logs
     for roles in (jobs, heartbeat):
