@@ -56,6 +56,16 @@ SECRET_MONTH = Price(0.40, "secret-month", f"{SHEET}; aws.amazon.com/secrets-man
 SECRETS_API_CALL = Price(
     0.05 / 10_000, "Secrets Manager API call", f"{SHEET}; aws.amazon.com/secrets-manager/pricing"
 )
+# Not on the sheet: what the functions' log lines (EMF metric lines included) and notifications
+# cost, from aws.amazon.com/cloudwatch/pricing and /sns/pricing (2024–2026 list prices).
+CLOUDWATCH_LOGS_GB = Price(
+    0.50, "GB of logs ingested", "aws.amazon.com/cloudwatch/pricing (not on the sheet)", 5.0
+)
+SNS_PUBLISH = Price(
+    0.50 / 1e6, "SNS publish (64 KB)", "aws.amazon.com/sns/pricing (not on the sheet)", 1e6
+)
+# The always-free custom metrics (CloudWatch free tier; the sheet quotes only the price).
+CLOUDWATCH_FREE_METRICS = 10
 
 R2_STORAGE_GB_MONTH = Price(0.015, "GB-month", f"{SHEET}; developers.cloudflare.com/r2/pricing")
 R2_CLASS_A = Price(4.50 / 1e6, "class A op (put, part, list)", R2_STORAGE_GB_MONTH.source)
@@ -90,6 +100,8 @@ ALL: dict[str, Price] = {
     "cloudwatch_metric_month": CLOUDWATCH_METRIC_MONTH,
     "secret_month": SECRET_MONTH,
     "secrets_api_call": SECRETS_API_CALL,
+    "cloudwatch_logs_gb": CLOUDWATCH_LOGS_GB,
+    "sns_publish": SNS_PUBLISH,
     "r2_storage_gb_month": R2_STORAGE_GB_MONTH,
     "r2_class_a": R2_CLASS_A,
     "r2_class_b": R2_CLASS_B,
