@@ -21,7 +21,7 @@ demo: venv
 	$(VENV)/bin/tether demo
 
 test: venv
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: venv
 	$(VENV)/bin/ruff check .
