@@ -158,7 +158,8 @@ def _event(job_id: str, now: float, kind: str, message: str, **data: Any) -> Tim
 
 def begin(deps: LifecycleDeps, inp: BeginInput) -> StepOutput:
     """Claim the job for this transition: PENDING → PROVISIONING, RUNNING → REPLACING (the
-    old generation is superseded, so its agent stops at its next heartbeat)."""
+    old generation is superseded, so its agent stops at its next heartbeat; it ends when
+    `destroy` has seen its instance gone)."""
     now = deps.clock()
     job = deps.store.get_job(inp.job_id)
     if job is None:
@@ -190,12 +191,10 @@ def begin(deps: LifecycleDeps, inp: BeginInput) -> StepOutput:
     deps.store.update_generation(
         job.job_id,
         previous,
-        {
-            "is_current": False,
-            "status": "superseded",
-            "ended_at": now,
-            "host_blamed": health in BLAMES_HOST,
-        },
+        # Not `ended_at` yet: the generation ends when DestroyPrevious has seen its instance
+        # gone. Until then it may still finish a checkpoint upload, which is then a checkpoint
+        # of a generation that existed, and restorable (invariant 2).
+        {"is_current": False, "status": "superseded", "host_blamed": health in BLAMES_HOST},
     )
     return StepOutput(outcome="begun", state=job.state.value)
 

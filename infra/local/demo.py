@@ -18,8 +18,9 @@ heartbeat, 180 s timeout). The monitor runs every second (the demo's own clock t
 monitor run.
 
 Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, no-progress, supervisor-dead,
-over-budget, vast-flaky, zombie, crash-loop. `run_scenario(name)` starts a stack and returns a
-`DemoSummary`; tests pass their own stack (`demo_stack_config()`) to share one start-up.
+over-budget, vast-flaky, zombie, crash-loop, killed-during-upload, killed-during-restore.
+`run_scenario(name)` starts a stack and returns a `DemoSummary`; tests pass their own stack
+(`demo_stack_config()`) to share one start-up.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import numpy as np
@@ -103,6 +104,7 @@ class TrainArgs:
     step_seconds: float = 0.05
     crash_at_step: int | None = None
     seed: int = 1234
+    ballast_mb: int = 0  # filler per checkpoint: not in `argv()`, it never changes the weights
 
     def argv(self, *, steps: int | None = None) -> list[str]:
         return [
@@ -116,6 +118,8 @@ class TrainArgs:
         extra = ["--step-seconds", repr(self.step_seconds)]
         if self.crash_at_step is not None:
             extra += ["--crash-at-step", str(self.crash_at_step)]
+        if self.ballast_mb:
+            extra += ["--ballast-mb", str(self.ballast_mb)]
         return shlex.join(["python", *self.argv(), *extra])
 
 
@@ -555,6 +559,120 @@ def _crash_loop(run: DemoRun) -> None:
         )
 
 
+# Killing a host in the middle of a transfer. The transfer is caught by watching its bytes (the S3
+# stand-in's directory, the host's disk) every few milliseconds; the moment it is seen the host is
+# frozen (SIGSTOP), the transfer confirmed unfinished, and only then destroyed: on a loaded machine
+# a transfer could otherwise end between the look and the kill. Ballast makes each checkpoint big
+# enough that a transfer lasts long enough to be seen.
+TRANSFER_BALLAST_MB = 96
+CATCH_POLL_S = 0.01
+MANIFEST = "manifest.json"
+_T = TypeVar("_T")
+
+
+def _catch(what: str, probe: Callable[[], _T | None], timeout_s: float = 45) -> _T:
+    """Until `probe` finds something, polling the file system only (fast, no DynamoDB reads)."""
+    deadline = time.monotonic() + timeout_s
+    while (found := probe()) is None:
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(CATCH_POLL_S)
+    return found
+
+
+def _steps_by_dir(base: Path, generation: int) -> dict[Path, int]:
+    return {
+        d: int(d.name.partition("-g")[0])
+        for d in base.glob(f"*-g{generation}")
+        if d.name.partition("-g")[0].isdigit()
+    }
+
+
+def _killed_during_upload(run: DemoRun) -> None:
+    assert run.stack.hosts is not None
+    hosts = run.stack.hosts
+    g = run.wait_step(1, 50, checkpoint=50)
+    instance = run.instance(g)
+    base = _s3_root(run.stack) / "jobs" / run.job_id / "checkpoints"
+
+    def complete_step() -> int:
+        dirs = _steps_by_dir(base, 1)
+        return max((s for d, s in dirs.items() if (d / MANIFEST).is_file()), default=0)
+
+    def half_written() -> tuple[Path, int] | None:
+        """A checkpoint newer than every complete one, with files but no manifest yet."""
+        complete = complete_step()
+        for directory, step in _steps_by_dir(base, 1).items():
+            try:
+                started = step > complete and any(directory.iterdir())
+                if started and not (directory / MANIFEST).exists():
+                    return directory, complete
+            except OSError:  # deleted by retention while we looked
+                continue
+        return None
+
+    while True:
+        half, complete = _catch("g1 uploading a checkpoint", half_written)
+        hosts.freeze(instance)
+        if not (half / MANIFEST).exists():
+            break
+        run.say(f"{half.name} finished uploading before the freeze; waiting for the next one")
+        hosts.thaw(instance)
+    files = sorted(p.name for p in half.iterdir())
+    run.say(f"g1 is uploading {half.name} ({', '.join(files)}; no manifest yet)")
+    run.fault("dead", g, lambda: hosts.destroy(instance))
+    run.wait_training(2)
+    restored = run.restores.get(2)
+    run.say(
+        f"g2 restored step {restored.step if restored else '-'}; "
+        f"step {complete} was the last complete one"
+    )
+    run.checks["killed_mid_upload"] = not (half / MANIFEST).exists()
+    run.checks["restored_last_complete_checkpoint"] = _restored(run, 2, complete, written_by=1)
+
+
+def _killed_during_restore(run: DemoRun) -> None:
+    assert run.stack.hosts is not None
+    hosts = run.stack.hosts
+    _destroy(run, run.wait_step(1, 100, checkpoint=100))
+    base = _s3_root(run.stack) / "jobs" / run.job_id / "checkpoints"
+    complete = max(s for d, s in _steps_by_dir(base, 1).items() if (d / MANIFEST).is_file())
+
+    def rented(view: JobView) -> Generation | None:
+        g = run.generation(view, 2)
+        return g if g is not None and g.instance_id is not None else None
+
+    g2 = run.wait("g2 rented", rented)
+    instance = run.instance(g2)
+    disk = hosts.get(instance).disk
+
+    def staging() -> Path | None:
+        return next(iter(disk.rglob(".tether-restore-*")), None)
+
+    restoring = _catch("g2 restoring a checkpoint", staging)
+    hosts.freeze(instance)
+    if not restoring.exists():
+        raise DemoError(f"g2 finished restoring {restoring.name} before it could be killed")
+    run.say(f"g2 is downloading into {restoring.name}")
+    run.fault("dead", g2, lambda: hosts.destroy(instance))
+    run.wait_training(3)
+    seen = run.progress.get(2)
+    run.checks["killed_mid_restore"] = 2 not in run.restores and not (
+        seen and seen.first_training_at
+    )
+    run.checks["third_generation_restored"] = _restored(run, 3, complete, written_by=1)
+
+
+def _restored(run: DemoRun, generation: int, step: int, written_by: int) -> bool:
+    """`generation` restored the checkpoint of `step` that generation `written_by` uploaded."""
+    restored = run.restores.get(generation)
+    return (
+        restored is not None
+        and restored.step == step
+        and f"-g{written_by}/{MANIFEST}" in restored.manifest_key
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -616,6 +734,22 @@ SCENARIOS: dict[str, Scenario] = {
             TrainArgs(steps=200, crash_at_step=75),
             _crash_loop,
             expected_state=JobState.FAILED,
+        ),
+        Scenario(
+            "killed-during-upload",
+            "the host dies while it uploads a checkpoint: the half-written one never gets a "
+            "manifest, the next host restores the one before it",
+            TrainArgs(steps=200, ballast_mb=TRANSFER_BALLAST_MB),
+            _killed_during_upload,
+            spec_overrides={"data": {"upload_gb_per_checkpoint": 0.1}},
+        ),
+        Scenario(
+            "killed-during-restore",
+            "the replacement host dies while it downloads the checkpoint; a third one restores "
+            "it and finishes",
+            TrainArgs(steps=200, ballast_mb=TRANSFER_BALLAST_MB),
+            _killed_during_restore,
+            spec_overrides={"data": {"upload_gb_per_checkpoint": 0.1}},
         ),
     )
 }

@@ -29,14 +29,26 @@ import tether_hooks
 
 DIM = 32
 BATCH = 64
+MIB = 1024 * 1024
 
 
-def _save(root: Path, step: int, state: dict[str, Any]) -> Path:
+def _write_ballast(path: Path, step: int, mib: int) -> None:
+    """Extra bytes that make a checkpoint big (uploads and restores take time) without being
+    part of the state: a pattern derived from the step, so every run writes the same bytes."""
+    block = hashlib.sha256(f"ballast-{step}".encode()).digest() * (MIB // 32)
+    with path.open("wb") as out:
+        for _ in range(mib):
+            out.write(block)
+
+
+def _save(root: Path, step: int, state: dict[str, Any], ballast_mb: int = 0) -> Path:
     path = root / f"checkpoint-{step}"
     tmp = root / f".tmp-checkpoint-{step}"
     tmp.mkdir(parents=True, exist_ok=True)
     np.savez(tmp / "model.npz", w=state["w"], m=state["m"])
     (tmp / "state.json").write_text(json.dumps({"step": step, "rng": state["rng"]}))
+    if ballast_mb:
+        _write_ballast(tmp / "ballast.bin", step, ballast_mb)
     if path.exists():
         for child in path.iterdir():
             child.unlink()
@@ -61,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep per step (demo)")
     parser.add_argument("--crash-at-step", type=int, default=None, help="exit 1 after this step")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument(
+        "--ballast-mb", type=int, default=0, help="MiB of filler in each checkpoint (demo)"
+    )
     args = parser.parse_args(argv)
     if not args.checkpoint_dir:
         parser.error("--checkpoint-dir or TETHER_CHECKPOINT_DIR is required")
@@ -94,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         tether_hooks.report_step(step)
         if step % args.checkpoint_every == 0 or step == args.steps:
             state["rng"] = rng.bit_generator.state
-            _save(root, step, state)
+            _save(root, step, state, args.ballast_mb)
             loss = float(np.mean((x @ state["w"] - y) ** 2))
             print(f"step {step} loss {loss:.6f} checkpoint saved", flush=True)
         if args.crash_at_step is not None and step >= args.crash_at_step:
@@ -104,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.step_seconds)
     if stopping:
         state["rng"] = rng.bit_generator.state
-        _save(root, step, state)  # the final checkpoint the agent uploads on the way out
+        # the final checkpoint the agent uploads on the way out
+        _save(root, step, state, args.ballast_mb)
         print(f"SIGTERM: saved step {step}", flush=True)
         return 143
     digest = hashlib.sha256(state["w"].tobytes()).hexdigest()
