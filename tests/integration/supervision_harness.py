@@ -79,6 +79,11 @@ class Supervised:
     vast: VastSimulator = field(init=False)
     cloudflare: CloudflareSim = field(init=False)
 
+    def rents(self) -> int:
+        """Rent calls the Vast simulator received in this test."""
+        log = self.vast.request_log
+        return sum(1 for method, url in log if method == "PUT" and "/asks/" in url)
+
     def __post_init__(self) -> None:
         self.table = self.deployed.table_name(
             logical_id_by_type(self.template, "AWS::DynamoDB::Table", "Data")

@@ -28,10 +28,6 @@ def sup(stack: Supervised) -> Supervised:
     return stack
 
 
-def rents(sup: Supervised) -> int:
-    return sum(1 for method, url in sup.vast.request_log if method == "PUT" and "/asks/" in url)
-
-
 def test_provision_rents_the_best_offer_and_records_generation_one(sup: Supervised) -> None:
     job, generation = sup.provisioned()
 
@@ -56,7 +52,7 @@ def test_offer_gone_moves_on_to_the_next_offer(sup: Supervised) -> None:
 
     assert job.state == JobState.RUNNING
     assert sup.events(job.job_id).count("offer_gone") == 2
-    assert rents(sup) == 3
+    assert sup.rents() == 3
     assert sup.vast.gpu_billing_instances() == [generation.instance_id]
 
 
@@ -78,7 +74,7 @@ def test_no_capacity_waits_with_backoff_then_fails_at_the_provision_timeout(
     ]
     assert len(waits) >= 4  # 60 + 120 + 240 + 480 + 600 + … s of back-off before an hour
     assert sup.events(job.job_id).count("no_capacity") == len(waits) + 1
-    assert rents(sup) == 0
+    assert sup.rents() == 0
 
 
 def test_cancel_during_provisioning_ends_cancelled_and_nothing_bills(sup: Supervised) -> None:
@@ -139,5 +135,5 @@ def test_a_repeated_provision_never_rents_twice(sup: Supervised) -> None:
         )
     )
     assert again["status"] == "SUCCEEDED"
-    assert rents(sup) == 1
+    assert sup.rents() == 1
     assert sup.vast.gpu_billing_instances() == [generation.instance_id]

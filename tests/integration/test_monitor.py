@@ -26,10 +26,6 @@ def sup(stack: Supervised) -> Supervised:
     return stack
 
 
-def rents(sup: Supervised) -> int:
-    return sum(1 for method, url in sup.vast.request_log if method == "PUT" and "/asks/" in url)
-
-
 def test_the_monitor_writes_its_pulse_and_leaves_a_healthy_job_alone(sup: Supervised) -> None:
     job, generation = sup.provisioned()
     sup.clock.advance(60)
@@ -116,7 +112,7 @@ def test_overlapping_monitor_runs_rent_exactly_once(sup: Supervised) -> None:
     assert sorted(
         e["name"] for e in executions if e["name"].startswith(f"{job.job_id}-replace")
     ) == [f"{job.job_id}-replace-g2"]
-    assert rents(sup) == 2  # the first host and its one replacement
+    assert sup.rents() == 2  # the first host and its one replacement
     assert len(sup.vast.gpu_billing_instances()) == 1
 
 
