@@ -276,31 +276,20 @@ class Observability(Construct):
 
     @staticmethod
     def _recovery_row() -> list[cloudwatch.IWidget]:
+        def average_and_worst(title: str, metric: str) -> cloudwatch.IWidget:
+            return cloudwatch.GraphWidget(
+                title=title,
+                left=[
+                    tether_metric(metric, "Average", "average"),
+                    tether_metric(metric, "Maximum", "worst"),
+                ],
+                width=8,
+            )
+
         return [
-            cloudwatch.GraphWidget(
-                title="Detection → training resumed (s)",
-                left=[
-                    tether_metric(RECOVERY_TIME_METRIC, "Average", "average"),
-                    tether_metric(RECOVERY_TIME_METRIC, "Maximum", "worst"),
-                ],
-                width=8,
-            ),
-            cloudwatch.GraphWidget(
-                title="Checkpoint upload lag (s)",
-                left=[
-                    tether_metric(CHECKPOINT_LAG_METRIC, "Average", "average"),
-                    tether_metric(CHECKPOINT_LAG_METRIC, "Maximum", "worst"),
-                ],
-                width=8,
-            ),
-            cloudwatch.GraphWidget(
-                title="Work lost per incident (s of training)",
-                left=[
-                    tether_metric(WORK_LOST_METRIC, "Average", "average"),
-                    tether_metric(WORK_LOST_METRIC, "Maximum", "worst"),
-                ],
-                width=8,
-            ),
+            average_and_worst("Detection → training resumed (s)", RECOVERY_TIME_METRIC),
+            average_and_worst("Checkpoint upload lag (s)", CHECKPOINT_LAG_METRIC),
+            average_and_worst("Work lost per incident (s of training)", WORK_LOST_METRIC),
         ]
 
     @staticmethod
