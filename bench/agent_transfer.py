@@ -30,7 +30,7 @@ from tether_agent.restore import restore_latest  # noqa: E402
 from tether_agent.storage import Credentials, CredentialStore, Storage  # noqa: E402
 from tether_agent.uploader import CheckpointUploader  # noqa: E402
 
-from infra.local.s3server import start_s3_server  # noqa: E402
+from tether_local.s3server import start_s3_server  # noqa: E402
 
 KEY, SECRET = "BENCHKEY0001", "bench-secret-0001"
 MIB = 1024 * 1024

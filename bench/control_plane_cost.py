@@ -2,11 +2,11 @@
 
     python bench/control_plane_cost.py [--quick] [--incidents-per-hour X] [--job-hours H]
 
-The local stack (`infra.local.stack`, the demo's configuration) runs the real handlers and the
+The local stack (`tether_local.stack`, the demo's configuration) runs the real handlers and the
 synthesized state machine; `bench.lib.local_run.StackRecorder` records every Lambda invocation
 (memory size from the template, duration, AWS calls with estimated DynamoDB units, Vast and
 Cloudflare calls, EMF metrics, log bytes) and every heartbeat. The run: idle monitor runs with no
-job, then the demo's fault scenarios (`infra.local.demo`: `dead-twice`, and `hung-gpu` unless
+job, then the demo's fault scenarios (`tether_local.demo`: `dead-twice`, and `hung-gpu` unless
 --quick), then a few user queries. Step Functions transitions come from the execution histories.
 
 The local stack compresses time (1 s heartbeats, a monitor run a second), so usage is counted
@@ -71,7 +71,7 @@ def _function_name(arn: str) -> str:
 
 
 def measure(quick: bool) -> dict[str, Any]:
-    from infra.local.demo import SIGNED, demo_stack_config, run_scenario
+    from tether_local.demo import SIGNED, demo_stack_config, run_scenario
 
     scenarios = ["dead-twice"] if quick else ["dead-twice", "hung-gpu"]
     idle_runs = 4 if quick else 10

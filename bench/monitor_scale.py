@@ -241,9 +241,9 @@ def run(jobs: int, *, trace_memory: bool = True) -> dict[str, Any]:
         meter = AwsMeter(index_keys=("active_pk", "list_pk")).install()
         from functions.adapters import factory
         from functions.adapters.store import JobStore, create_table
-        from infra.local.cloudflare_sim import CloudflareSim
-        from infra.local.offers import generate_offers
-        from infra.local.vast_sim import VastSimulator
+        from tether_local.cloudflare_sim import CloudflareSim
+        from tether_local.offers import generate_offers
+        from tether_local.vast_sim import VastSimulator
 
         dynamodb = boto3.client("dynamodb")
         create_table(dynamodb, TABLE)

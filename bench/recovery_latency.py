@@ -2,7 +2,7 @@
 
     python bench/recovery_latency.py [--quick]
 
-Runs the demo's fault scenarios (`infra.local.demo`) on one local stack with a
+Runs the demo's fault scenarios (`tether_local.demo`) on one local stack with a
 `bench.lib.local_run.StackRecorder` attached, plus `frozen`, defined here: the host's processes
 are stopped (SIGSTOP) while Vast still reports it running, so only the heartbeat timeout can
 notice. Scenarios: `dead-twice` (Vast reports the host offline) and `frozen`; without --quick
@@ -40,7 +40,7 @@ _FAULT = re.compile(r"^FAULT (?P<kind>[\w-]+) on generation (?P<generation>\d+)"
 def _frozen(run: Any) -> None:
     """The host stops answering (SIGSTOP on every process) between two checkpoints; Vast
     still reports it running."""
-    from infra.local import demo
+    from tether_local import demo
 
     g = run.wait_step(1, 100, checkpoint=100)
     time.sleep(demo.MID_INTERVAL_S)
@@ -49,7 +49,7 @@ def _frozen(run: Any) -> None:
 
 
 def register_frozen() -> None:
-    from infra.local import demo
+    from tether_local import demo
 
     demo.SCENARIOS.setdefault(
         "frozen",
@@ -65,7 +65,7 @@ def register_frozen() -> None:
 
 def thresholds() -> dict[str, float]:
     """Seconds the health policy must wait before it may call each fault (the demo's policy)."""
-    from infra.local.demo import DEMO_POLICY
+    from tether_local.demo import DEMO_POLICY
 
     return {
         "dead": 0.0,  # Vast reports the instance offline: no timer to wait for
@@ -120,7 +120,7 @@ def milestones(stack: Any, recorder: StackRecorder, job_id: str) -> list[Milesto
 
 
 def measure(quick: bool) -> dict[str, Any]:
-    from infra.local.demo import DEMO_POLICY, MONITOR_INTERVAL_S, demo_stack_config, run_scenario
+    from tether_local.demo import DEMO_POLICY, MONITOR_INTERVAL_S, demo_stack_config, run_scenario
 
     register_frozen()
     names = (

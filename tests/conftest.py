@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+from tests.paths import SHARED
 
 for key, value in {
     "AWS_ACCESS_KEY_ID": "testing",

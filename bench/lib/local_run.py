@@ -1,7 +1,7 @@
 """Watch the local stack from inside, for the benchmarks that run it.
 
 `StackRecorder` records, while installed:
-- every Lambda invocation the local AWS runs in process (`infra.local.aws` routes all of them
+- every Lambda invocation the local AWS runs in process (`tether_local.aws` routes all of them
   through `_load_handler`, which is wrapped here): function, memory size from the template,
   wall time, the AWS calls made inside it (botocore events on boto3's default session, counted
   only on the invoking thread, so the harness's own calls stay out) with the time spent in them
@@ -167,7 +167,7 @@ class StackRecorder:
     # installing
 
     def install(self) -> StackRecorder:
-        import infra.local.aws as local_aws
+        import tether_local.aws as local_aws
 
         self._meter.install(time_moto=False)
         self._undo.append(self._meter.uninstall)
@@ -293,7 +293,7 @@ def executions(stack: Any) -> list[dict[str, Any]]:
 @contextlib.contextmanager
 def recorded_stack(config: Any) -> Iterator[tuple[Any, StackRecorder]]:
     """A started `LocalStack(config)` with a `StackRecorder` installed before and attached."""
-    from infra.local.stack import LocalStack
+    from tether_local.stack import LocalStack
 
     with StackRecorder() as recorder, LocalStack(config) as stack:
         recorder.attach(stack)

@@ -8,7 +8,7 @@ The seam for tests and the local stack is `install_hooks(Hooks(...))`: an httpx 
 provider (`"vast"`, `"cloudflare"`, e.g. `httpx.MockTransport(simulator.handle)`), a `sleep` for
 the adapters' back-off and a `clock` for the handlers' "now". Installing hooks (or `reset()`)
 drops every cached client, so a new moto endpoint or simulator takes effect at once. Nothing in
-production calls either; simulators live in `infra/local/`, never here.
+production calls either; simulators live in `tether_local/`, never here.
 """
 
 from __future__ import annotations

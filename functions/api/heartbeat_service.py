@@ -7,7 +7,6 @@ is no longer current gets `superseded` and lease 0, never a new lease.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 
 from functions.adapters.store import JobStore
 from functions.api.http import InvalidRequest, Unauthorized
+from functions.domain.agent_token import hash_token
 from functions.domain.errors import FieldError, field_errors
 from functions.domain.heartbeat import HeartbeatReply, HeartbeatRequest
 from functions.domain.job import HeartbeatDecision, decide_heartbeat, heartbeat_record
@@ -39,10 +39,6 @@ class HeartbeatDeps:
     settings: HeartbeatSettings
     store: JobStore
     clock: Callable[[], float] = field(default=time.time)
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def bearer_token(headers: Mapping[str, str]) -> str:

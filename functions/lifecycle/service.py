@@ -13,7 +13,6 @@ execution may be started again by the monitor after a lost start.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -25,7 +24,7 @@ from functions.adapters.factory import CloudflareAccount
 from functions.adapters.notify import JobEvents
 from functions.adapters.store import JobStore, StateConflict
 from functions.adapters.vast import OfferGone, RentResult, VastClient, VastUnavailable
-from functions.api.heartbeat_service import hash_token
+from functions.domain.agent_token import hash_token, new_agent_token
 from functions.domain.cost import NoQualifyingOffer, plan_job
 from functions.domain.health import BLAMES_HOST, Health
 from functions.domain.heartbeat import StorageCredentials
@@ -358,7 +357,7 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
             spent_usd=job.spent_usd,
             usd_per_hour=prices.usd_per_hour,
         )
-        token = secrets.token_urlsafe(32)
+        token = new_agent_token()
         env = build_host_env(
             spec, job_id=job.job_id, generation=inp.generation, api_url=deps.settings.api_url,
             agent_token=token, storage=storage, lease_expires_at=lease_at,

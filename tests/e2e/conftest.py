@@ -1,4 +1,4 @@
-"""End-to-end tier: the local stack (`infra.local.stack.LocalStack`), over real loopback HTTP.
+"""End-to-end tier: the local stack (`tether_local.stack.LocalStack`), over real loopback HTTP.
 
 One stack per test module (moto is process-wide, so one per xdist worker at a time); every test
 works on its own job, so tests do not depend on each other's leftovers. `provision_by_hand` does
@@ -12,7 +12,6 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -22,15 +21,15 @@ import yaml
 from functions.adapters.cloudflare import CloudflareClient
 from functions.adapters.store import JobStore
 from functions.adapters.vast import VastClient
-from functions.api.heartbeat_service import hash_token
+from functions.domain.agent_token import hash_token
 from functions.domain.heartbeat import StorageCredentials
 from functions.domain.job import Generation, JobState, TimelineEvent, new_job, new_job_id
 from functions.domain.jobspec import JobSpec, parse_job
 from functions.domain.onstart import build_host_env, build_onstart
-from infra.local.hosts import LocalHost
-from infra.local.stack import CLOUDFLARE_PARENT_KEY, R2_BUCKET, LocalStack, LocalStackConfig
+from tests.paths import ROOT
+from tether_local.hosts import LocalHost
+from tether_local.stack import CLOUDFLARE_PARENT_KEY, R2_BUCKET, LocalStack, LocalStackConfig
 
-ROOT = Path(__file__).resolve().parents[2]
 SIGNED = {
     "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDLOCALTEST/20260101/us-east-1/"
     "execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=0"

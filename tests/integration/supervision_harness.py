@@ -11,7 +11,6 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,11 +30,11 @@ from functions.domain.job import (
 )
 from functions.domain.jobspec import parse_job
 from infra import names
-from infra.local.aws import Deployed, LocalAws
-from infra.local.cloudflare_sim import CloudflareSim
-from infra.local.vast_sim import VastSimulator
+from tests.paths import ROOT
+from tether_local.aws import Deployed, LocalAws
+from tether_local.cloudflare_sim import CloudflareSim
+from tether_local.vast_sim import VastSimulator
 
-ROOT = Path(__file__).resolve().parents[2]
 WHEEL_KEY = f"{names.AGENT_WHEEL_PREFIX}tether_agent-0.1.0-py3-none-any.whl"
 CLOUDFLARE_ACCOUNT = "local-account"
 CLOUDFLARE_TOKEN = "local-api-token-0123456789"

@@ -1,0 +1,42 @@
+"""Submit → provision → training → finished, with the real lifecycle and monitor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import api, s3_keys, tiny_spec, wait_for
+from tether_local.stack import LocalStack
+
+pytestmark = pytest.mark.slow
+
+TERMINAL = {"FINISHED", "FAILED", "CANCELLED", "OVER_BUDGET"}
+
+
+def test_submitted_job_is_provisioned_trains_and_finishes(stack: LocalStack) -> None:
+    run = "python -m tether_agent.examples.tiny_train --steps 30 --checkpoint-every 10"
+    created = api(stack, "POST", "/jobs", json=tiny_spec(name="end-to-end", run=run))
+    assert created.status_code == 201, created.text
+    job_id = created.json()["job_id"]
+
+    def terminal() -> dict[str, Any] | None:
+        stack.tick()  # the monitor, as EventBridge would run it
+        job: dict[str, Any] = api(stack, "GET", f"/jobs/{job_id}").json()
+        return job if job["state"] in TERMINAL else None
+
+    job = wait_for("the job to end", terminal, timeout_s=50)
+    assert stack.hosts is not None
+    hosts = stack.hosts.for_job(job_id)
+    logs = "\n".join(h.log_text()[-2000:] for h in hosts)
+    assert job["state"] == "FINISHED", (job, logs)
+    assert len(hosts) == 1
+    manifests = [k for k in s3_keys(stack, job_id) if k.endswith("manifest.json")]
+    assert len(manifests) == 3, manifests
+    # The lifecycle's rent env: no account-wide secret reached the host (invariant 6).
+    env = hosts[0].received_env
+    for secret in stack.account_secrets():
+        assert not [name for name, value in env.items() if secret in value]
+    # Finished: the host was destroyed and no instance of the job bills any more.
+    wait_for("the host destroyed", lambda: hosts[0].state == "destroyed", timeout_s=20)
+    assert hosts[0].instance_id not in stack.vast.gpu_billing_instances()

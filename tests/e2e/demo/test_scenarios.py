@@ -1,0 +1,103 @@
+"""`tether demo`'s fault scenarios end to end on one local stack: each asserts DESIGN §6's
+invariants through stored state (DynamoDB, the S3 stand-in) and the Vast simulator's ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from functions.adapters.store import JobStore
+from tests.paths import ROOT
+from tether_cli.main import main
+from tether_local.demo import DemoSummary, demo_stack_config, run_scenario
+from tether_local.stack import LocalStack
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with LocalStack(demo_stack_config(tmp_path_factory.mktemp("demo"))) as stack:
+        yield stack
+
+
+def _assert_sound(summary: DemoSummary) -> None:
+    failed = {k: summary.invariant_details[k] for k, ok in summary.invariants.items() if not ok}
+    assert not failed, failed
+    assert all(summary.scenario_checks.values()), summary.scenario_checks
+    assert summary.final_state == summary.expected_state, summary
+
+
+def _generations(stack: LocalStack, job_id: str) -> list[int]:
+    return [g.generation for g in JobStore(stack.table_name()).list_generations(job_id)]
+
+
+def test_dead_twice_resumes_twice_and_ends_identical(demo_stack: LocalStack) -> None:
+    summary = run_scenario("dead-twice", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.identical_to_uninterrupted and summary.compared_step == 300
+    assert [i.kind for i in summary.incidents] == ["dead", "dead"]
+    assert all(i.resumed_after_s is not None for i in summary.incidents)
+    assert _generations(demo_stack, summary.job_id) == [1, 2, 3]
+
+
+def test_zombie_is_superseded_and_never_billed(demo_stack: LocalStack) -> None:
+    summary = run_scenario("zombie", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.scenario_checks == {"zombie_stopped_itself": True, "zombie_never_billed": True}
+    assert _generations(demo_stack, summary.job_id) == [1, 2]
+
+
+def test_hung_gpu_is_replaced(demo_stack: LocalStack) -> None:
+    summary = run_scenario("hung-gpu", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.identical_to_uninterrupted
+    assert summary.incidents[0].detected_after_s is not None
+
+
+def test_no_progress_with_idle_gpu_is_replaced(demo_stack: LocalStack) -> None:
+    summary = run_scenario("no-progress", stack=demo_stack)
+    _assert_sound(summary)
+    assert _generations(demo_stack, summary.job_id) == [1, 2]
+
+
+def test_supervisor_dead_host_stops_itself_within_the_lease(demo_stack: LocalStack) -> None:
+    summary = run_scenario("supervisor-dead", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.scenario_checks["host_stopped_itself"]
+    assert summary.scenario_checks["no_gpu_billing_after_stop"]
+    assert summary.identical_to_uninterrupted
+
+
+def test_over_budget_stops_within_one_interval(demo_stack: LocalStack) -> None:
+    summary = run_scenario("over-budget", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.final_state == "OVER_BUDGET"
+    assert summary.identical_to_uninterrupted  # the last checkpoint equals the reference's
+
+
+def test_vast_flaky_api_still_replaces_once(demo_stack: LocalStack) -> None:
+    summary = run_scenario("vast-flaky", stack=demo_stack)
+    _assert_sound(summary)
+    assert _generations(demo_stack, summary.job_id) == [1, 2]
+    assert not demo_stack.vast.pending_faults()
+
+
+def test_crash_loop_fails_after_max_restarts(demo_stack: LocalStack) -> None:
+    summary = run_scenario("crash-loop", stack=demo_stack)
+    _assert_sound(summary)
+    job = JobStore(demo_stack.table_name()).get_job(summary.job_id)
+    assert job is not None and job.state.value == "FAILED" and job.restarts == 2
+    assert len(summary.incidents) == 3
+    assert summary.log_tail and "crashing on purpose" in summary.log_tail
+
+
+def test_cli_rejects_an_unknown_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--scenario", "nope"]) == 2
+    assert "--scenario" in capsys.readouterr().err
+
+
+def test_makefile_demo_runs_the_cli() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(VENV)/bin/tether demo" in makefile

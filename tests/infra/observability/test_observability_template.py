@@ -1,0 +1,180 @@
+"""The dashboard, alarms and notifications in the synthesized template, and the logs route."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from infra import names
+from infra.constructs import observability as obs
+from infra.constructs.api import LOGS_TABLE_ACTIONS
+from tests.infra.conftest import resources
+from tests.infra.stack.test_template import function_by_handler, role_actions
+
+
+def alarm(template: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [
+        v["Properties"]
+        for k, v in resources(template, "AWS::CloudWatch::Alarm").items()
+        if k.startswith(f"{names.OBSERVABILITY_ID}{name}")
+    ]
+    assert len(found) == 1, name
+    props: dict[str, Any] = found[0]
+    return props
+
+
+def alarm_topic_id(template: dict[str, Any]) -> str:
+    (topic_id,) = [
+        k
+        for k, v in resources(template, "AWS::SNS::Topic").items()
+        if v["Properties"].get("DisplayName") == "tether alarms"
+    ]
+    return topic_id
+
+
+def metric_stats(props: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """id or metric name → MetricStat of an alarm (single metric or math expression)."""
+    if "MetricName" in props:
+        return {props["MetricName"]: props}
+    return {
+        q["Id"]: q["MetricStat"]["Metric"] | {"Stat": q["MetricStat"]["Stat"]}
+        for q in props["Metrics"]
+        if "MetricStat" in q
+    }
+
+
+def dashboard_body(template: dict[str, Any]) -> str:
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    # Fn::Join of literal pieces and references: keep the literals and mark the references.
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    return "".join(p if isinstance(p, str) else "<ref>" for p in parts)
+
+
+def widget_metrics(template: dict[str, Any]) -> dict[str, set[str]]:
+    """Widget title → the metric names it plots."""
+    body = json.loads(re.sub(r'"<ref>"|<ref>', '"ref"', dashboard_body(template)))
+    found: dict[str, set[str]] = {}
+    for widget in body["widgets"]:
+        props = widget["properties"]
+        title = props.get("title", "")
+        for metric in props.get("metrics", []):
+            found.setdefault(title, set()).update(
+                m for m in metric if isinstance(m, str) and not m.startswith(("AWS/", "Tether"))
+            )
+    return found
+
+
+def test_every_alarm_notifies_the_alarm_topic(template) -> None:
+    topic = alarm_topic_id(template)
+    alarms = resources(template, "AWS::CloudWatch::Alarm")
+    assert len(alarms) == 5
+    for props in (a["Properties"] for a in alarms.values()):
+        assert props["AlarmActions"] == [{"Ref": topic}]
+
+
+@pytest.mark.parametrize(
+    ("name", "operator", "threshold", "missing"),
+    [
+        ("MonitorNotRunning", "LessThanThreshold", 1, "breaching"),
+        ("LifecycleFailing", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+        ("SpendNearBudget", "GreaterThanOrEqualToThreshold", 0.8, "notBreaching"),
+        ("OrphanFound", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+        ("JobFailed", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+    ],
+)
+def test_alarm_thresholds(template, name: str, operator: str, threshold: float, missing: str):
+    props = alarm(template, name)
+    assert props["ComparisonOperator"] == operator
+    assert props["Threshold"] == threshold
+    assert props["TreatMissingData"] == missing
+
+
+def test_alarms_watch_the_right_metrics(template) -> None:
+    monitor = metric_stats(alarm(template, "MonitorNotRunning"))
+    assert {m["MetricName"] for m in monitor.values()} == {"Invocations", "Errors"}
+    assert all(m["Namespace"] == "AWS/Lambda" for m in monitor.values())
+    (monitor_fn, _) = function_by_handler(template, names.MONITOR_HANDLER)
+    for m in monitor.values():
+        assert m["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": monitor_fn}}]
+    assert alarm(template, "MonitorNotRunning")["OKActions"]  # "running again" is news too
+
+    lifecycle = metric_stats(alarm(template, "LifecycleFailing"))
+    assert {m["MetricName"] for m in lifecycle.values()} == {
+        "ExecutionsFailed",
+        "ExecutionsTimedOut",
+        "ExecutionsAborted",
+    }
+    for name, metric in (
+        ("SpendNearBudget", obs.BUDGET_FRACTION_METRIC),
+        ("OrphanFound", obs.ORPHANS_METRIC),
+        ("JobFailed", obs.LIFECYCLE_FAILED_METRIC),
+    ):
+        (stat,) = metric_stats(alarm(template, name)).values()
+        assert stat["Namespace"] == names.METRICS_NAMESPACE
+        assert stat["MetricName"] == metric
+        assert stat["Dimensions"] == [{"Name": "service", "Value": names.SERVICE_NAME}]
+
+
+def test_dashboard_widgets_plot_the_metrics_the_code_emits(template) -> None:
+    widgets = widget_metrics(template)
+    expected = {
+        "Spend of active jobs (USD)": {obs.SPEND_METRIC},
+        "Budget used, highest job": {obs.BUDGET_FRACTION_METRIC},
+        "Active jobs and instances": {obs.JOBS_METRIC, obs.INSTANCES_METRIC},
+        "Heartbeat age, oldest live job (s)": {obs.HEARTBEAT_AGE_METRIC},
+        "Recoveries by cause": {"Verdict_dead", "Verdict_hung", "Verdict_crashed", "HostsBlamed"},
+        "Detection → training resumed (s)": {obs.RECOVERY_TIME_METRIC},
+        "Checkpoint upload lag (s)": {obs.CHECKPOINT_LAG_METRIC},
+        "Work lost per incident (s of training)": {obs.WORK_LOST_METRIC},
+        "Lifecycle failures": {"ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted"},
+        "API 4xx / 5xx": {"4xx", "5xx", "Errors"},
+    }
+    for title, metrics in expected.items():
+        assert metrics <= widgets.get(title, set()), title
+    assert '"type":"alarm"' in dashboard_body(template)
+
+
+def test_custom_metrics_have_only_the_service_dimension(template) -> None:
+    body = dashboard_body(template)
+    for match in re.finditer(r'\["Tether","[^"]+"(?:,"([^"]+)","([^"]+)")?', body):
+        assert match.groups() == ("service", names.SERVICE_NAME), match.group(0)
+
+
+def test_email_subscriptions_are_optional_and_cover_both_topics(template) -> None:
+    parameter = template["Parameters"][obs.ALARM_EMAIL_PARAMETER]
+    assert parameter["Default"] == ""
+    subscriptions = resources(template, "AWS::SNS::Subscription")
+    assert len(subscriptions) == 2
+    conditions = {s["Condition"] for s in subscriptions.values()}
+    assert len(conditions) == 1
+    (condition,) = conditions
+    assert template["Conditions"][condition] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": obs.ALARM_EMAIL_PARAMETER}, ""]}]
+    }
+    topics = {s["Properties"]["TopicArn"]["Ref"] for s in subscriptions.values()}
+    assert alarm_topic_id(template) in topics and len(topics) == 2
+    for s in subscriptions.values():
+        assert s["Properties"]["Protocol"] == "email"
+        assert s["Properties"]["Endpoint"] == {"Ref": obs.ALARM_EMAIL_PARAMETER}
+
+
+def test_logs_route_is_iam_authorized_and_its_function_reads_only_what_it_needs(template):
+    routes = {
+        r["Properties"]["RouteKey"]: r["Properties"]
+        for r in resources(template, "AWS::ApiGatewayV2::Route").values()
+    }
+    method, path = names.LOGS_ROUTE
+    assert routes[f"{method} {path}"]["AuthorizationType"] == "AWS_IAM"
+    _, logs_fn = function_by_handler(template, names.LOGS_HANDLER)
+    actions = role_actions(template, logs_fn)
+    assert {a for a in actions if a.startswith("dynamodb:")} == set(LOGS_TABLE_ACTIONS)
+    assert "secretsmanager:GetSecretValue" in actions
+    env = logs_fn["Properties"]["Environment"]["Variables"]
+    assert names.CLOUDFLARE_SECRET_ARN_ENV in env and names.VAST_SECRET_ARN_ENV not in env
+    # The jobs function does not get the Cloudflare secret.
+    _, jobs_fn = function_by_handler(template, names.JOBS_HANDLER)
+    assert "secretsmanager:GetSecretValue" not in role_actions(template, jobs_fn)

@@ -1,0 +1,207 @@
+"""Agent test support: a real S3 server (`rclone serve s3`), a fake control plane that answers
+heartbeats and records Vast stop calls, and helpers to run the agent as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tether_agent.storage import Credentials, CredentialStore, Storage
+
+from tests.paths import ROOT
+from tether_local.s3server import S3Server, start_s3_server
+
+FAKE_TRAIN = Path(__file__).with_name("fake_train.py")
+ACCESS_KEY = "TETHERTESTKEY01"
+SECRET_KEY = "tether-test-secret-0001"
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with start_s3_server(tmp_path_factory.mktemp("s3"), {ACCESS_KEY: SECRET_KEY}, None) as srv:
+        yield srv
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server) -> str:
+    name = f"b{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(name)
+    return name
+
+
+def make_storage(endpoint: str, bucket: str, prefix: str = "jobs/j1/", **kwargs: Any) -> Storage:
+    creds = Credentials(ACCESS_KEY, SECRET_KEY, "", None, endpoint, bucket)
+    kwargs.setdefault("backoff_s", 0.05)
+    kwargs.setdefault("part_size", 5 * 1024 * 1024)
+    return Storage(CredentialStore(creds), prefix, **kwargs)
+
+
+@pytest.fixture
+def storage(s3_server: S3Server, bucket: str) -> Iterator[Storage]:
+    st = make_storage(s3_server.endpoint_url, bucket)
+    yield st
+    st.close()
+
+
+@dataclass
+class ControlPlane:
+    """Answers POST /agent/heartbeat and records Vast instance calls."""
+
+    command: str = "continue"
+    lease_s: float = 3600.0
+    down: bool = False
+    credentials: dict[str, Any] | None = None
+    heartbeats: list[dict[str, Any]] = field(default_factory=list)
+    vast_calls: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def last(self) -> dict[str, Any] | None:
+        with self._lock:
+            return self.heartbeats[-1] if self.heartbeats else None
+
+    def wait_for(self, predicate, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                found = [hb for hb in self.heartbeats if predicate(hb)]
+            if found:
+                return found[-1]
+            time.sleep(0.02)
+        raise AssertionError(f"no matching heartbeat; last: {self.last()}")
+
+
+@pytest.fixture
+def control_plane() -> Iterator[ControlPlane]:
+    plane = ControlPlane()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _body(self) -> dict[str, Any]:
+            length = int(self.headers.get("Content-Length") or 0)
+            body: dict[str, Any] = json.loads(self.rfile.read(length) or b"{}")
+            return body
+
+        def _reply(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            body = self._body()
+            if plane.down:
+                self._reply(503, {"message": "Service Unavailable"})
+                return
+            with plane._lock:
+                plane.heartbeats.append(
+                    {**body, "authorization": self.headers.get("Authorization")}
+                )
+            now = time.time()
+            reply: dict[str, Any] = {
+                "command": plane.command,
+                "lease_expires_at": 0 if plane.command == "superseded" else now + plane.lease_s,
+                "server_time": now,
+            }
+            if plane.credentials:
+                reply["credentials"] = plane.credentials
+            self._reply(200, reply)
+
+        def _vast(self, method: str) -> None:
+            body = self._body() if method == "PUT" else {}
+            with plane._lock:
+                plane.vast_calls.append(
+                    {"method": method, "path": self.path, "body": body,
+                     "authorization": self.headers.get("Authorization")}
+                )  # fmt: skip
+            self._reply(200, {"success": True})
+
+        def do_PUT(self) -> None:
+            self._vast("PUT")
+
+        def do_DELETE(self) -> None:
+            self._vast("DELETE")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    plane.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield plane
+    server.shutdown()
+    server.server_close()
+
+
+def agent_env(
+    tmp_path: Path, s3: S3Server, bucket: str, plane: ControlPlane, **overrides: str
+) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "CONTAINER_"))}
+    env.update(
+        {
+            "TETHER_JOB_ID": "j1",
+            "TETHER_GENERATION": "1",
+            "TETHER_API_URL": plane.url,
+            "TETHER_AGENT_TOKEN": "agent-token-1",
+            "TETHER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+            "TETHER_MARKER": ".tether-complete",
+            "TETHER_KEEP_LAST": "3",
+            "TETHER_S3_ENDPOINT": s3.endpoint_url,
+            "TETHER_S3_BUCKET": bucket,
+            "TETHER_S3_PREFIX": "jobs/j1/",
+            "TETHER_S3_ACCESS_KEY_ID": ACCESS_KEY,
+            "TETHER_S3_SECRET_ACCESS_KEY": SECRET_KEY,
+            "TETHER_LEASE_EXPIRES_AT": str(time.time() + 3600),
+            "TETHER_HEARTBEAT_INTERVAL_S": "0.1",
+            "TETHER_GRACE_S": "5",
+            "TETHER_VAST_URL": plane.url,
+            "TETHER_GPU_PROBE": "none",
+            "TETHER_PROBE_TIMEOUT_S": "1",
+            "TETHER_WORK_DIR": str(tmp_path / "work"),
+            "CONTAINER_ID": "4242",
+            "CONTAINER_API_KEY": "instance-key-4242",
+        }
+    )
+    env.update(overrides)
+    return env
+
+
+def start_agent(
+    env: dict[str, str], command: list[str], options: list[str] | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tether_agent", "run", *(options or []), "--", *command],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        out, _ = process.communicate()
+        raise AssertionError(f"agent did not finish:\n{out[-3000:]}") from None
+    return process.returncode, out
+
+
+def fake_train(*args: str) -> list[str]:
+    return [sys.executable, str(FAKE_TRAIN), *args]

@@ -1,0 +1,212 @@
+"""The agent as a real process: training, heartbeats, the lease and commands, kills."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from tether_agent.agent import ExitCode
+from tether_agent.checkpoints import RemoteCheckpointId
+from tether_agent.restore import restore_latest
+
+from tests.integration.agent.conftest import (
+    ControlPlane,
+    agent_env,
+    fake_train,
+    finish,
+    make_storage,
+    start_agent,
+)
+from tether_local.s3server import S3Server
+
+
+def remote_steps(s3: S3Server, bucket: str) -> dict[int, bool]:
+    """step → has a manifest."""
+    storage = make_storage(s3.endpoint_url, bucket)
+    try:
+        return {c.step: storage.read_manifest(c) is not None for c in storage.list_checkpoints()}
+    finally:
+        storage.close()
+
+
+def test_training_runs_uploads_and_reports(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(tmp_path, s3_server, bucket, control_plane)
+    code, out = finish(start_agent(env, fake_train("--steps", "3", "--exit-code", "0")))
+    assert code == 0, out
+    assert remote_steps(s3_server, bucket) == {1: True, 2: True, 3: True}
+    last = control_plane.last()
+    assert last is not None
+    assert last["phase"] == "finished" and last["exit_code"] == 0
+    assert last["last_checkpoint"]["step"] == 3 and last["step"] == 3
+    assert last["authorization"] == "Bearer agent-token-1"
+    assert last["gpu"]["available"] is False
+    assert "saved 3" in out  # training output reaches the console…
+    assert "saved 3" in (tmp_path / "work" / "logs" / "training.log").read_text()  # …and the log
+
+
+def test_training_failure_code_passes_through(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(tmp_path, s3_server, bucket, control_plane)
+    code, out = finish(start_agent(env, fake_train("--steps", "1", "--exit-code", "7")))
+    assert code == 7, out
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "failed" and last["exit_code"] == 7
+
+
+def test_lease_expiry_stops_training_uploads_final_checkpoint_and_stops_machine(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    control_plane.down = True  # the supervisor is gone: nothing renews the lease
+    env = agent_env(
+        tmp_path, s3_server, bucket, control_plane,
+        # Long enough for the agent and the script to start on a loaded machine (2 s flaked).
+        TETHER_LEASE_EXPIRES_AT=str(time.time() + 8),
+    )  # fmt: skip
+    agent = start_agent(env, fake_train("--steps", "2", "--hold", "--save-on-term"))
+    code, out = finish(agent)
+    assert code == ExitCode.LEASE_EXPIRED, out
+    steps = remote_steps(s3_server, bucket)
+    assert steps.get(102) is True, f"final checkpoint (saved on SIGTERM) not uploaded: {steps}"
+    assert control_plane.vast_calls == [
+        {
+            "method": "PUT",
+            "path": "/api/v0/instances/4242/",
+            "body": {"state": "stopped"},
+            "authorization": "Bearer instance-key-4242",
+        }
+    ]
+
+
+def test_superseded_uploads_nothing_more_and_stops_machine(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(tmp_path, s3_server, bucket, control_plane, TETHER_ON_DEAD_MAN="destroy")
+    agent = start_agent(env, fake_train("--steps", "1", "--hold", "--save-on-term"))
+    control_plane.wait_for(lambda hb: (hb.get("last_checkpoint") or {}).get("step") == 1)
+    control_plane.command = "superseded"
+    code, out = finish(agent)
+    assert code == ExitCode.SUPERSEDED, out
+    assert remote_steps(s3_server, bucket) == {1: True}  # the SIGTERM save (101) stays local
+    assert (tmp_path / "ckpt" / "checkpoint-101" / ".tether-complete").is_file()
+    assert [c["method"] for c in control_plane.vast_calls] == ["DELETE"]
+
+
+def test_stop_command_uploads_final_checkpoint(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(tmp_path, s3_server, bucket, control_plane)
+    agent = start_agent(env, fake_train("--steps", "1", "--hold", "--save-on-term"))
+    control_plane.wait_for(lambda hb: hb["phase"] == "training")
+    control_plane.command = "stop"
+    code, out = finish(agent)
+    assert code == ExitCode.STOPPED, out
+    assert remote_steps(s3_server, bucket).get(101) is True
+    assert len(control_plane.vast_calls) == 1
+
+
+def test_heartbeat_api_down_for_many_intervals_does_not_stop_training(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    # 3 s down at a 0.05 s interval = 60 intervals: "minutes" at the real 15 s interval.
+    control_plane.down = True
+    env = agent_env(tmp_path, s3_server, bucket, control_plane, TETHER_HEARTBEAT_INTERVAL_S="0.05")
+    agent = start_agent(env, fake_train("--steps", "30", "--every-s", "0.1"))
+    time.sleep(3)
+    assert agent.poll() is None, "agent stopped while the API was down"
+    control_plane.down = False
+    code, out = finish(agent)
+    assert code == 0, out
+    assert remote_steps(s3_server, bucket).get(30) is True
+    assert control_plane.heartbeats, "heartbeats did not resume"
+    assert "heartbeat failed" in out
+
+
+def test_agent_killed_mid_upload_leaves_no_manifest_and_restore_ignores_it(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(tmp_path, s3_server, bucket, control_plane)
+    agent = start_agent(
+        env,
+        fake_train("--steps", "2", "--big-step", "2", "--big-mb", "24", "--hold"),
+        ["--bandwidth-limit-mb-s", "8", "--part-size-mb", "5"],
+    )
+    storage = make_storage(s3_server.endpoint_url, bucket)
+    try:
+        control_plane.wait_for(lambda hb: (hb.get("last_checkpoint") or {}).get("step") == 1)
+        control_plane.wait_for(lambda hb: hb["bytes_uploaded"] > 6 * 1024 * 1024)
+        os.killpg(agent.pid, signal.SIGKILL)  # the agent and its training, mid-upload
+        finish(agent)
+        assert storage.read_manifest(RemoteCheckpointId(2, 1)) is None
+        restored = restore_latest(storage, generation=2, checkpoint_dir=tmp_path / "next")
+        assert restored is not None and restored.ref.step == 1
+    finally:
+        storage.close()
+
+
+def test_restored_checkpoint_is_reported_and_not_uploaded_again(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env1 = agent_env(tmp_path / "host1", s3_server, bucket, control_plane)
+    assert finish(start_agent(env1, fake_train("--steps", "2")))[0] == 0
+    env2 = agent_env(tmp_path / "host2", s3_server, bucket, control_plane, TETHER_GENERATION="2")
+    code, out = finish(start_agent(env2, fake_train("--steps", "1")))
+    assert code == 0, out
+    last = control_plane.last()
+    assert last is not None and last["generation"] == 2
+    assert (
+        last["restored_checkpoint"]["step"] == 2 and last["restored_checkpoint"]["generation"] == 1
+    )
+    assert last["last_checkpoint"]["step"] == 3  # the fake script resumed at 2 and saved 3
+    steps = remote_steps(s3_server, bucket)
+    assert steps == {1: True, 2: True, 3: True}
+
+
+def test_gpu_probe_hang_reported_in_heartbeat(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    probe_file = tmp_path / "gpu-mode"
+    probe_file.write_text("hung")
+    env = agent_env(
+        tmp_path, s3_server, bucket, control_plane,
+        TETHER_GPU_PROBE=f"fake:{probe_file}", TETHER_PROBE_TIMEOUT_S="0.3",
+    )  # fmt: skip
+    agent = start_agent(env, fake_train("--steps", "1", "--hold"))
+    try:
+        hb = control_plane.wait_for(lambda hb: hb["gpu"]["responsive"] is False)
+        assert hb["gpu"]["available"] is True
+        assert "0.3s" in hb["gpu"]["error"]
+        probe_file.write_text("responsive")
+        hb = control_plane.wait_for(lambda hb: hb["gpu"]["utilization_pct"] == 97.0)
+        assert hb["gpu"]["unresponsive_s"] == 0
+    finally:
+        agent.send_signal(signal.SIGTERM)  # forwarded to training, which exits 143
+        code, out = finish(agent)
+    assert code == 143, out
+
+
+def test_interrupted_and_resumed_equals_uninterrupted(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    tiny = [sys.executable, "-m", "tether_agent.examples.tiny_train", "--steps", "60",
+            "--checkpoint-every", "10"]  # fmt: skip
+    straight = tmp_path / "straight"
+    env0 = agent_env(straight, s3_server, bucket + "x", control_plane)
+    s3_server.create_bucket(bucket + "x")
+    assert finish(start_agent(env0, tiny))[0] == 0
+
+    # Generation 1 crashes after step 35 (last checkpoint 30); generation 2, on a fresh
+    # host, restores step 30 from the bucket and trains to the end.
+    env1 = agent_env(tmp_path / "host1", s3_server, bucket, control_plane)
+    assert finish(start_agent(env1, [*tiny, "--crash-at-step", "35"]))[0] == 1
+    env2 = agent_env(tmp_path / "host2", s3_server, bucket, control_plane, TETHER_GENERATION="2")
+    code, out = finish(start_agent(env2, tiny))
+    assert code == 0, out
+    assert "resumed from" in out and "checkpoint-30" in out
+    resumed = (tmp_path / "host2" / "ckpt" / "final_sha256.txt").read_text()
+    assert resumed == (straight / "ckpt" / "final_sha256.txt").read_text()

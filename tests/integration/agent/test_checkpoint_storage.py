@@ -1,0 +1,185 @@
+"""Uploads, restores and retention against a real S3 server (`rclone serve s3`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+from tether_agent.checkpoints import RemoteCheckpointId
+from tether_agent.restore import restore_latest
+from tether_agent.storage import Credentials, Storage
+from tether_agent.uploader import CheckpointUploader
+
+from tests.integration.agent.conftest import ACCESS_KEY, SECRET_KEY, make_storage
+from tether_local.s3server import start_s3_server
+
+MARKER = ".tether-complete"
+
+
+def write_checkpoint(root: Path, step: int, files: dict[str, bytes], marked: bool = True) -> Path:
+    path = root / f"checkpoint-{step}"
+    path.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(data)
+    if marked:
+        (path / MARKER).write_text("done")
+    return path
+
+
+def uploader_for(storage: Storage, root: Path, generation: int = 1, keep: int = 3):
+    return CheckpointUploader(storage, root, MARKER, generation, keep, poll_interval_s=0.05)
+
+
+def test_nothing_is_uploaded_before_the_marker(storage: Storage, tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    path = write_checkpoint(root, 5, {"model.bin": b"x" * 1000}, marked=False)
+    uploader = uploader_for(storage, root)
+    uploader.start()
+    try:
+        assert uploader.upload_pending() == []
+        time.sleep(0.3)  # let the watcher run a few scans
+        assert storage.list_keys(storage.prefix) == []
+        (path / MARKER).write_text("done")
+        deadline = time.monotonic() + 20
+        while uploader.last is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        uploader.stop_watching()
+    assert uploader.last is not None and uploader.last.step == 5
+    keys = storage.list_keys(storage.prefix)
+    assert "jobs/j1/checkpoints/000000000005-g1/manifest.json" in keys
+    assert "jobs/j1/checkpoints/000000000005-g1/model.bin" in keys
+
+
+def test_round_trip_multipart_and_nested_files(storage: Storage, tmp_path: Path) -> None:
+    big = os.urandom(12 * 1024 * 1024 + 123)  # three 5 MiB parts, the last one short
+    write_checkpoint(tmp_path / "a", 7, {"big.bin": big, "sub/small.json": b"{}", "empty": b""})
+    uploader_for(storage, tmp_path / "a").upload_pending()
+    manifest = storage.read_manifest(RemoteCheckpointId(7, 1))
+    assert manifest is not None
+    by_path = {f.path: f for f in manifest.files}
+    assert by_path["big.bin"].sha256 == hashlib.sha256(big).hexdigest()
+    assert by_path["big.bin"].size == len(big)
+
+    restored = restore_latest(storage, generation=1, checkpoint_dir=tmp_path / "b")
+    assert restored is not None and restored.ref.step == 7
+    assert restored.local_dir == tmp_path / "b" / "checkpoint-7"
+    assert (restored.local_dir / "big.bin").read_bytes() == big
+    assert (restored.local_dir / "sub" / "small.json").read_bytes() == b"{}"
+    assert (restored.local_dir / MARKER).is_file()
+    assert not list((tmp_path / "b").glob(".tether-restore-*"))
+
+
+def test_corrupt_remote_file_falls_back_one_checkpoint(storage: Storage, tmp_path: Path) -> None:
+    root = tmp_path / "up"
+    write_checkpoint(root, 10, {"model.bin": b"a" * 5000})
+    write_checkpoint(root, 20, {"model.bin": b"b" * 5000})
+    uploader_for(storage, root).upload_pending()
+    # Same size, different bytes: only the sha256 can tell.
+    storage.put_bytes("jobs/j1/checkpoints/000000000020-g1/model.bin", b"c" * 5000)
+
+    restored = restore_latest(storage, generation=1, checkpoint_dir=tmp_path / "down")
+    assert restored is not None
+    assert restored.ref.step == 10
+    assert "sha256 mismatch" in restored.skipped[0]
+    assert not (tmp_path / "down" / "checkpoint-20").exists()
+
+
+def test_missing_remote_file_falls_back(storage: Storage, tmp_path: Path) -> None:
+    root = tmp_path / "up"
+    write_checkpoint(root, 1, {"model.bin": b"a"})
+    write_checkpoint(root, 2, {"model.bin": b"b", "extra.bin": b"e"})
+    uploader_for(storage, root).upload_pending()
+    storage._delete(["jobs/j1/checkpoints/000000000002-g1/extra.bin"])
+    restored = restore_latest(storage, generation=1, checkpoint_dir=tmp_path / "down")
+    assert restored is not None and restored.ref.step == 1
+
+
+def test_newer_generation_is_ignored_and_equal_step_prefers_newer_generation(
+    storage: Storage, tmp_path: Path
+) -> None:
+    write_checkpoint(tmp_path / "g1", 30, {"w": b"gen1"})
+    write_checkpoint(tmp_path / "g2", 30, {"w": b"gen2"})
+    write_checkpoint(tmp_path / "g3", 40, {"w": b"gen3"})
+    uploader_for(storage, tmp_path / "g1", generation=1).upload_pending()
+    uploader_for(storage, tmp_path / "g2", generation=2).upload_pending()
+    uploader_for(storage, tmp_path / "g3", generation=3).upload_pending()
+    restored = restore_latest(storage, generation=2, checkpoint_dir=tmp_path / "r")
+    assert restored is not None
+    assert (restored.ref.step, restored.ref.generation) == (30, 2)
+    assert (restored.local_dir / "w").read_bytes() == b"gen2"
+
+
+def test_no_checkpoint_means_fresh_start(storage: Storage, tmp_path: Path) -> None:
+    assert restore_latest(storage, generation=1, checkpoint_dir=tmp_path) is None
+
+
+def test_retention_keeps_the_last_n(storage: Storage, tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    uploader = uploader_for(storage, root, keep=2)
+    for step in (1, 2, 3, 4):
+        write_checkpoint(root, step, {"model.bin": bytes([step]) * 100})
+        uploader.upload_pending()
+    assert sorted(storage.list_checkpoints()) == [
+        RemoteCheckpointId(3, 1),
+        RemoteCheckpointId(4, 1),
+    ]
+    assert all(storage.read_manifest(RemoteCheckpointId(s, 1)) for s in (3, 4))
+
+
+def test_prune_local_keeps_only_the_newest_uploaded(storage: Storage, tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    uploader = CheckpointUploader(storage, root, MARKER, 1, 3, prune_local=True)
+    for step in (1, 2, 3):
+        write_checkpoint(root, step, {"m": b"x"})
+        uploader.upload_pending()
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-3"]
+
+
+def test_credentials_rotated_mid_upload_complete_the_upload(tmp_path: Path) -> None:
+    """The old key stops working mid-upload (server restarted knowing only the new key, which
+    also loses the multipart upload); the new key arrives later, as from a heartbeat."""
+    data_root = tmp_path / "s3"
+    old_server = start_s3_server(data_root, {ACCESS_KEY: SECRET_KEY}, None)
+    port = old_server.port
+    old_server.create_bucket("rot")
+    storage = make_storage(
+        old_server.endpoint_url, "rot", credential_wait_s=30, max_attempts=30, concurrency=2
+    )
+    storage.limiter = type(storage.limiter)(20e6)  # slow enough to restart the server mid-way
+    big = os.urandom(40 * 1024 * 1024)
+    write_checkpoint(tmp_path / "ckpt", 9, {"big.bin": big})
+    uploader = uploader_for(storage, tmp_path / "ckpt")
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(uploader.upload_pending()))
+    thread.start()
+    new_server = None
+    try:
+        deadline = time.monotonic() + 20
+        while storage.stats.bytes_uploaded < 10 * 1024 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert thread.is_alive(), "upload finished before the rotation"
+        old_server.stop()
+        new_server = start_s3_server(
+            data_root, {"ROTATEDKEY002": "rotated-secret-2"}, None, port=port
+        )
+        time.sleep(0.3)  # old key refused for a while: parts wait for new credentials
+        storage.store.offer(
+            Credentials("ROTATEDKEY002", "rotated-secret-2", "", time.time() + 900,
+                        new_server.endpoint_url, "rot")
+        )  # fmt: skip
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert result and result[0], "upload did not complete"
+        restored = restore_latest(storage, generation=1, checkpoint_dir=tmp_path / "back")
+        assert restored is not None and (restored.local_dir / "big.bin").read_bytes() == big
+    finally:
+        thread.join(timeout=1)
+        storage.close()
+        if new_server:
+            new_server.stop()
+        old_server.stop()

@@ -1,0 +1,182 @@
+"""Job API behaviour under moto: submit, idempotency, list, get, cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.domain.job import JobState, TimelineEvent
+from tests.integration.api.helpers import running_job, spec, submit
+
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
+
+
+def test_submit_stores_a_pending_job_and_starts_its_provision_transition(api):
+    reply = api.jobs("POST", "/jobs", body=spec())
+    assert reply.status == 201
+    job = reply.body
+    assert job["state"] == "PENDING"
+    assert job["job_id"].startswith("tiny-cpu-")
+    assert reply.headers["Location"] == f"/jobs/{job['job_id']}"
+    assert job["submitted_by"] == "arn:aws:iam::123456789012:user/alice"
+    assert [e["kind"] for e in job["timeline"]] == ["submitted"]
+    assert api.executions() == [f"{job['job_id']}-provision-g1"]
+    stored = api.store.get_job(job["job_id"])
+    assert stored is not None and stored.state == JobState.PENDING
+    assert stored.spec.name == "tiny-cpu"
+
+
+def test_a_retried_submit_with_the_same_idempotency_key_creates_one_job(api):
+    headers = {"Idempotency-Key": "retry-1"}
+    first = api.jobs("POST", "/jobs", body=spec(), headers=headers)
+    second = api.jobs("POST", "/jobs", body=spec(), headers=headers)
+    assert first.status == second.status == 201
+    assert second.body["job_id"] == first.body["job_id"]
+    assert second.headers.get("Idempotent-Replayed") == "true"
+    listed = api.jobs("GET", "/jobs").body["jobs"]
+    assert [j["job_id"] for j in listed] == [first.body["job_id"]]
+    assert api.executions() == [f"{first.body['job_id']}-provision-g1"]
+
+
+def test_an_idempotency_key_reused_with_another_spec_is_a_409_and_stores_nothing(api):
+    api.jobs("POST", "/jobs", body=spec(), headers={"Idempotency-Key": "k"})
+    before = api.items()
+    reply = api.jobs("POST", "/jobs", body=spec(budget_usd=2.0), headers={"Idempotency-Key": "k"})
+    assert reply.status == 409
+    assert reply.body["details"][0]["path"] == "header.idempotency-key"
+    assert api.items() == before
+
+
+def test_without_a_key_two_submits_are_two_jobs(api):
+    assert submit(api) != submit(api)
+
+
+def test_list_is_newest_first_and_paginates_without_gaps_or_repeats(api):
+    ids = []
+    for _ in range(5):
+        ids.append(submit(api))
+        api.clock.now += 10
+    seen, token, pages = [], None, 0
+    while True:
+        query = {"limit": "2"} | ({"next": token} if token else {})
+        page = api.jobs("GET", "/jobs", query=query)
+        assert page.status == 200
+        assert len(page.body["jobs"]) <= 2
+        seen += [j["job_id"] for j in page.body["jobs"]]
+        pages += 1
+        token = page.body["next"]
+        if token is None:
+            break
+    assert seen == list(reversed(ids))
+    assert pages == 3
+
+
+def test_list_filters_by_state(api):
+    pending = submit(api)
+    running = running_job(api)
+    cancelled = submit(api)
+    api.jobs("POST", f"/jobs/{cancelled}/cancel")
+    api.store.transition_job(
+        cancelled,
+        JobState.CANCELLED,
+        expected=[JobState.STOPPING],
+        now=api.clock.now,
+        event=TimelineEvent(job_id=cancelled, at=api.clock.now, kind="stopped", message="x"),
+    )
+
+    def ids(state: str) -> list[str]:
+        reply = api.jobs("GET", "/jobs", query={"state": state})
+        assert reply.status == 200
+        return [j["job_id"] for j in reply.body["jobs"]]
+
+    assert ids("PENDING") == [pending]
+    assert ids("running") == [running]
+    assert ids("CANCELLED") == [cancelled]
+    assert ids("FAILED") == []
+
+
+def test_terminal_jobs_leave_the_active_index(api):
+    job_id = submit(api)
+    assert [j.job_id for j in api.store.list_active_jobs()] == [job_id]
+    api.jobs("POST", f"/jobs/{job_id}/cancel")
+    assert [j.job_id for j in api.store.list_active_jobs()] == [job_id]  # STOPPING is active
+    api.store.transition_job(
+        job_id,
+        JobState.CANCELLED,
+        expected=[JobState.STOPPING],
+        now=api.clock.now,
+        event=TimelineEvent(job_id=job_id, at=api.clock.now, kind="stopped", message="x"),
+    )
+    assert api.store.list_active_jobs() == []
+    raw = api.store.client.get_item(
+        TableName=api.store.table_name, Key={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}}
+    )["Item"]
+    assert "active_pk" not in raw
+
+
+def test_get_shows_host_spend_checkpoint_and_timeline(api):
+    job_id = running_job(api, usd_per_hour=0.4)
+    from tests.integration.api.helpers import auth, heartbeat_body
+
+    api.store.write_pulse(api.clock.now)
+    assert (
+        api.heartbeat(
+            "POST", "/agent/heartbeat", body=heartbeat_body(job_id), headers=auth()
+        ).status
+        == 200
+    )
+    reply = api.jobs("GET", f"/jobs/{job_id}")
+    assert reply.status == 200
+    job = reply.body
+    assert job["state"] == "RUNNING"
+    assert job["host"]["instance_id"] == 1001
+    assert job["host"]["usd_per_hour"] == 0.4
+    assert job["host"]["last_heartbeat"]["step"] == 120
+    assert "token_hash" not in job["host"] and "credentials" not in job["host"]
+    assert job["spend"] == {
+        "spent_usd": 0.0,
+        "budget_usd": 1.0,
+        "remaining_usd": 1.0,
+        "fraction_used": 0.0,
+    }
+    assert job["last_checkpoint"] == {"step": 100, "generation": 1, "manifest_key": "m.json"}
+    assert [e["kind"] for e in job["timeline"]] == ["submitted", "running"]
+
+
+def test_get_unknown_job_is_404(api):
+    reply = api.jobs("GET", "/jobs/nope-00000000")
+    assert reply.status == 404
+    assert reply.body["error"] == "not_found"
+
+
+def test_cancel_is_idempotent_and_starts_one_stop_transition(api):
+    job_id = running_job(api)
+    first = api.jobs("POST", f"/jobs/{job_id}/cancel")
+    second = api.jobs("POST", f"/jobs/{job_id}/cancel")
+    assert first.status == second.status == 202
+    assert first.body["state"] == second.body["state"] == "STOPPING"
+    assert first.body["stop_reason"] == "cancelled"
+    assert [e["kind"] for e in second.body["timeline"]].count("cancel_requested") == 1
+    assert f"{job_id}-stop" in api.executions()
+    assert api.executions().count(f"{job_id}-stop") == 1
+
+
+def test_cancel_of_a_finished_job_is_409_and_changes_nothing(api):
+    job_id = submit(api)
+    api.jobs("POST", f"/jobs/{job_id}/cancel")
+    api.store.transition_job(
+        job_id,
+        JobState.FINISHED,
+        expected=[JobState.STOPPING],
+        now=api.clock.now,
+        event=TimelineEvent(job_id=job_id, at=api.clock.now, kind="finished", message="done"),
+    )
+    before = api.items()
+    reply = api.jobs("POST", f"/jobs/{job_id}/cancel")
+    assert reply.status == 409
+    assert reply.body["error"] == "conflict"
+    assert "FINISHED" in reply.body["message"]
+    assert api.items() == before
+
+
+def test_cancel_of_an_unknown_job_is_404(api):
+    assert api.jobs("POST", "/jobs/ghost-12345678/cancel").status == 404

@@ -1,0 +1,120 @@
+"""`tether local up` records its API URL for `--local` while it serves and removes it on exit.
+
+The local stack itself is replaced by a stand-in (the real one is exercised in tests/e2e): what
+is tested here is the state file's life around it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether_cli import api_client
+from tether_cli.main import main
+from tether_local import stack as local_stack
+
+API_URL = "http://127.0.0.1:50123/"
+
+
+class FakeStack:
+    """Stands in for LocalStack; once `local up` has written its state file, reads it and
+    sends the process SIGTERM, as a user's Ctrl-C (or `kill`) would."""
+
+    def __init__(self, config: Any, state_path: Path, seen: dict[str, Any]) -> None:
+        self.api_url = API_URL
+        self.s3_url = "http://127.0.0.1:50124/"
+        self.vast_url = "http://127.0.0.1:50125/"
+        self.cloudflare_url = "http://127.0.0.1:50126/"
+        self.root = Path("/tmp/tether-local-test")
+        self.state_path = state_path
+        self.seen = seen
+        self.watcher = threading.Thread(target=self._stop_once_serving, daemon=True)
+
+    def __enter__(self) -> FakeStack:
+        self.watcher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.watcher.join(timeout=30)
+        self.seen["closed_with_file"] = self.state_path.exists()
+
+    def _stop_once_serving(self) -> None:
+        deadline = time.monotonic() + 30  # a bound for a broken run, not a timing assertion
+        while not self.state_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.state_path.exists():
+            self.seen["state"] = json.loads(self.state_path.read_text())
+            self.seen["resolved"] = api_client.resolve_api_url(local=True).url
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture
+def state_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "build" / "local-stack.json"
+    monkeypatch.setenv(api_client.LOCAL_STATE_ENV, str(path))
+    return path
+
+
+def test_local_up_writes_the_state_file_while_serving_and_removes_it_on_exit(
+    state_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(
+        local_stack, "LocalStack", lambda config: FakeStack(config, state_path, seen)
+    )
+
+    assert main(["local", "up", "--port", "0"]) == 0
+
+    assert seen["state"] == {"api_url": API_URL}
+    assert seen["resolved"] == API_URL  # what `tether jobs --local` would call
+    assert not state_path.exists() and seen["closed_with_file"] is False
+    assert f"State: {state_path}" in capsys.readouterr().out
+
+
+def test_a_state_file_taken_over_by_another_stack_is_left_alone(
+    state_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+    other = "http://127.0.0.1:60000/"
+
+    class TakenOver(FakeStack):
+        def _stop_once_serving(self) -> None:
+            deadline = time.monotonic() + 30
+            while not self.state_path.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            api_client.write_local_state(other, self.state_path)  # a second `local up`
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(
+        local_stack, "LocalStack", lambda config: TakenOver(config, state_path, seen)
+    )
+
+    assert main(["local", "up", "--port", "0"]) == 0
+
+    assert json.loads(state_path.read_text()) == {"api_url": other}
+
+
+def test_a_stack_that_fails_to_start_leaves_no_state_file(
+    state_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Broken:
+        def __init__(self, config: Any) -> None:
+            pass
+
+        def __enter__(self) -> Broken:
+            raise RuntimeError("rclone not found")
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(local_stack, "LocalStack", Broken)
+    assert main(["local", "up", "--port", "0"]) == 1
+    assert not state_path.exists()
+    assert "rclone not found" in capsys.readouterr().err

@@ -1,0 +1,372 @@
+"""The tether API from the command line: where it is, and SigV4-signed calls to it.
+
+Where (first match wins):
+1. `--local`: the API of `tether local up`, read from its state file (`build/local-stack.json`,
+   `{"api_url": …}`; `TETHER_LOCAL_STATE` names another), else its default port.
+2. `TETHER_API_URL`.
+3. The deployed stack's `ApiUrl` output (CloudFormation `DescribeStacks`, stack `Tether` or
+   `TETHER_STACK_NAME`).
+
+Who: the user's AWS credentials from boto3's default chain (environment, `AWS_PROFILE`, SSO,
+instance role). Every request is signed with botocore's SigV4 signer for `execute-api`; the API's
+IAM authorizer checks it. Presigned log URLs are fetched unsigned.
+
+Errors become `CliError`s with one line: the API's own message and its `path: reason` details
+for a 4xx (exit 2), a hint for 403 (exit 1), and "could not reach" for the network (exit 1).
+Safe requests (GET, cancel, and a submit with its Idempotency-Key) are retried on network errors,
+429 and 5xx, so a lost reply never submits a job twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import ReadOnlyCredentials
+
+from infra import names
+from tether_cli.output import EXIT_FAILURE, EXIT_USAGE, CliError
+
+API_URL_ENV = "TETHER_API_URL"
+STACK_NAME_ENV = "TETHER_STACK_NAME"
+LOCAL_STATE_ENV = "TETHER_LOCAL_STATE"
+LOCAL_STATE_FILE = Path("build") / "local-stack.json"
+LOCAL_DEFAULT_URL = "http://127.0.0.1:8787"  # `tether local up`'s default port
+SIGNING_SERVICE = "execute-api"
+DEFAULT_REGION = "us-east-1"
+_EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com$")
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The API's rule (functions/api/job_service.py; a test keeps the two equal), checked here so a
+# bad --idempotency-key is a usage error before anything is sent.
+IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class ApiTarget:
+    url: str
+    source: str  # said in error messages: where the URL came from
+
+
+# --- where ---------------------------------------------------------------------------------
+
+
+def write_local_state(api_url: str, path: Path | None = None) -> Path:
+    """For `tether local up`: record the API URL so `--local` finds it."""
+    target = path or local_state_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({"api_url": api_url}) + "\n", encoding="utf-8")
+    return target
+
+
+def local_state_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    return Path(env[LOCAL_STATE_ENV]) if env.get(LOCAL_STATE_ENV) else LOCAL_STATE_FILE
+
+
+def resolve_api_url(
+    *,
+    local: bool,
+    environ: Mapping[str, str] | None = None,
+    describe_stacks: Callable[[str], Mapping[str, str]] | None = None,
+) -> ApiTarget:
+    env = os.environ if environ is None else environ
+    if local:
+        state = local_state_path(env)
+        if not state.exists():
+            return ApiTarget(
+                _checked_url(LOCAL_DEFAULT_URL, "--local"),
+                "--local (default port of `tether local up`)",
+            )
+        try:
+            url = json.loads(state.read_text(encoding="utf-8"))["api_url"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CliError(
+                f"--local: {state} is not a local-stack state file ({exc}); "
+                "restart `tether local up`"
+            ) from None
+        return ApiTarget(_checked_url(str(url), str(state)), f"--local ({state})")
+    if env.get(API_URL_ENV):
+        return ApiTarget(_checked_url(env[API_URL_ENV], API_URL_ENV), API_URL_ENV)
+    stack = env.get(STACK_NAME_ENV) or names.STACK_NAME
+    outputs = (describe_stacks or stack_outputs)(stack)
+    url = outputs.get(names.OUTPUT_API_URL)
+    if not url:
+        raise CliError(
+            f"stack {stack} has no {names.OUTPUT_API_URL} output: is it fully deployed? "
+            "(`tether deploy`)",
+            EXIT_FAILURE,
+        )
+    return ApiTarget(_checked_url(url, f"stack {stack}"), f"stack {stack}")
+
+
+def _checked_url(url: str, source: str) -> str:
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise CliError(f"{source}: not an http(s) URL: {url!r}")
+    return url.rstrip("/") + "/"
+
+
+def stack_outputs(stack_name: str) -> dict[str, str]:
+    """The deployed stack's outputs, or a CliError that says how to get them."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        reply = boto3.client("cloudformation").describe_stacks(StackName=stack_name)
+    except NoCredentialsError:
+        raise CliError(_NO_CREDENTIALS, EXIT_FAILURE) from None
+    except ClientError as exc:
+        message = exc.response.get("Error", {}).get("Message", str(exc))
+        if "does not exist" in message:
+            raise CliError(
+                f"stack {stack_name} is not deployed in this account and region: run "
+                f"`tether deploy`, set {API_URL_ENV}, or use --local",
+                EXIT_FAILURE,
+            ) from None
+        raise CliError(f"cannot read stack {stack_name}: {message}", EXIT_FAILURE) from None
+    except BotoCoreError as exc:
+        raise CliError(f"cannot read stack {stack_name}: {exc}", EXIT_FAILURE) from None
+    stacks = reply.get("Stacks", [])
+    outputs = stacks[0].get("Outputs", []) if stacks else []
+    return {o["OutputKey"]: o["OutputValue"] for o in outputs if "OutputKey" in o}
+
+
+_NO_CREDENTIALS = (
+    "no AWS credentials found: configure them (`aws configure`, AWS_PROFILE, or "
+    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
+)
+
+
+# --- who -----------------------------------------------------------------------------------
+
+
+def default_credentials() -> tuple[ReadOnlyCredentials, str | None]:
+    """The default chain's credentials (frozen) and the configured region, if any."""
+    import boto3
+
+    session = boto3.session.Session()
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise CliError(_NO_CREDENTIALS, EXIT_FAILURE)
+    return credentials.get_frozen_credentials(), session.region_name
+
+
+def region_for(url: str, configured: str | None) -> str:
+    """The region to sign for: the one in an execute-api host name, else the configured one."""
+    match = _EXECUTE_API_HOST.match(httpx.URL(url).host)
+    if match:
+        return match.group(1)
+    return configured or DEFAULT_REGION
+
+
+def sign_request(
+    credentials: ReadOnlyCredentials,
+    region: str,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    service: str = SIGNING_SERVICE,
+) -> dict[str, str]:
+    """The headers to send: `headers` plus SigV4's (Authorization, X-Amz-Date, token)."""
+    request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
+    SigV4Auth(credentials, service, region).add_auth(request)
+    return {str(k): str(v) for k, v in request.headers.items()}
+
+
+# --- calls ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ApiReply:
+    status: int
+    body: Any
+    headers: httpx.Headers
+
+
+class TetherApi:
+    """Signed calls to one tether API. `transport`/`sleep` are the seams for tests."""
+
+    def __init__(
+        self,
+        target: ApiTarget,
+        *,
+        credentials: ReadOnlyCredentials | None = None,
+        region: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        timeout_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.target = target
+        if credentials is None:
+            credentials, configured = default_credentials()
+            region = region or configured
+        self._credentials = credentials
+        self._region = region_for(target.url, region)
+        self._client = httpx.Client(transport=transport, timeout=timeout_s)
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> TetherApi:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str | int] | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry: bool = True,
+    ) -> ApiReply:
+        # The query is encoded once, strictly (RFC 3986), and sent exactly as it was signed.
+        url = self.target.url + path.lstrip("/")
+        if params:
+            url += "?" + "&".join(
+                f"{quote(str(k), safe='-_.~')}={quote(str(v), safe='-_.~')}"
+                for k, v in sorted(params.items())
+            )
+        data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        base_headers = {"accept": "application/json", **(headers or {})}
+        if body is not None:
+            base_headers["content-type"] = "application/json"
+        attempts = ATTEMPTS if retry else 1
+        for attempt in range(1, attempts + 1):
+            # Signed per attempt: the signature carries a timestamp.
+            signed = sign_request(self._credentials, self._region, method, url, base_headers, data)
+            try:
+                response = self._client.request(method, url, content=data, headers=signed)
+            except httpx.HTTPError as exc:
+                if attempt < attempts:
+                    self._backoff(attempt)
+                    continue
+                raise CliError(
+                    f"could not reach the tether API at {self.target.url} "
+                    f"(from {self.target.source}): {type(exc).__name__}: {exc}",
+                    EXIT_FAILURE,
+                ) from None
+            if response.status_code in RETRY_STATUSES and attempt < attempts:
+                self._backoff(attempt, response.headers.get("retry-after"))
+                continue
+            return self._reply(method, path, response)
+        raise AssertionError("unreachable")
+
+    def _backoff(self, attempt: int, retry_after: str | None = None) -> None:
+        delay = 0.5 * 2 ** (attempt - 1) * random.uniform(0.5, 1.0)
+        if retry_after and retry_after.isdigit():
+            delay = min(float(retry_after), 10.0)
+        self._sleep(delay)
+
+    def _reply(self, method: str, path: str, response: httpx.Response) -> ApiReply:
+        try:
+            body = response.json() if response.content else None
+        except ValueError:
+            body = response.text
+        if response.is_success:
+            return ApiReply(response.status_code, body, response.headers)
+        raise api_error(method, path, response.status_code, body)
+
+    # -- the routes --------------------------------------------------------------------------
+
+    def submit(self, spec: Mapping[str, Any], idempotency_key: str) -> ApiReply:
+        return self.request(
+            "POST", "jobs", body=dict(spec), headers={"idempotency-key": idempotency_key}
+        )
+
+    def list_jobs(
+        self, *, state: str | None = None, limit: int = 50, next_token: str | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, str | int] = {"limit": limit}
+        if state:
+            params["state"] = state
+        if next_token:
+            params["next"] = next_token
+        return dict(self.request("GET", "jobs", params=params).body)
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        return dict(self.request("GET", f"jobs/{_segment(job_id)}").body)
+
+    def cancel_job(self, job_id: str) -> dict[str, Any]:
+        return dict(self.request("POST", f"jobs/{_segment(job_id)}/cancel").body)
+
+    def job_logs(self, job_id: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+        params: dict[str, str | int] = {"limit": limit}
+        if after:
+            params["after"] = after
+        return dict(self.request("GET", f"jobs/{_segment(job_id)}/logs", params=params).body)
+
+    def fetch(self, url: str) -> bytes | None:
+        """A presigned URL's content; None when it has expired or is gone (list again)."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                response = self._client.get(url)
+            except httpx.HTTPError as exc:
+                if attempt < ATTEMPTS:
+                    self._backoff(attempt)
+                    continue
+                raise CliError(f"could not download a log segment: {exc}", EXIT_FAILURE) from None
+            if response.status_code in (403, 404):
+                return None
+            if response.status_code in RETRY_STATUSES and attempt < ATTEMPTS:
+                self._backoff(attempt)
+                continue
+            if not response.is_success:
+                raise CliError(
+                    f"could not download a log segment: HTTP {response.status_code}", EXIT_FAILURE
+                )
+            return response.content
+        return None
+
+
+def _segment(job_id: str) -> str:
+    """A job id as one path segment (ids are [A-Za-z0-9_-]; anything else is escaped, and the
+    API answers 404 for it)."""
+    return quote(job_id, safe="")
+
+
+def api_error(method: str, path: str, status: int, body: Any) -> CliError:
+    """One line for the user from the API's error contract (or API Gateway's bare message)."""
+    if isinstance(body, Mapping):
+        message = str(body.get("message") or body.get("error") or f"HTTP {status}")
+        details = [
+            f"{d.get('path')}: {d.get('reason')}"
+            for d in body.get("details") or []
+            if isinstance(d, Mapping)
+        ]
+    else:
+        message, details = (str(body).strip()[:200] or f"HTTP {status}"), []
+    if status == 403 and message == "Forbidden":
+        return CliError(
+            "the API refused the request (403 Forbidden): your AWS identity needs "
+            "execute-api:Invoke on the tether API, and the signature must match the API's "
+            "region",
+            EXIT_FAILURE,
+        )
+    if status in (401, 403):
+        return CliError(f"{message} (HTTP {status})", EXIT_FAILURE, details)
+    if 400 <= status < 500:
+        if len(details) == 1:  # one problem: one line
+            return CliError(f"{message}: {details[0]}", EXIT_USAGE)
+        return CliError(message, EXIT_USAGE, details)
+    return CliError(
+        f"the tether API failed ({method} /{path}: HTTP {status}): {message}", EXIT_FAILURE, details
+    )

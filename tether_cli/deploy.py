@@ -1,0 +1,365 @@
+"""`tether deploy | destroy | secrets set`: the stack in the user's AWS account.
+
+`deploy` and `destroy` synthesize the app (`python -m infra.synth`, as `make synth`) and run a
+pinned CDK CLI through `npx`; every prerequisite is checked first with a message that says what
+to install or configure. `secrets set vast|cloudflare` prompts without echoing (or reads stdin
+when it is not a terminal) and writes Secrets Manager; the values never reach argv or a log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from infra import names
+from tether_cli import output
+from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
+
+CDK_CLI = "aws-cdk@2.1148.1"  # the same pin as the Makefile's `deploy`
+MIN_NODE_MAJOR = 18
+CDK_OUT = Path("cdk.out")
+BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"  # the default CDK qualifier
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+CLOUDFLARE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+Runner = Callable[[Sequence[str]], int]
+
+
+def _run(command: Sequence[str]) -> int:
+    """Run a step with its output on the terminal (CDK's progress is the user's feedback)."""
+    try:
+        return subprocess.run(list(command), check=False).returncode
+    except FileNotFoundError:
+        raise CliError(f"{command[0]}: not found", EXIT_FAILURE) from None
+
+
+run_command: Runner = _run  # the seam for tests
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    deploy = subparsers.add_parser(
+        "deploy",
+        help="deploy (or update) the tether stack in your AWS account",
+        description="Synthesize and deploy the tether stack with a pinned CDK CLI (npx). Needs "
+        "Node.js, AWS credentials and a region; --bootstrap prepares a new account/region.",
+    )
+    deploy.add_argument(
+        "--email", type=_email, help="send alarms and job notifications to this address"
+    )
+    deploy.add_argument(
+        "--bootstrap",
+        action="store_true",
+        help="run `cdk bootstrap` first if this account/region is not bootstrapped",
+    )
+    deploy.add_argument("--json", action="store_true", help="print the stack outputs as JSON")
+    deploy.set_defaults(handler=run_deploy)
+
+    destroy = subparsers.add_parser(
+        "destroy",
+        help="delete the tether stack (the job table and checkpoints are kept)",
+        description="Delete the tether stack. The DynamoDB table is retained and R2 is not "
+        "touched. Refuses while jobs are active unless --force.",
+    )
+    destroy.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    destroy.add_argument(
+        "--force", action="store_true", help="destroy even while jobs are still active"
+    )
+    destroy.add_argument("--json", action="store_true", help="print the result as JSON")
+    destroy.set_defaults(handler=run_destroy)
+
+    secrets = subparsers.add_parser(
+        "secrets",
+        help="set the Vast and Cloudflare keys the control plane uses",
+        description="Store account keys in Secrets Manager (never on a rented host).",
+    )
+    actions = secrets.add_subparsers(title="actions", metavar="ACTION", dest="secrets_action")
+    set_ = actions.add_parser(
+        "set",
+        help="prompt for a secret (no echo) and store it",
+        description="vast: your Vast.ai API key. cloudflare: account id, an API token that can "
+        "create R2 temporary credentials, the access key id of an R2 token (the parent), and "
+        "the bucket. Prompts without echo; reads one value per line from stdin when it is "
+        "not a terminal.",
+    )
+    set_.add_argument("which", choices=("vast", "cloudflare"), help="which secret")
+    set_.add_argument("--json", action="store_true", help="print the result as JSON")
+    set_.set_defaults(handler=run_secrets_set)
+    secrets.set_defaults(handler=_missing_action)
+
+
+def _missing_action(_args: argparse.Namespace) -> int:
+    raise CliError("secrets: name an action, e.g. `tether secrets set vast` (see --help)")
+
+
+def _email(text: str) -> str:
+    if not EMAIL.match(text):
+        raise argparse.ArgumentTypeError(f"not an e-mail address: {text!r}")
+    return text
+
+
+# --- prerequisites ------------------------------------------------------------------------------
+
+
+def check_node(which: Callable[[str], str | None] = shutil.which) -> str:
+    """The npx to run, or a CliError saying how to get Node.js."""
+    npx, node = which("npx"), which("node")
+    if not npx or not node:
+        raise CliError(
+            f"Node.js is needed for the CDK CLI: install Node.js {MIN_NODE_MAJOR}+ "
+            "(https://nodejs.org) so that `node` and `npx` are on PATH",
+            EXIT_FAILURE,
+        )
+    try:
+        version = subprocess.run(
+            [node, "--version"], capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CliError(f"`node --version` failed: {exc}", EXIT_FAILURE) from None
+    match = re.match(r"^v(\d+)\.", version)
+    if not match or int(match.group(1)) < MIN_NODE_MAJOR:
+        raise CliError(
+            f"Node.js {MIN_NODE_MAJOR}+ is needed for the CDK CLI (found {version or '?'})",
+            EXIT_FAILURE,
+        )
+    return npx
+
+
+def check_aws() -> tuple[str, str]:
+    """(account id, region) of the default credentials, or a CliError saying what is missing."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    session = boto3.session.Session()
+    region = session.region_name
+    if not region:
+        raise CliError(
+            "no AWS region configured: set AWS_REGION (or `aws configure set region …`)",
+            EXIT_FAILURE,
+        )
+    try:
+        account = session.client("sts").get_caller_identity()["Account"]
+    except NoCredentialsError:
+        raise CliError(
+            "no AWS credentials found: configure them (`aws configure`, AWS_PROFILE, or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+            EXIT_FAILURE,
+        ) from None
+    except (ClientError, BotoCoreError) as exc:
+        raise CliError(f"AWS credentials do not work: {exc}", EXIT_FAILURE) from None
+    return str(account), region
+
+
+def is_bootstrapped(region: str) -> bool:
+    import boto3
+    from botocore.exceptions import ClientError
+
+    try:
+        boto3.client("ssm", region_name=region).get_parameter(Name=BOOTSTRAP_PARAMETER)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
+            return False
+        raise
+    return True
+
+
+def synth() -> None:
+    code = run_command([sys.executable, "-m", "infra.synth", "--out", str(CDK_OUT)])
+    if code != 0:
+        raise CliError(f"synthesis failed (exit {code}); see the output above", EXIT_FAILURE)
+
+
+def cdk(npx: str, *args: str) -> list[str]:
+    return [npx, "--yes", CDK_CLI, *args]
+
+
+# --- deploy / destroy ------------------------------------------------------------------------
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    npx = check_node()
+    account, region = check_aws()
+    if not is_bootstrapped(region):
+        if not args.bootstrap:
+            raise CliError(
+                f"account {account} is not CDK-bootstrapped in {region}: run "
+                "`tether deploy --bootstrap` (once per account and region)",
+                EXIT_FAILURE,
+            )
+        if run_command(cdk(npx, "bootstrap", f"aws://{account}/{region}")) != 0:
+            raise CliError("cdk bootstrap failed; see the output above", EXIT_FAILURE)
+    synth()
+    command = cdk(npx, "deploy", "--app", str(CDK_OUT), names.STACK_NAME)
+    command += ["--require-approval", "never"]
+    if args.email:
+        command += ["--parameters", f"AlarmEmail={args.email}"]
+    code = run_command(command)
+    if code != 0:
+        raise CliError(f"cdk deploy failed (exit {code}); see the output above", EXIT_FAILURE)
+    from tether_cli.api_client import stack_outputs
+
+    outputs = stack_outputs(os.environ.get("TETHER_STACK_NAME") or names.STACK_NAME)
+    if args.json:
+        output.print_json({"account": account, "region": region, "outputs": outputs})
+        return EXIT_OK
+    console = output.stdout_console()
+    console.print(f"deployed {names.STACK_NAME} to {account}/{region}")
+    for key, value in sorted(outputs.items()):
+        console.print(f"  {key}: {value}")
+    console.print("next: tether secrets set vast   ·   tether secrets set cloudflare")
+    if args.email:
+        console.print(f"confirm the SNS subscription e-mails sent to {args.email}")
+    return EXIT_OK
+
+
+def run_destroy(args: argparse.Namespace) -> int:
+    if not args.force:
+        active = active_jobs()
+        if active:
+            raise CliError(
+                f"{len(active)} job(s) still active ({', '.join(active[:5])}): cancel them "
+                "first (`tether cancel JOB`) or pass --force; without the control plane their "
+                "hosts bill until the agent's lease runs out",
+                EXIT_USAGE,
+            )
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CliError("destroy: pass --yes to confirm when not on a terminal")
+        answer = input(f"delete stack {names.STACK_NAME} from this account? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            output.stderr_console().print("not destroyed")
+            return EXIT_USAGE
+    npx = check_node()
+    check_aws()
+    synth()
+    code = run_command(cdk(npx, "destroy", "--app", str(CDK_OUT), names.STACK_NAME, "--force"))
+    if code != 0:
+        raise CliError(f"cdk destroy failed (exit {code}); see the output above", EXIT_FAILURE)
+    if args.json:
+        output.print_json({"destroyed": names.STACK_NAME})
+    else:
+        output.stdout_console().print(
+            f"destroyed {names.STACK_NAME} (the job table is retained; delete it in the "
+            "DynamoDB console when you no longer need its history)"
+        )
+    return EXIT_OK
+
+
+def active_jobs() -> list[str]:
+    """Ids of jobs that are not in a terminal state; [] when the API cannot be asked."""
+    from functions.domain.job import ACTIVE_STATES
+    from tether_cli.api_client import TetherApi, resolve_api_url
+
+    try:
+        with TetherApi(resolve_api_url(local=False)) as api:
+            jobs = api.list_jobs(limit=200).get("jobs") or []
+    except CliError as exc:
+        output.warn(f"could not check for active jobs ({exc.message})")
+        return []
+    active = {s.value for s in ACTIVE_STATES}
+    return [str(j["job_id"]) for j in jobs if j.get("state") in active]
+
+
+# --- secrets ---------------------------------------------------------------------------------
+
+
+def read_values(
+    prompts: Sequence[tuple[str, bool]],
+    *,
+    stdin_is_tty: bool | None = None,
+    prompt: Callable[[str], str] = getpass.getpass,
+    ask: Callable[[str], str] = input,
+) -> list[str]:
+    """One value per (label, secret) prompt: hidden for secrets; from stdin lines without a TTY."""
+    tty = sys.stdin.isatty() if stdin_is_tty is None else stdin_is_tty
+    if not tty:
+        lines = sys.stdin.read().splitlines()
+        if len(lines) < len(prompts):
+            labels = ", ".join(label for label, _ in prompts)
+            raise CliError(f"stdin: expected {len(prompts)} line(s): {labels}")
+        return [line.strip() for line in lines[: len(prompts)]]
+    return [
+        (prompt if secret else ask)(f"{label}{' (hidden)' if secret else ''}: ").strip()
+        for label, secret in prompts
+    ]
+
+
+def vast_secret(values: Sequence[str]) -> str:
+    (key,) = values
+    if not key or any(c.isspace() for c in key) or key == names.SECRET_PLACEHOLDER:
+        raise CliError("Vast API key: must be the key from https://cloud.vast.ai/account/")
+    return key
+
+
+def cloudflare_secret(values: Sequence[str]) -> str:
+    account_id, api_token, parent_key, bucket = values
+    problems = []
+    if not CLOUDFLARE_ID.match(account_id):
+        problems.append("account_id: must be the 32 hex digits of your Cloudflare account id")
+    if not api_token or any(c.isspace() for c in api_token):
+        problems.append("api_token: must be a Cloudflare API token (no spaces)")
+    if not CLOUDFLARE_ID.match(parent_key):
+        problems.append(
+            "parent_access_key_id: must be the 32 hex digit access key id of an R2 token"
+        )
+    if not BUCKET.match(bucket):
+        problems.append("bucket: must be an R2 bucket name (3–63 of a-z, 0-9, -)")
+    if problems:
+        raise CliError("the Cloudflare settings are not valid:", EXIT_USAGE, problems)
+    return json.dumps(
+        dict(zip(names.CLOUDFLARE_SECRET_FIELDS, values, strict=True)), separators=(",", ":")
+    )
+
+
+SECRETS: dict[str, tuple[str, list[tuple[str, bool]], Callable[[Sequence[str]], str]]] = {
+    "vast": (names.VAST_SECRET_NAME, [("Vast API key", True)], vast_secret),
+    "cloudflare": (
+        names.CLOUDFLARE_SECRET_NAME,
+        [
+            ("Cloudflare account id", False),
+            ("Cloudflare API token (R2 temporary credentials)", True),
+            ("R2 parent access key id", False),
+            ("R2 bucket", False),
+        ],
+        cloudflare_secret,
+    ),
+}
+
+
+def run_secrets_set(args: argparse.Namespace) -> int:
+    secret_name, prompts, build = SECRETS[args.which]
+    value = build(read_values(prompts))
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        reply = boto3.client("secretsmanager").put_secret_value(
+            SecretId=secret_name, SecretString=value
+        )
+    except NoCredentialsError:
+        raise CliError("no AWS credentials found: configure them first", EXIT_FAILURE) from None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if error.get("Code") == "ResourceNotFoundException":
+            raise CliError(
+                f"secret {secret_name} does not exist: deploy the stack first (`tether deploy`)",
+                EXIT_FAILURE,
+            ) from None
+        message = error.get("Message", str(exc))
+        raise CliError(f"cannot write {secret_name}: {message}", EXIT_FAILURE) from None
+    except BotoCoreError as exc:
+        raise CliError(f"cannot write {secret_name}: {exc}", EXIT_FAILURE) from None
+    if args.json:
+        output.print_json({"secret": secret_name, "version_id": reply.get("VersionId")})
+    else:
+        output.stdout_console().print(f"stored {secret_name} (version {reply.get('VersionId')})")
+    return EXIT_OK

@@ -1,0 +1,396 @@
+"""`tether submit | jobs | status | cancel | logs`: the job API from the command line.
+
+Each command talks to the API found by `api_client.resolve_api_url` (`--local`, `TETHER_API_URL`
+or the deployed stack's outputs), signed with the user's AWS credentials. `--json` prints the
+API's own document (for `logs`, one JSON object per segment line) for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from functions.domain.job import JobState
+from tether_cli import output
+from tether_cli.api_client import IDEMPOTENCY_KEY_PATTERN, TetherApi, resolve_api_url
+from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
+from tether_cli.validate import load_job, summary
+
+TIMELINE_SHOWN = 12
+LOG_PAGE = 50
+DEFAULT_FOLLOW_INTERVAL_S = 5.0
+
+
+def connect(args: argparse.Namespace) -> TetherApi:
+    """The API client for a command's `--local` choice, signed with the default credentials."""
+    return TetherApi(resolve_api_url(local=args.local))
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    submit = _add(
+        subparsers,
+        "submit",
+        "validate a job spec locally, then submit it",
+        "Validate JOB.yaml locally (exit 2 on any problem), then submit it. The request "
+        "carries an Idempotency-Key, so a retried submit never creates a second job.",
+    )
+    submit.add_argument("job", metavar="JOB.yaml", help="the job spec (YAML or JSON)")
+    submit.add_argument(
+        "--idempotency-key",
+        type=_idempotency_key,
+        metavar="KEY",
+        help="reuse a key to make re-running this command safe (default: a new random key)",
+    )
+    submit.set_defaults(handler=run_submit)
+
+    jobs = _add(subparsers, "jobs", "list jobs, newest first", "List jobs, newest first.")
+    jobs.add_argument(
+        "--state",
+        type=_state,
+        metavar="STATE",
+        help=f"only jobs in this state ({', '.join(s.value.lower() for s in JobState)})",
+    )
+    jobs.add_argument(
+        "--limit", type=_bounded_int(1, 1000), default=50, metavar="N", help="at most N jobs"
+    )
+    jobs.set_defaults(handler=run_jobs)
+
+    status = _add(
+        subparsers,
+        "status",
+        "a job's state, host, spend, checkpoint, health and timeline",
+        "Show a job: state, host, spend vs budget, last checkpoint, health and timeline.",
+    )
+    status.add_argument("job_id", metavar="JOB", help="the job id (from `tether submit`)")
+    status.set_defaults(handler=run_status)
+
+    cancel = _add(
+        subparsers,
+        "cancel",
+        "stop a job and destroy its host",
+        "Cancel a job: it stops, its host is destroyed, its checkpoints stay in R2. "
+        "Safe to repeat while the job is stopping.",
+    )
+    cancel.add_argument("job_id", metavar="JOB", help="the job id")
+    cancel.set_defaults(handler=run_cancel)
+
+    logs = _add(
+        subparsers,
+        "logs",
+        "print a job's training log (--follow to tail it)",
+        "Print a job's training log from R2, across every host it ran on. --follow keeps "
+        "printing new output, across host replacements, until the job ends.",
+    )
+    logs.add_argument("job_id", metavar="JOB", help="the job id")
+    logs.add_argument("-f", "--follow", action="store_true", help="tail until the job ends")
+    logs.add_argument(
+        "--interval",
+        type=_seconds,
+        default=DEFAULT_FOLLOW_INTERVAL_S,
+        metavar="S",
+        help=f"seconds between polls with --follow (default {DEFAULT_FOLLOW_INTERVAL_S:g})",
+    )
+    logs.set_defaults(handler=run_logs)
+
+
+def _add(
+    subparsers: argparse._SubParsersAction[Any], name: str, help_: str, description: str
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help_, description=description
+    )
+    parser.add_argument(
+        "--local", action="store_true", help="talk to `tether local up` instead of AWS"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    return parser
+
+
+# --- argument types (a bad value exits 2 with one line) ---------------------------------------
+
+
+def _idempotency_key(text: str) -> str:
+    if not IDEMPOTENCY_KEY_PATTERN.match(text):
+        raise argparse.ArgumentTypeError("must be 1–128 characters of letters, digits, _ . : -")
+    return text
+
+
+def _state(text: str) -> str:
+    try:
+        return JobState(text.upper()).value
+    except ValueError:
+        known = ", ".join(s.value.lower() for s in JobState)
+        raise argparse.ArgumentTypeError(f"unknown state {text!r} (one of {known})") from None
+
+
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0.1 and 3600 seconds, got {text}")
+    return value
+
+
+# --- submit -----------------------------------------------------------------------------------
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    job = load_job(args.job)  # exit 2 with every problem before anything is sent
+    key = args.idempotency_key or f"cli-{uuid.uuid4()}"
+    with connect(args) as api:
+        reply = api.submit(job.model_dump(mode="json"), key)
+    view = dict(reply.body)
+    replayed = reply.headers.get("idempotent-replayed") == "true"
+    if args.json:
+        output.print_json({**view, "idempotency_key": key, "replayed": replayed})
+        return EXIT_OK
+    verb = "already submitted (same Idempotency-Key)" if replayed else "submitted"
+    console = output.stdout_console()
+    console.print(f"{verb}: [bold]{view['job_id']}[/bold] ({view['state']})")
+    console.print(f"plan: {summary(job)}")
+    console.print(
+        "      the control plane ranks live Vast offers by full cost (`tether plan` shows the "
+        "ranking now) and rents the best; `tether status` shows the host it chose"
+    )
+    console.print(f"next: tether status {view['job_id']}   ·   tether logs -f {view['job_id']}")
+    return EXIT_OK
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    found: list[dict[str, Any]] = []
+    next_token: str | None = None
+    with connect(args) as api:
+        while len(found) < args.limit:
+            page = api.list_jobs(
+                state=args.state, limit=min(200, args.limit - len(found)), next_token=next_token
+            )
+            found.extend(page.get("jobs") or [])
+            next_token = page.get("next")
+            if not next_token:
+                break
+    if args.json:
+        output.print_json({"jobs": found, "next": next_token})
+        return EXIT_OK
+    if not found:
+        output.stderr_console().print("no jobs" + (f" in state {args.state}" if args.state else ""))
+        return EXIT_OK
+    now = time.time()
+    table = output.table(
+        None,
+        [
+            ("JOB", "left"), ("STATE", "left"), ("SPENT", "right"), ("BUDGET", "right"),
+            ("USED", "right"), ("GEN", "right"), ("UPDATED", "right"),
+        ],
+    )  # fmt: skip
+    for job in found:
+        spent, budget = float(job.get("spent_usd") or 0), float(job.get("budget_usd") or 0)
+        table.add_row(
+            str(job["job_id"]),
+            str(job["state"]),
+            output.usd(spent),
+            output.usd(budget),
+            f"{spent / budget:.0%}" if budget else "-",
+            str(job.get("generation") or "-"),
+            ago(job.get("updated_at"), now),
+        )
+    output.stdout_console().print(table)
+    if next_token:
+        output.stderr_console().print(f"(more jobs: raise --limit above {args.limit})")
+    return EXIT_OK
+
+
+# --- status -----------------------------------------------------------------------------------
+
+
+def run_status(args: argparse.Namespace) -> int:
+    with connect(args) as api:
+        view = api.get_job(args.job_id)
+    if args.json:
+        output.print_json(view)
+        return EXIT_OK
+    for line in status_lines(view, time.time()):
+        output.stdout_console().print(line, highlight=False, markup=False)
+    return EXIT_OK
+
+
+def status_lines(view: dict[str, Any], now: float) -> list[str]:
+    """`tether status` for people: one fact per line, then the timeline."""
+    lines = [f"job       {view['job_id']} ({view.get('name')})"]
+    state = str(view["state"])
+    reason = view.get("state_reason") or view.get("stop_reason")
+    lines.append(f"state     {state}" + (f": {reason}" if reason else ""))
+    spend = view.get("spend") or {}
+    spent, budget = float(spend.get("spent_usd") or 0), float(spend.get("budget_usd") or 0)
+    used = f" ({spent / budget:.0%})" if budget else ""
+    lines.append(
+        f"spend     {output.usd(spent)} of {output.usd(budget)}{used}, "
+        f"{output.usd(float(spend.get('remaining_usd') or 0))} left"
+    )
+    host = view.get("host")
+    if host:
+        parts = [f"generation {host.get('generation')}"]
+        if host.get("instance_id") is not None:
+            parts.append(f"Vast instance {host['instance_id']}")
+        if host.get("machine_id") is not None:
+            parts.append(f"machine {host['machine_id']}")
+        if host.get("usd_per_hour"):
+            parts.append(f"{output.usd(float(host['usd_per_hour']))}/h")
+        if host.get("lease_expires_at"):
+            parts.append(f"lease {until(host['lease_expires_at'], now)}")
+        lines.append(f"host      {', '.join(parts)} ({host.get('status')})")
+    else:
+        lines.append("host      none yet")
+    checkpoint = view.get("last_checkpoint")
+    lines.append(
+        f"checkpoint step {checkpoint['step']} (generation {checkpoint['generation']})"
+        if checkpoint
+        else "checkpoint none uploaded yet"
+    )
+    lines.append(f"health    {health_line(host, now)}")
+    lines.append(f"restarts  {view.get('restarts', 0)}")
+    events = view.get("timeline") or []
+    if events:
+        lines.append("timeline")
+        shown = events[-TIMELINE_SHOWN:]
+        if len(events) > len(shown):
+            lines.append(f"  … {len(events) - len(shown)} earlier events (--json shows all)")
+        for event in shown:
+            message = event.get("message") or ""
+            lines.append(f"  {clock(event['at'])}  {event['kind']:<20} {message}")
+    return lines
+
+
+def health_line(host: dict[str, Any] | None, now: float) -> str:
+    beat = (host or {}).get("last_heartbeat")
+    if not beat:
+        return "no heartbeat yet"
+    parts = [str(beat.get("phase"))]
+    if beat.get("step") is not None:
+        parts.append(f"step {beat['step']}")
+    parts.append(f"heartbeat {ago(beat.get('at'), now)}")
+    gpu = beat.get("gpu") or {}
+    if not gpu.get("available", True):
+        parts.append("no GPU probe")
+    elif not gpu.get("responsive", True):
+        parts.append(f"GPU unresponsive for {gpu.get('unresponsive_s', 0):.0f} s")
+    elif gpu.get("utilization_pct") is not None:
+        parts.append(f"GPU {gpu['utilization_pct']:.0f} %")
+    if beat.get("exit_code") is not None:
+        parts.append(f"exit code {beat['exit_code']}")
+    return ", ".join(parts)
+
+
+def ago(at: Any, now: float) -> str:
+    if not isinstance(at, int | float) or at <= 0:
+        return "-"
+    seconds = max(0.0, now - float(at))
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h ago"
+    return f"{seconds / 86400:.0f} d ago"
+
+
+def until(at: float, now: float) -> str:
+    left = at - now
+    if left <= 0:
+        return f"expired {ago(at, now)}"
+    return f"until {clock(at)} ({left / 60:.0f} min)"
+
+
+def clock(at: float) -> str:
+    return datetime.fromtimestamp(float(at), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+# --- cancel -----------------------------------------------------------------------------------
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    with connect(args) as api:
+        view = api.cancel_job(args.job_id)
+    if args.json:
+        output.print_json(view)
+        return EXIT_OK
+    output.stdout_console().print(
+        f"cancel requested: {view['job_id']} is {view['state']}; its host is being destroyed "
+        f"(`tether status {view['job_id']}` shows when it has ended)"
+    )
+    return EXIT_OK
+
+
+# --- logs -------------------------------------------------------------------------------------
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    with connect(args) as api:
+        segments = log_segments(api, args.job_id, follow=args.follow, interval_s=args.interval)
+        for segment, text in segments:
+            if args.json:
+                record = {k: segment[k] for k in ("name", "generation", "sequence")}
+                sys.stdout.write(json.dumps({**record, "text": text}) + "\n")
+            else:
+                sys.stdout.write(text)
+            sys.stdout.flush()
+    return EXIT_OK
+
+
+def log_segments(
+    api: TetherApi,
+    job_id: str,
+    *,
+    follow: bool,
+    interval_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every segment's text, in order; with `follow`, new ones too until the job has ended and
+    a listing after that finds nothing new (the agent uploads its last segment before it
+    reports the end)."""
+    cursor: str | None = None
+    refused_at: str | None = None
+    while True:
+        page = api.job_logs(job_id, after=cursor, limit=LOG_PAGE)
+        refetch = False
+        for segment in page.get("segments") or []:
+            data = api.fetch(segment["url"])
+            if data is None:  # the URL expired while we were busy: list again from here
+                if refused_at == segment["name"]:  # a fresh URL failed too: not an expiry
+                    raise CliError(
+                        f"log segment {segment['name']} cannot be downloaded (its URL is refused)",
+                        EXIT_FAILURE,
+                    )
+                refused_at, refetch = segment["name"], True
+                break
+            cursor = segment["name"]
+            yield segment, data.decode("utf-8", errors="replace")
+        if refetch or page.get("more"):
+            continue
+        if not follow or (page.get("ended") and not page.get("segments")):
+            return
+        if not page.get("ended"):  # once ended, the last listing needs no wait
+            sleep(interval_s)

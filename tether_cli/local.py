@@ -1,0 +1,143 @@
+"""`tether local up [--port P]`: the whole control plane on this machine, in the foreground.
+
+Starts the local stack (`tether_local.stack.LocalStack`), prints `API: <url>` and `S3: <url>`
+(and the simulators' URLs), records the API URL in the local state file (`build/local-stack.json`,
+or `TETHER_LOCAL_STATE`) that `tether <command> --local` reads, then serves until Ctrl-C, when it
+removes that file and stops every host process and server it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import logging
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tether_cli.api_client import write_local_state
+from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError, import_local
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "local",
+        help="run the control plane on this machine (moto, simulators, local hosts)",
+        description="Run tether's control plane locally: the real handlers and state machine "
+        "on moto, a Vast simulator whose hosts run the real agent, and an S3 stand-in.",
+    )
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="local_action")
+    up = actions.add_parser(
+        "up",
+        help="start the local stack in the foreground until Ctrl-C",
+        description="Start the local stack, print its URLs, serve until Ctrl-C.",
+    )
+    up.add_argument("--port", type=int, default=8787, help="API port (default %(default)s; 0: any)")
+    up.add_argument(
+        "--s3-port", type=int, default=0, help="S3 stand-in port (default: any free port)"
+    )
+    up.add_argument(
+        "--root", type=Path, default=None, help="working directory (default: a temporary one)"
+    )
+    up.add_argument(
+        "--monitor-interval",
+        type=float,
+        default=5.0,
+        help="seconds between monitor runs (default %(default)s)",
+    )
+    up.add_argument(
+        "--startup", type=float, default=3.0, help="seconds from rent to a running host"
+    )
+    up.add_argument("--offers", type=int, default=200, help="offers in the simulated Vast book")
+    up.add_argument("--seed", type=int, default=0, help="seed of the simulated offer book")
+    up.set_defaults(handler=run_up)
+    parser.set_defaults(handler=lambda _args: _missing_action(parser))
+
+
+def _missing_action(parser: argparse.ArgumentParser) -> int:
+    raise CliError("local: name an action, e.g. `tether local up` (see --help)", EXIT_USAGE)
+
+
+def _check_port(name: str, port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise CliError(f"--{name}: must be a port number from 0 to 65535 (got {port})")
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CliError(
+                    f"--{name}: port {port} is already in use (choose another, or 0 for any)"
+                ) from None
+            raise CliError(f"--{name}: cannot listen on 127.0.0.1:{port}: {exc}") from None
+
+
+def _remove_local_state(path: Path, api_url: str) -> None:
+    """Remove the state file if it still names our API (another `local up` may have taken it
+    over since), so `--local` never points at a stack that has stopped."""
+    try:
+        if json.loads(path.read_text(encoding="utf-8")).get("api_url") == api_url:
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass  # gone or not ours: nothing to clean up
+
+
+def run_up(args: argparse.Namespace) -> int:
+    import_local("local up")
+    from pydantic import ValidationError
+
+    from tether_local.stack import LocalStack, LocalStackConfig
+
+    _check_port("port", args.port)
+    _check_port("s3-port", args.s3_port)
+    try:
+        config = LocalStackConfig(
+            root=args.root,
+            api_port=args.port,
+            s3_port=args.s3_port,
+            monitor_interval_s=args.monitor_interval,
+            startup_s=args.startup,
+            offers=args.offers,
+            seed=args.seed,
+        )
+    except ValidationError as exc:
+        lines = [f"--{'-'.join(str(e['loc'][0]).split('_'))}: {e['msg']}" for e in exc.errors()]
+        raise CliError("local up: bad option", EXIT_USAGE, details=lines) from None
+    # The handlers log every request as JSON; on a terminal only warnings are useful.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    # Both explicitly: a shell starts background jobs with SIGINT ignored.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print("starting the local stack (first start synthesizes the template: ~20 s)…", flush=True)
+    try:
+        with LocalStack(config) as stack:
+            state = write_local_state(stack.api_url)
+            try:
+                print(f"API: {stack.api_url}")
+                print(f"S3: {stack.s3_url}")
+                print(f"Vast: {stack.vast_url}")
+                print(f"Cloudflare: {stack.cloudflare_url}")
+                print(f"Root: {stack.root}")
+                print(f"State: {state} (`tether <command> --local` reads it)")
+                print("serving; Ctrl-C stops every host and server", flush=True)
+                while not stop.wait(0.5):
+                    pass
+                print("stopping…", flush=True)
+            finally:
+                _remove_local_state(state, stack.api_url)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("stopped")
+    return EXIT_OK

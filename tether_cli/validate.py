@@ -1,0 +1,62 @@
+"""`tether validate JOB.yaml`: check a job spec without touching any account."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from functions.domain.jobspec import JobSpec, SpecError, load_job_file
+from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "validate",
+        help="check a job spec and print every problem",
+        description="Check a job spec. Exit 0 if it is valid; otherwise print every problem "
+        "as `path: reason` and exit 2.",
+    )
+    parser.add_argument("job", metavar="JOB.yaml", help="the job spec (YAML or JSON)")
+    parser.set_defaults(handler=run)
+
+
+def load_job(path: str) -> JobSpec:
+    """The job at `path`, or a CliError (exit 2) listing every problem as `path: reason`."""
+    try:
+        return load_job_file(path)
+    except SpecError as exc:
+        errors = exc.errors
+        if len(errors) == 1 and errors[0].path == path:
+            # The file itself is the problem (missing, unreadable, YAML syntax): one line.
+            raise CliError(str(errors[0]), EXIT_USAGE) from None
+        noun = "problem" if len(errors) == 1 else "problems"
+        raise CliError(
+            f"{path} is not a valid job spec ({len(errors)} {noun}):",
+            EXIT_USAGE,
+            details=[str(e) for e in errors],
+        ) from None
+
+
+def summary(job: JobSpec) -> str:
+    """One line that says what the spec asks for, so a typo in a value is easy to spot."""
+    res = job.resources
+    if not res.gpu_names:
+        gpus = "any GPU"
+    elif len(res.gpu_names) <= 3:
+        gpus = " | ".join(res.gpu_names)
+    else:
+        gpus = " | ".join(res.gpu_names[:3]) + f" | +{len(res.gpu_names) - 3} more"
+    parts = [f"{res.gpu_count}x {gpus}"]
+    if res.min_gpu_ram_gb:
+        parts.append(f"≥ {res.min_gpu_ram_gb:g} GB GPU RAM")
+    parts.append(f"{job.expected_hours:g} h expected")
+    if res.max_usd_per_hour is not None:
+        parts.append(f"≤ ${res.max_usd_per_hour:g}/h")
+    parts.append(f"budget ${job.budget_usd:g}")
+    return f"job {job.name!r}: " + ", ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    print(f"OK {args.job}: {summary(job)}")
+    return EXIT_OK

@@ -1,0 +1,425 @@
+"""Local "hosts": what renting on the Vast simulator starts on this machine.
+
+A rent (`VastSimulator.on_rent`) becomes, after the simulator's start-up delay, a process group
+running the real agent (`tether-agent run`) installed from the same wheel the onstart script
+installs (`infra.synth.build_agent_wheel`), in its own directory as its disk. A host is a little
+container: every process it starts carries a marker variable, so stopping or destroying the host
+kills all of them, the training process too (the agent puts that in its own process group).
+
+The environment: `LocalHost.received_env` is exactly what Vast gives the container, the rent's
+`env` plus Vast's own variables (`CONTAINER_ID`, `CONTAINER_API_KEY`, ...); tests check it for
+account secrets. The process environment adds what the container image and the disk would
+provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR` and `TETHER_PROGRESS_FILE`
+are mapped into the host's disk directory (`/workspace/ckpt` → `<disk>/workspace/ckpt`), `PATH`
+starts with the agent's venv (so `python` has numpy for the demo script), the GPU probe is the
+scriptable fake (`TETHER_GPU_PROBE=fake:<disk>/gpu-probe`), and `TETHER_VAST_URL` points at the
+simulator when the rent did not set it.
+
+Chaos: `destroy` (the machine dies: processes killed, disk gone, Vast shows it offline),
+`hang_gpu` / `heal_gpu` (the fake probe hangs), `freeze` / `thaw` (SIGSTOP / SIGCONT),
+`zombie` (a destroyed host comes back and runs its old agent again). Cutting heartbeats is the
+API front's switch (`ApiFront.cut_heartbeats`); API faults are `VastSimulator.inject`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from functions.domain import agent_env
+from infra.synth import BUILD, build_agent_wheel
+from tether_local.vast_sim import SimInstance, VastSimulator
+
+LOG = logging.getLogger(__name__)
+
+HOST_MARKER = "TETHER_LOCAL_HOST"  # on every process of a local host: "<stack id>:<instance id>"
+_MAPPED_PATHS = (agent_env.CHECKPOINT_DIR, agent_env.WORK_DIR, agent_env.PROGRESS_FILE)
+_DEFAULT_WORK_DIR = "/var/lib/tether"
+HostState = Literal["booting", "running", "stopped", "destroyed"]
+
+
+# --- the agent install (once, shared by every host) --------------------------------------------
+
+
+def agent_venv() -> Path:
+    """A venv under build/ with the agent wheel installed (built once per wheel, reused).
+
+    The wheel is installed with pip `--no-deps`; its dependencies (boto3, httpx, pydantic,
+    watchdog, and numpy for the demo script) come from this interpreter's site-packages through
+    a `.pth` line, because tests may not reach PyPI. The agent's own code is the wheel's."""
+    wheel_dir = build_agent_wheel(bundle=True)
+    wheels = sorted(wheel_dir.glob("*.whl"))
+    if not wheels:
+        raise RuntimeError(f"no agent wheel in {wheel_dir}")
+    target = BUILD / "local-host" / f"agent-{wheel_dir.name}"
+    if (target / ".complete").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / ".lock").open("w") as lock:  # xdist workers build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists():
+            return target
+        # Built in place under the lock: a venv's scripts name its absolute path.
+        shutil.rmtree(target, ignore_errors=True)
+        _run([sys.executable, "-m", "venv", "--without-pip", str(target)])
+        python = target / "bin" / "python"
+        _run(
+            [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+             "--no-deps", "--no-index", "--disable-pip-version-check", str(wheels[-1])]
+        )  # fmt: skip
+        site = _site_packages(python)
+        ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+        (Path(site) / "tether-local-deps.pth").write_text("\n".join(ours) + "\n")
+        (target / ".complete").write_text(wheels[-1].name + "\n")
+    return target
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])}… failed:\n{done.stdout}{done.stderr}"[-2000:])
+
+
+def _site_packages(python: Path) -> str:
+    done = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+# --- processes of a host --------------------------------------------------------------------
+
+
+def marked_processes(marker: str, *, prefix: bool = False) -> list[int]:
+    """PIDs of live processes whose environment has HOST_MARKER=marker (or starts with it)."""
+    wanted = f"{HOST_MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            status = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if status.rsplit(")", 1)[-1].split()[0] == "Z":  # already dead, waiting to be reaped
+            continue
+        for item in environ.split(b"\0"):
+            if item == wanted or (prefix and item.startswith(wanted)):
+                found.append(int(entry.name))
+                break
+    return found
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+@dataclass
+class LocalHost:
+    """One rented instance's local machine. `received_env`: what Vast gave the container."""
+
+    instance_id: int
+    label: str | None
+    received_env: dict[str, str]
+    disk: Path
+    marker: str
+    state: HostState = "booting"
+    frozen: bool = False
+    starts: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def gpu_probe_file(self) -> Path:
+        return self.disk / "gpu-probe"
+
+    @property
+    def log_file(self) -> Path:
+        return self.disk / "host.log"
+
+    @property
+    def job_id(self) -> str | None:
+        return self.received_env.get(agent_env.JOB_ID)
+
+    @property
+    def generation(self) -> int | None:
+        value = self.received_env.get(agent_env.GENERATION, "")
+        return int(value) if value.isdigit() else None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+class LocalHosts:
+    """The hosts behind a `VastSimulator`: `attach()` sets its hooks. Thread-safe."""
+
+    def __init__(
+        self,
+        sim: VastSimulator,
+        *,
+        root: Path,
+        vast_url: str,
+        stack_id: str,
+        stop_grace_s: float = 2.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self.sim = sim
+        self.root = root
+        self.vast_url = vast_url
+        self.stack_id = stack_id
+        self.stop_grace_s = stop_grace_s
+        self.extra_env = dict(extra_env or {})
+        self._venv: Path | None = None
+        self._hosts: dict[int, LocalHost] = {}
+        self._timers: dict[int, threading.Timer] = {}
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def attach(self) -> None:
+        self._venv = agent_venv()
+        self.sim.on_rent = self._on_rent
+        self.sim.on_start = self._on_start
+        self.sim.on_stop = self._on_stop
+        self.sim.on_destroy = self._on_destroy
+
+    # looking
+
+    def get(self, instance_id: int) -> LocalHost:
+        with self._lock:
+            return self._hosts[instance_id]
+
+    def all(self) -> list[LocalHost]:
+        with self._lock:
+            return list(self._hosts.values())
+
+    def for_job(self, job_id: str) -> list[LocalHost]:
+        return [h for h in self.all() if h.job_id == job_id]
+
+    def received_envs(self) -> dict[int, dict[str, str]]:
+        """Every host's environment as Vast gave it, destroyed hosts included."""
+        return {h.instance_id: dict(h.received_env) for h in self.all()}
+
+    def processes(self) -> list[int]:
+        """PIDs of every live process of this stack's hosts (empty after `close`)."""
+        return marked_processes(f"{self.stack_id}:", prefix=True)
+
+    # Vast's hooks (called outside the simulator's lock)
+
+    def _on_rent(self, instance: SimInstance) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            disk = self.root / str(instance.id)
+            disk.mkdir(parents=True, exist_ok=True)
+            host = LocalHost(
+                instance_id=instance.id,
+                label=instance.label,
+                received_env=instance.container_env(),
+                disk=disk,
+                marker=f"{self.stack_id}:{instance.id}",
+            )
+            host.gpu_probe_file.write_text("responsive\n")
+            self._hosts[instance.id] = host
+            self._boot_later(host, instance.boot_s)
+
+    def _on_start(self, instance: SimInstance) -> None:
+        with self._lock:
+            host = self._hosts.get(instance.id)
+            if host is None or self._closed or host.state == "destroyed":
+                return
+            host.state = "booting"
+            self._boot_later(host, instance.boot_s)
+
+    def _on_stop(self, instance: SimInstance) -> None:
+        host = self._hosts.get(instance.id)
+        if host is not None:
+            self._cancel_boot(host.instance_id)
+            self._terminate(host)
+            host.state = "stopped"
+
+    def _on_destroy(self, instance: SimInstance) -> None:
+        host = self._hosts.get(instance.id)
+        if host is not None:
+            self._cancel_boot(host.instance_id)
+            self._kill(host)
+            host.state = "destroyed"
+
+    # booting
+
+    def _boot_later(self, host: LocalHost, delay_s: float) -> None:
+        self._cancel_boot(host.instance_id)
+        timer = threading.Timer(max(delay_s, 0.0), self._boot, args=(host,))
+        timer.daemon = True
+        self._timers[host.instance_id] = timer
+        timer.start()
+
+    def _cancel_boot(self, instance_id: int) -> None:
+        with self._lock:
+            timer = self._timers.pop(instance_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _boot(self, host: LocalHost) -> None:
+        with self._lock:
+            self._timers.pop(host.instance_id, None)
+            if self._closed or host.state not in ("booting",):
+                return
+            self._spawn(host)
+            host.state = "running"
+
+    def _spawn(self, host: LocalHost) -> None:
+        assert self._venv is not None, "attach() first"
+        env = self.process_env(host)
+        work_dir = Path(env[agent_env.WORK_DIR])
+        work_dir.mkdir(parents=True, exist_ok=True)
+        log = host.log_file.open("ab")  # the child gets its own copy; closed below
+        try:
+            host.process = subprocess.Popen(
+                [str(self._venv / "bin" / "tether-agent"), "run"],
+                env=env,
+                cwd=host.disk,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        host.starts += 1
+        LOG.info("host %s: agent started (pid %s)", host.instance_id, host.process.pid)
+
+    def process_env(self, host: LocalHost) -> dict[str, str]:
+        """The agent's process environment: `received_env` plus what the image and disk give
+        (see the module docstring)."""
+        assert self._venv is not None
+        env = {
+            "PATH": f"{self._venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(host.disk),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
+            **host.received_env,
+            HOST_MARKER: host.marker,
+        }
+        env.setdefault(agent_env.WORK_DIR, _DEFAULT_WORK_DIR)
+        for name in _MAPPED_PATHS:
+            value = env.get(name)
+            if value and value.startswith("/"):
+                env[name] = str(host.disk / value.lstrip("/"))
+        env[agent_env.GPU_PROBE] = f"fake:{host.gpu_probe_file}"
+        env.setdefault(agent_env.VAST_URL, self.vast_url)
+        return env
+
+    # stopping
+
+    def _terminate(self, host: LocalHost) -> None:
+        """As a container stop: SIGTERM to everything, SIGKILL after the grace."""
+        pids = marked_processes(host.marker)
+        _signal_all(pids, signal.SIGCONT)  # a frozen process cannot handle SIGTERM
+        _signal_all(pids, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_s
+        while time.monotonic() < deadline and marked_processes(host.marker):
+            time.sleep(0.05)
+        self._kill(host)
+
+    def _kill(self, host: LocalHost) -> None:
+        for _ in range(50):  # processes forked while we kill: repeat until none is left
+            pids = marked_processes(host.marker)
+            if not pids:
+                break
+            _signal_all(pids, signal.SIGKILL)
+            time.sleep(0.02)
+        if host.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                host.process.wait(timeout=5)
+        host.frozen = False
+
+    # chaos
+
+    def destroy(self, instance_id: int, status: Literal["exited", "offline"] = "offline") -> None:
+        """The machine dies: every process killed, its disk (and local checkpoints) gone, and
+        Vast shows the instance `status` until someone destroys it."""
+        host = self.get(instance_id)
+        self._cancel_boot(instance_id)
+        self._kill(host)
+        host.state = "destroyed"
+        shutil.rmtree(host.disk, ignore_errors=True)
+        host.disk.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(KeyError):  # already destroyed through the API
+            self.sim.kill(instance_id, status)
+
+    def zombie(self, instance_id: int) -> LocalHost:
+        """A destroyed host comes back: its old agent (old generation, old token) runs again."""
+        host = self.get(instance_id)
+        if host.state != "destroyed":
+            raise ValueError(f"host {instance_id} is {host.state}, not destroyed")
+        host.gpu_probe_file.write_text("responsive\n")
+        with self._lock:
+            self._spawn(host)
+            host.state = "running"
+        return host
+
+    def hang_gpu(self, instance_id: int) -> None:
+        self.get(instance_id).gpu_probe_file.write_text("hung\n")
+
+    def idle_gpu(self, instance_id: int) -> None:
+        self.get(instance_id).gpu_probe_file.write_text("idle\n")
+
+    def heal_gpu(self, instance_id: int) -> None:
+        self.get(instance_id).gpu_probe_file.write_text("responsive\n")
+
+    def freeze(self, instance_id: int) -> None:
+        host = self.get(instance_id)
+        _signal_all(marked_processes(host.marker), signal.SIGSTOP)
+        host.frozen = True
+
+    def thaw(self, instance_id: int) -> None:
+        host = self.get(instance_id)
+        _signal_all(marked_processes(host.marker), signal.SIGCONT)
+        host.frozen = False
+
+    # teardown
+
+    def close(self) -> None:
+        """Kill every host's processes; no stray process outlives the stack."""
+        with self._lock:
+            self._closed = True
+            timers = list(self._timers.values())
+            self._timers.clear()
+        for timer in timers:
+            timer.cancel()
+        for host in self.all():
+            self._kill(host)
+        for _ in range(50):
+            left = self.processes()
+            if not left:
+                break
+            _signal_all(left, signal.SIGCONT)
+            _signal_all(left, signal.SIGKILL)
+            time.sleep(0.02)
+
+    def __iter__(self) -> Iterator[LocalHost]:
+        return iter(self.all())
+
+
+__all__ = ["HOST_MARKER", "LocalHost", "LocalHosts", "agent_venv", "marked_processes"]
