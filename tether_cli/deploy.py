@@ -26,19 +26,21 @@ from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 
 CDK_CLI = "aws-cdk@2.1148.1"  # the same pin as the Makefile's `deploy`
 MIN_NODE_MAJOR = 18
-CDK_OUT = Path("cdk.out")
+# What a checkout has that an installed wheel lacks: synth builds the Lambda bundle from
+# functions/ and the agent wheel from agent/, so deploy and destroy run from a clone.
+SOURCE_MARKERS = ("infra/synth.py", "functions/requirements.txt", "agent/pyproject.toml")
 BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"  # the default CDK qualifier
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 CLOUDFLARE_ID = re.compile(r"^[0-9a-f]{32}$")
 
-Runner = Callable[[Sequence[str]], int]
+Runner = Callable[..., int]
 
 
-def _run(command: Sequence[str]) -> int:
+def _run(command: Sequence[str], cwd: Path | None = None) -> int:
     """Run a step with its output on the terminal (CDK's progress is the user's feedback)."""
     try:
-        return subprocess.run(list(command), check=False).returncode
+        return subprocess.run(list(command), check=False, cwd=cwd).returncode
     except FileNotFoundError:
         raise CliError(f"{command[0]}: not found", EXIT_FAILURE) from None
 
@@ -172,10 +174,29 @@ def is_bootstrapped(region: str) -> bool:
     return True
 
 
-def synth() -> None:
-    code = run_command([sys.executable, "-m", "infra.synth", "--out", str(CDK_OUT)])
+def source_root(start: Path | None = None) -> Path:
+    """The tether checkout to synthesize from: the working directory or a folder above it, else
+    the one this CLI was installed from in editable mode; a CliError when there is none."""
+    here = (start or Path.cwd()).resolve()
+    installed = Path(__file__).resolve().parent.parent
+    for candidate in (here, *here.parents, installed):
+        if all((candidate / marker).is_file() for marker in SOURCE_MARKERS):
+            return candidate
+    raise CliError(
+        "deploy and destroy build the Lambda bundle and the agent wheel from tether's source: "
+        "run them inside a clone of the repository (git clone …; cd tether; make venv)",
+        EXIT_FAILURE,
+    )
+
+
+def synth(root: Path) -> Path:
+    """Synthesize the clone at `root` into `root/cdk.out` (its own infra, functions and agent:
+    `python -m` puts the working directory first on the import path)."""
+    out = root / "cdk.out"
+    code = run_command([sys.executable, "-m", "infra.synth", "--out", str(out)], cwd=root)
     if code != 0:
         raise CliError(f"synthesis failed (exit {code}); see the output above", EXIT_FAILURE)
+    return out
 
 
 def cdk(npx: str, *args: str) -> list[str]:
@@ -186,6 +207,7 @@ def cdk(npx: str, *args: str) -> list[str]:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
+    root = source_root()
     npx = check_node()
     account, region = check_aws()
     if not is_bootstrapped(region):
@@ -197,8 +219,8 @@ def run_deploy(args: argparse.Namespace) -> int:
             )
         if run_command(cdk(npx, "bootstrap", f"aws://{account}/{region}")) != 0:
             raise CliError("cdk bootstrap failed; see the output above", EXIT_FAILURE)
-    synth()
-    command = cdk(npx, "deploy", "--app", str(CDK_OUT), names.STACK_NAME)
+    assembly = synth(root)
+    command = cdk(npx, "deploy", "--app", str(assembly), names.STACK_NAME)
     command += ["--require-approval", "never"]
     if args.email:
         command += ["--parameters", f"AlarmEmail={args.email}"]
@@ -222,6 +244,7 @@ def run_deploy(args: argparse.Namespace) -> int:
 
 
 def run_destroy(args: argparse.Namespace) -> int:
+    root = source_root()
     if not args.force:
         active = active_jobs()
         if active:
@@ -240,8 +263,8 @@ def run_destroy(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     npx = check_node()
     check_aws()
-    synth()
-    code = run_command(cdk(npx, "destroy", "--app", str(CDK_OUT), names.STACK_NAME, "--force"))
+    assembly = synth(root)
+    code = run_command(cdk(npx, "destroy", "--app", str(assembly), names.STACK_NAME, "--force"))
     if code != 0:
         raise CliError(f"cdk destroy failed (exit {code}); see the output above", EXIT_FAILURE)
     if args.json:

@@ -77,3 +77,22 @@ def test_local_stack_commands_name_the_missing_extra(bare_tether: Path, command:
     assert "Traceback" not in done.stderr
     assert "[local]" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["deploy", "destroy"])
+def test_deploy_outside_a_clone_says_where_to_run_it(
+    bare_tether: Path, command: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [str(bare_tether), command, "--yes"]
+        if command == "destroy"
+        else [str(bare_tether), command],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "inside a clone of the repository" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -371,3 +371,15 @@ def test_console_script_runs(tmp_path):
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
     assert bad.stderr.strip().endswith("none.yaml: no such file")
+
+
+def test_deploy_finds_the_clone_from_any_folder_inside_it(tmp_path) -> None:
+    from tether_cli import deploy
+
+    assert deploy.source_root(ROOT / "tests" / "unit") == ROOT
+    clone = tmp_path / "tether"
+    for marker in deploy.SOURCE_MARKERS:
+        (clone / marker).parent.mkdir(parents=True, exist_ok=True)
+        (clone / marker).write_text("")
+    (clone / "examples").mkdir()
+    assert deploy.source_root(clone / "examples") == clone
