@@ -11,15 +11,10 @@ import boto3
 import pytest
 
 from tests.integration.local import sample_stack as stack
-from tether_local import aws as local_aws_module
-from tether_local.aws import (
-    Deployed,
-    LambdaInvocationError,
-    LocalAws,
-    MotoInternalsMoved,
-    check_moto_internals,
-    rate_seconds,
-)
+from tether_local import lambda_runtime
+from tether_local.aws import Deployed, LambdaInvocationError, LocalAws
+from tether_local.deployer import rate_seconds
+from tether_local.moto_patches import MotoInternalsMoved, check_moto_internals
 from tether_local.template import Resolver, StackContext, TemplateError, creation_order
 
 # --- the canary -----------------------------------------------------------------------------
@@ -419,7 +414,7 @@ def test_rate_expressions() -> None:
 
 
 def test_harness_module_exports_the_lock_timeout() -> None:
-    assert local_aws_module.INVOCATION_LOCK_TIMEOUT_S > 0
+    assert lambda_runtime.INVOCATION_LOCK_TIMEOUT_S > 0
 
 
 # --- the real stack -------------------------------------------------------------------------
@@ -442,6 +437,6 @@ def test_real_tether_stack_deploys_unchanged(
     handlers = [f["Handler"] for f in ours if f["Handler"].startswith("functions.")]
     assert handlers, "the stack's own functions run handlers from functions/"
     for handler in handlers:  # every Handler string names something importable here
-        assert callable(local_aws_module._load_handler(handler)), handler
+        assert callable(lambda_runtime.load_handler(handler)), handler
     routed = {route.function_arn for route in deployed.http_routes}
     assert routed <= {f["FunctionArn"] for f in ours}
