@@ -226,6 +226,29 @@ def test_handler_exception_class_name_is_the_error(local_aws: LocalAws, sample: 
     assert "o8" in raised.value.message
 
 
+def test_a_handler_wrapper_sees_each_invocation_until_undone(
+    local_aws: LocalAws, sample: Deployed
+) -> None:
+    classify = sample.function_name(stack.CLASSIFY_FN_ID)
+    seen: list[tuple[str, Any]] = []
+
+    def wrap(handler: lambda_runtime.Handler) -> lambda_runtime.Handler:
+        def recorded(event: Any, context: Any) -> Any:
+            seen.append((context.function_name, event))
+            return handler(event, context)
+
+        return recorded
+
+    undo = lambda_runtime.wrap_handlers(wrap)
+    try:
+        assert local_aws.invoke(classify, {"kind": "gpu"})["color"] == "blue"
+    finally:
+        undo()
+    local_aws.invoke(classify, {"kind": "cpu"})
+
+    assert seen == [(classify, {"kind": "gpu"})]
+
+
 # --- lifecycle of the harness ---------------------------------------------------------------
 
 
