@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tether_agent.restore import restore_latest  # noqa: E402
-from tether_agent.storage import Credentials, CredentialStore, Storage  # noqa: E402
+from tether_agent.storage import Storage  # noqa: E402
+from tether_agent.storage_credentials import Credentials, CredentialStore  # noqa: E402
 from tether_agent.uploader import CheckpointUploader  # noqa: E402
 
 from tether_local.s3server import start_s3_server  # noqa: E402

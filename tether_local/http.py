@@ -37,7 +37,8 @@ import botocore.config
 import httpx
 
 from tether_local.apigw import http_api_event
-from tether_local.aws import ACCOUNT_ID, HttpRoute, _invoke_in_process
+from tether_local.deployed import ACCOUNT_ID, HttpRoute
+from tether_local.lambda_runtime import invoke_in_process
 
 LOG = logging.getLogger(__name__)
 
@@ -272,7 +273,7 @@ class ApiFront:
         function = _moto_function(function_arn, self._region)
         if function is not None:
             # What moto's Invoke would do, minus its HTTP round trip (half the time per call).
-            text, errored, _ = _invoke_in_process(function, event)
+            text, errored, _ = invoke_in_process(function, event)
             payload = json.loads(text or "null")
         else:
             reply = self._lambda.invoke(

@@ -33,14 +33,8 @@ from tether_agent.protocol import (
 from tether_agent.restore import Restored, RestoreError, restore_latest
 from tether_agent.runner import RotatingLog, TrainingProcess
 from tether_agent.settings import AgentSettings, Tuning
-from tether_agent.storage import (
-    Credentials,
-    CredentialStore,
-    RateLimiter,
-    Storage,
-    StorageError,
-    TransferCancelled,
-)
+from tether_agent.storage import RateLimiter, Storage, StorageError, TransferCancelled
+from tether_agent.storage_credentials import Credentials, CredentialStore
 from tether_agent.uploader import CheckpointUploader
 from tether_agent.vast import stop_own_instance
 

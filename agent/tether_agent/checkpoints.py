@@ -28,6 +28,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -94,6 +95,33 @@ def parse_remote_dir(name: str) -> RemoteCheckpointId | None:
     if generation < 1:
         return None
     return RemoteCheckpointId(int(match.group(1)), generation)
+
+
+def manifest_problem(manifest: Manifest, cid: RemoteCheckpointId) -> str | None:
+    """Why `manifest` cannot stand for the checkpoint in directory `cid`; None when it can.
+
+    The rule every reader of a manifest applies (the restore, and the local stack's judge)."""
+    if (manifest.step, manifest.generation) != (cid.step, cid.generation):
+        return "manifest names another step or generation"
+    bad = [f.path for f in manifest.files if not is_safe_relative(f.path)]
+    if bad:
+        return f"unsafe path in manifest: {bad[0]}"
+    return None
+
+
+def file_problem(entry: ManifestFile, size: int, sha256: str) -> str | None:
+    """Why the bytes read for `entry` (their size and sha256) are not the ones it lists."""
+    if size != entry.size:
+        return f"{entry.path}: size {size}, manifest says {entry.size}"
+    if sha256 != entry.sha256:
+        return f"{entry.path}: sha256 mismatch"
+    return None
+
+
+def is_safe_relative(path: str) -> bool:
+    """A manifest path that stays inside its checkpoint directory."""
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts and "\\" not in path and bool(path)
 
 
 def restore_candidates(

@@ -6,13 +6,16 @@ import logging
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from tether_agent.checkpoints import (
     Manifest,
+    ManifestFile,
     RemoteCheckpointId,
+    file_problem,
+    manifest_problem,
     restore_candidates,
     restore_dirname,
 )
@@ -70,11 +73,9 @@ def _try_restore(
         raise RestoreError(str(exc)) from exc
     if manifest is None:
         return "no manifest (incomplete upload)"
-    if (manifest.step, manifest.generation) != (cid.step, cid.generation):
-        return "manifest names another step or generation"
-    bad = [f.path for f in manifest.files if not _is_safe_relative(f.path)]
-    if bad:
-        return f"unsafe path in manifest: {bad[0]}"
+    problem = manifest_problem(manifest, cid)
+    if problem:
+        return problem
 
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     staging = checkpoint_dir / f".tether-restore-{cid.dirname}"
@@ -94,28 +95,19 @@ def _download_all(
 ) -> str | None:
     base = cid.dir_key(storage.prefix)
 
-    def fetch(path: str, size: int, sha256: str) -> str | None:
-        dest = staging / path
+    def fetch(entry: ManifestFile) -> str | None:
+        dest = staging / entry.path
         try:
-            digest = storage.download_file(base + path, dest, size)
+            digest = storage.download_file(base + entry.path, dest, entry.size)
         except IntegrityError as exc:
             return str(exc)
         except TransferCancelled:
             raise
         except StorageError as exc:
             raise RestoreError(str(exc)) from exc
-        if dest.stat().st_size != size:
-            return f"{path}: size {dest.stat().st_size}, manifest says {size}"
-        if digest != sha256:
-            return f"{path}: sha256 mismatch"
-        return None
+        return file_problem(entry, dest.stat().st_size, digest)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="restore") as pool:
-        results = list(pool.map(lambda f: fetch(f.path, f.size, f.sha256), manifest.files))
+        results = list(pool.map(fetch, manifest.files))
     problems = [r for r in results if r]
     return problems[0] if problems else None
-
-
-def _is_safe_relative(path: str) -> bool:
-    pure = PurePosixPath(path)
-    return not pure.is_absolute() and ".." not in pure.parts and "\\" not in path and bool(path)

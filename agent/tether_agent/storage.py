@@ -6,6 +6,8 @@ error (expired or rotated credentials) waits for newer credentials from a heartb
 retries with them; `NoSuchUpload` (the server lost the multipart upload, e.g. it restarted or the
 new key is a different user) restarts that file's upload from the first part. A failed upload is
 aborted so no multipart upload is left open.
+
+The credentials themselves, and the S3 clients built from them, live in `storage_credentials`.
 """
 
 from __future__ import annotations
@@ -19,23 +21,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tether_agent.checkpoints import (
     MIB,
     Manifest,
-    ManifestFile,
     RemoteCheckpointId,
     checkpoints_prefix,
     parse_remote_dir,
     part_size_for,
 )
+from tether_agent.storage_credentials import Credentials, CredentialStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,7 +53,6 @@ AUTH_ERRORS = frozenset(
     }
 )
 NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})
-HASH_CHUNK = 8 * MIB
 
 
 class StorageError(Exception):
@@ -70,89 +69,6 @@ class UploadLost(StorageError):
 
 class IntegrityError(StorageError):
     """Downloaded bytes do not match the manifest."""
-
-
-@dataclass(frozen=True)
-class Credentials:
-    access_key_id: str
-    secret_access_key: str = field(repr=False)
-    session_token: str = field(repr=False)
-    expires_at: float | None
-    endpoint: str
-    bucket: str
-    version: int = 0
-
-
-class CredentialStore:
-    """The storage credentials in use. Heartbeat replies swap in newer ones atomically;
-    transfers that hit an auth error wait here for the next version."""
-
-    def __init__(self, initial: Credentials) -> None:
-        self._cond = threading.Condition()
-        self._current = replace(initial, version=0)
-        self._clients: dict[int, Any] = {}
-        self._session_lock = threading.Lock()
-
-    def current(self) -> Credentials:
-        with self._cond:
-            return self._current
-
-    def offer(self, new: Credentials) -> bool:
-        """Install `new` if it differs from and does not expire before the current ones."""
-        with self._cond:
-            cur = self._current
-            same = (new.access_key_id, new.secret_access_key, new.session_token) == (
-                cur.access_key_id,
-                cur.secret_access_key,
-                cur.session_token,
-            )
-            older = (
-                new.expires_at is not None
-                and cur.expires_at is not None
-                and new.expires_at < cur.expires_at
-            )
-            if same or older:
-                return False
-            self._current = replace(new, version=cur.version + 1)
-            self._clients.pop(cur.version - 1, None)  # keep the previous one for in-flight calls
-            self._cond.notify_all()
-            log.info("storage credentials rotated (key %s…)", new.access_key_id[:4])
-            return True
-
-    def wait_newer(self, version: int, timeout: float) -> Credentials | None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._current.version > version, timeout=timeout)
-            return self._current if self._current.version > version else None
-
-    def client(self, creds: Credentials) -> Any:
-        with self._session_lock:  # boto3 client creation is not thread safe
-            client = self._clients.get(creds.version)
-            if client is None:
-                client = boto3.session.Session().client(
-                    "s3",
-                    endpoint_url=creds.endpoint,
-                    aws_access_key_id=creds.access_key_id,
-                    aws_secret_access_key=creds.secret_access_key,
-                    aws_session_token=creds.session_token or None,
-                    region_name="auto",
-                    config=_BOTO_CONFIG,
-                )
-                self._clients[creds.version] = client
-            return client
-
-
-_BOTO_CONFIG = Config(
-    signature_version="s3v4",
-    # Unsigned payloads: no extra sha256 pass per part; the manifest's sha256 is what counts.
-    s3={"addressing_style": "path", "payload_signing_enabled": False},
-    retries={"max_attempts": 1, "mode": "standard"},  # we retry ourselves, credential-aware
-    max_pool_connections=64,
-    connect_timeout=10,
-    read_timeout=120,
-    # R2 rejects some of the newer default checksums; sha256 is ours anyway.
-    request_checksum_calculation="when_required",
-    response_checksum_validation="when_required",
-)
 
 
 class RateLimiter:
@@ -516,7 +432,3 @@ class Storage:
         os.pwrite(fd, data, start)
         self.stats.add(down=len(data))
         return data
-
-
-def manifest_file(path: str, size: int, sha256: str) -> ManifestFile:
-    return ManifestFile(path=path, size=size, sha256=sha256)

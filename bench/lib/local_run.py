@@ -1,12 +1,13 @@
 """Watch the local stack from inside, for the benchmarks that run it.
 
 `StackRecorder` records, while installed:
-- every Lambda invocation the local AWS runs in process (`tether_local.aws` routes all of them
-  through `_load_handler`, which is wrapped here): function, memory size from the template,
-  wall time, the AWS calls made inside it (botocore events on boto3's default session, counted
-  only on the invoking thread, so the harness's own calls stay out) with the time spent in them
-  and estimated DynamoDB units (`bench.lib.meter`), the Vast / Cloudflare calls (through the
-  adapters' transport hook) with their time, the EMF metrics it printed and the bytes it logged;
+- every Lambda invocation the local AWS runs in process (`tether_local.lambda_runtime` runs
+  each handler through the wrapper installed here with `wrap_handlers`): function, memory size
+  from the template, wall time, the AWS calls made inside it (botocore events on boto3's
+  default session, counted only on the invoking thread, so the harness's own calls stay out)
+  with the time spent in them and estimated DynamoDB units (`bench.lib.meter`), the Vast /
+  Cloudflare calls (through the adapters' transport hook) with their time, the EMF metrics it
+  printed and the bytes it logged;
 - every heartbeat that reached the API (the front's heartbeat observer), with its arrival time;
 - the demo's timeline, on one absolute clock (`timeline`).
 
@@ -167,17 +168,11 @@ class StackRecorder:
     # installing
 
     def install(self) -> StackRecorder:
-        import tether_local.aws as local_aws
+        from tether_local.lambda_runtime import wrap_handlers
 
         self._meter.install(time_moto=False)
         self._undo.append(self._meter.uninstall)
-        original = local_aws._load_handler
-
-        def load(handler: str) -> Callable[[Any, Any], Any]:
-            return self._wrap(original(handler))
-
-        local_aws._load_handler = load
-        self._undo.append(lambda: setattr(local_aws, "_load_handler", original))
+        self._undo.append(wrap_handlers(self._wrap))
         return self
 
     def attach(self, stack: Any) -> None:

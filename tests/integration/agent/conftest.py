@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tether_agent.storage import Credentials, CredentialStore, Storage
+from tether_agent.storage import Storage
+from tether_agent.storage_credentials import Credentials, CredentialStore
 
 from tests.paths import ROOT
 from tether_local.s3server import S3Server, start_s3_server

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tether_agent.checkpoints import RemoteCheckpointId
 from tether_agent.restore import restore_latest
-from tether_agent.storage import Credentials, Storage
+from tether_agent.storage import Storage
+from tether_agent.storage_credentials import Credentials
 from tether_agent.uploader import CheckpointUploader
 
 from tests.integration.agent.conftest import ACCESS_KEY, SECRET_KEY, make_storage

@@ -11,15 +11,10 @@ import boto3
 import pytest
 
 from tests.integration.local import sample_stack as stack
-from tether_local import aws as local_aws_module
-from tether_local.aws import (
-    Deployed,
-    LambdaInvocationError,
-    LocalAws,
-    MotoInternalsMoved,
-    check_moto_internals,
-    rate_seconds,
-)
+from tether_local import lambda_runtime
+from tether_local.aws import Deployed, LambdaInvocationError, LocalAws
+from tether_local.deployer import rate_seconds
+from tether_local.moto_patches import MotoInternalsMoved, check_moto_internals
 from tether_local.template import Resolver, StackContext, TemplateError, creation_order
 
 # --- the canary -----------------------------------------------------------------------------
@@ -231,6 +226,29 @@ def test_handler_exception_class_name_is_the_error(local_aws: LocalAws, sample: 
     assert "o8" in raised.value.message
 
 
+def test_a_handler_wrapper_sees_each_invocation_until_undone(
+    local_aws: LocalAws, sample: Deployed
+) -> None:
+    classify = sample.function_name(stack.CLASSIFY_FN_ID)
+    seen: list[tuple[str, Any]] = []
+
+    def wrap(handler: lambda_runtime.Handler) -> lambda_runtime.Handler:
+        def recorded(event: Any, context: Any) -> Any:
+            seen.append((context.function_name, event))
+            return handler(event, context)
+
+        return recorded
+
+    undo = lambda_runtime.wrap_handlers(wrap)
+    try:
+        assert local_aws.invoke(classify, {"kind": "gpu"})["color"] == "blue"
+    finally:
+        undo()
+    local_aws.invoke(classify, {"kind": "cpu"})
+
+    assert seen == [(classify, {"kind": "gpu"})]
+
+
 # --- lifecycle of the harness ---------------------------------------------------------------
 
 
@@ -419,7 +437,7 @@ def test_rate_expressions() -> None:
 
 
 def test_harness_module_exports_the_lock_timeout() -> None:
-    assert local_aws_module.INVOCATION_LOCK_TIMEOUT_S > 0
+    assert lambda_runtime.INVOCATION_LOCK_TIMEOUT_S > 0
 
 
 # --- the real stack -------------------------------------------------------------------------
@@ -442,6 +460,6 @@ def test_real_tether_stack_deploys_unchanged(
     handlers = [f["Handler"] for f in ours if f["Handler"].startswith("functions.")]
     assert handlers, "the stack's own functions run handlers from functions/"
     for handler in handlers:  # every Handler string names something importable here
-        assert callable(local_aws_module._load_handler(handler)), handler
+        assert callable(lambda_runtime.load_handler(handler)), handler
     routed = {route.function_arn for route in deployed.http_routes}
     assert routed <= {f["FunctionArn"] for f in ours}

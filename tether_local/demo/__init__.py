@@ -1,0 +1,60 @@
+"""`tether demo`: a deterministic CPU training job on the local stack, with faults injected.
+
+A scenario submits the tiny numpy job (`tether_agent.examples.tiny_train`: it checkpoints its
+full state, RNG included) through the real API, lets the real monitor and state machine supervise
+it, injects its faults through the stack's chaos controls, and then judges the run from stored
+state only: DynamoDB (job, generations, timeline), the S3 stand-in (checkpoints and manifests)
+and the Vast simulator's ledger (`tether_local.invariants`). Invariant 8 compares the weights of
+the highest verified checkpoint with an uninterrupted reference run of the same command to the
+same step, run directly (no stack) in a temporary directory.
+
+Timers. Everything runs on real time (agents compare leases with the wall clock), so the demo's
+job uses second-scale timers: a 1 s heartbeat, a 6 s heartbeat timeout, 3 s of GPU
+unresponsiveness, 6 s without progress. The job spec allows that without any bypass because its
+floors are relative to `policy.heartbeat_interval_s` (`functions.domain.jobspec`: e.g.
+`heartbeat_timeout_s ≥ 3 × heartbeat_interval_s`); a real job keeps the safe defaults (15 s
+heartbeat, 180 s timeout). The monitor runs every second (the demo's own clock thread, so
+`supervisor-dead` can stop it), and the API treats the supervisor as dead after 4 s without a
+monitor run.
+
+Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, no-progress, supervisor-dead,
+over-budget, vast-flaky, zombie, crash-loop, killed-during-upload, killed-during-restore.
+`run_scenario(name)` starts a stack and returns a `DemoSummary`; tests pass their own stack
+(`demo_stack_config()`) to share one start-up.
+
+Modules: `job` (the training command, its spec and the stack's configuration), `run` (one run's
+polling and bookkeeping), `scenarios` (the catalogue), `driver` (`run_scenario`), `evidence`
+(stored state, checkpoints verified with the agent's own manifest rules) and `summary` (the
+verdict). The names below are the demo's public face: the CLI, the tests and the benchmarks use
+only these.
+"""
+
+from tether_local.demo.driver import run_scenario
+from tether_local.demo.job import (
+    DEMO_POLICY,
+    MONITOR_INTERVAL_S,
+    SIGNED,
+    TrainArgs,
+    demo_job,
+    demo_stack_config,
+)
+from tether_local.demo.run import DemoError, Scenario
+from tether_local.demo.scenarios import DEFAULT_SCENARIO, MID_INTERVAL_S, SCENARIOS
+from tether_local.demo.summary import DemoSummary, reference_weights_sha256
+
+__all__ = [
+    "DEFAULT_SCENARIO",
+    "DEMO_POLICY",
+    "MID_INTERVAL_S",
+    "MONITOR_INTERVAL_S",
+    "SCENARIOS",
+    "SIGNED",
+    "DemoError",
+    "DemoSummary",
+    "Scenario",
+    "TrainArgs",
+    "demo_job",
+    "demo_stack_config",
+    "reference_weights_sha256",
+    "run_scenario",
+]

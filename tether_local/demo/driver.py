@@ -1,0 +1,69 @@
+"""The driver: start a stack (or take one), submit the scenario's job through the real API, run
+the demo's monitor clock, let the scenario inject its faults, wait for the job to end and every
+instance to go, then judge the run."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from functions.domain.job import is_terminal
+from tether_local.demo.evidence import live_instances
+from tether_local.demo.job import MONITOR_INTERVAL_S, SIGNED, demo_job, demo_stack_config
+from tether_local.demo.run import DemoError, DemoRun, MonitorClock, Scenario, Timeline, quiet
+from tether_local.demo.scenarios import DEFAULT_SCENARIO, SCENARIOS
+from tether_local.demo.summary import DemoSummary, summarize
+from tether_local.stack import LocalStack
+
+
+def run_scenario(
+    name: str = DEFAULT_SCENARIO,
+    *,
+    stack: LocalStack | None = None,
+    timeline: Timeline = quiet,
+) -> DemoSummary:
+    """Run one scenario end to end and judge it. Starts (and stops) a stack unless given one
+    made with `demo_stack_config()`."""
+    scenario = SCENARIOS.get(name)
+    if scenario is None:
+        raise ValueError(f"scenario: {name!r} is not one of {', '.join(SCENARIOS)}")
+    if stack is not None:
+        return _run_on(stack, scenario, timeline)
+    started = time.time()
+    timeline(0.0, "demo", "starting the local stack…")
+    with LocalStack(demo_stack_config()) as own:
+        timeline(time.time() - started, "demo", f"local stack up in {time.time() - started:.1f} s")
+        return _run_on(own, scenario, timeline)
+
+
+def _run_on(stack: LocalStack, scenario: Scenario, timeline: Timeline) -> DemoSummary:
+    run = DemoRun(stack=stack, scenario=scenario, timeline=timeline)
+    run.clock = MonitorClock(stack, MONITOR_INTERVAL_S)
+    run.say(f"scenario {scenario.name}: {scenario.description}")
+    spec = demo_job(scenario.train, **scenario.spec_overrides)
+    try:
+        created = httpx.post(stack.api_url + "/jobs", json=spec, headers=SIGNED, timeout=60)
+        if created.status_code != 201:
+            raise DemoError(f"submit refused: {created.status_code} {created.text[:300]}")
+        run.job_id = str(created.json()["job_id"])
+        run.say(f"submitted job {run.job_id}: {scenario.train.command()}")
+        run.start_monitor()
+        scenario.drive(run)
+        view = run.wait(
+            f"the job to end {scenario.expected_state.value}",
+            lambda v: is_terminal(v.job.state),
+            timeout_s=scenario.timeout_s,
+        )
+        run.wait(
+            "every instance of the job destroyed",
+            lambda _v: not live_instances(stack, run.job_id),
+            20,
+        )
+    finally:
+        run.clock.close()
+    view = run.poll()
+    return summarize(run, view)
+
+
+__all__ = ["run_scenario"]

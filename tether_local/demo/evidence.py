@@ -1,0 +1,150 @@
+"""The evidence the demo is judged on, read from what the stack stored: the checkpoints in the S3
+stand-in (each verified with the agent's own manifest rules), the Vast simulator's ledger and
+instances, and a sample of bad requests answered by the API."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+from tether_agent.checkpoints import (
+    MANIFEST_NAME,
+    Manifest,
+    RemoteCheckpointId,
+    checkpoints_prefix,
+    file_problem,
+    manifest_problem,
+    parse_remote_dir,
+)
+
+from functions.domain.supervision import parse_label
+from tether_local.demo.job import SIGNED
+from tether_local.invariants import CheckpointFacts, LedgerFacts
+from tether_local.stack import R2_BUCKET, LocalStack
+
+
+def s3_root(stack: LocalStack) -> Path:
+    """The bucket's directory under the S3 stand-in."""
+    return stack.root / "s3" / R2_BUCKET
+
+
+def job_prefix(job_id: str) -> str:
+    """The job's storage prefix, as the agent is given it (`TETHER_S3_PREFIX`)."""
+    return f"jobs/{job_id}/"
+
+
+def checkpoint_dirs(stack: LocalStack, job_id: str) -> dict[Path, RemoteCheckpointId]:
+    """The job's checkpoint directories in the S3 stand-in, by the agent's naming rule."""
+    base = s3_root(stack) / checkpoints_prefix(job_prefix(job_id))
+    found = {d: parse_remote_dir(d.name) for d in sorted(base.glob("*-g*"))}
+    return {d: cid for d, cid in found.items() if cid is not None}
+
+
+def checkpoint_facts(
+    stack: LocalStack, job_id: str, known: Mapping[str, CheckpointFacts] | None = None
+) -> list[CheckpointFacts]:
+    """The job's checkpoint directories, each manifest verified against the bytes (those in
+    `known` already verified are not read again)."""
+    base = s3_root(stack)
+    found = []
+    for directory, cid in checkpoint_dirs(stack, job_id).items():
+        prefix = str(directory.relative_to(base)) + "/"
+        seen = (known or {}).get(prefix)
+        if seen is not None and seen.verified:
+            continue
+        verified, written_at = _verify(directory, cid)
+        has_manifest = (directory / MANIFEST_NAME).is_file()
+        found.append(
+            CheckpointFacts(
+                prefix=prefix,
+                step=cid.step,
+                generation=cid.generation,
+                has_manifest=has_manifest,
+                verified=verified and has_manifest,
+                written_at=written_at,
+            )
+        )
+    return found
+
+
+def _verify(directory: Path, cid: RemoteCheckpointId) -> tuple[bool, float | None]:
+    """Whether the checkpoint in `directory` passes the agent's restore checks (its manifest
+    parses and names this directory, every file has the listed size and sha256), and the
+    manifest's time (None when it cannot be read)."""
+    try:
+        manifest = Manifest.model_validate_json((directory / MANIFEST_NAME).read_bytes())
+        written_at = manifest.created_at.timestamp()
+        if manifest_problem(manifest, cid):
+            return False, written_at
+        for entry in manifest.files:
+            blob = (directory / entry.path).read_bytes()
+            if file_problem(entry, len(blob), hashlib.sha256(blob).hexdigest()):
+                return False, written_at
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
+        return False, None
+    return True, written_at
+
+
+def live_instances(stack: LocalStack, job_id: str) -> list[int]:
+    """The simulator's instances whose label names the job, in any state but destroyed."""
+    return [
+        int(i["id"])
+        for i in stack.vast.instances()
+        if (parsed := parse_label(i.get("label"))) is not None and parsed[0] == job_id
+    ]
+
+
+def ledger_facts(stack: LocalStack, job_id: str) -> list[LedgerFacts]:
+    found = []
+    for charge in stack.vast.charges():
+        metadata = charge.get("metadata") or {}
+        parsed = parse_label(metadata.get("label"))
+        if parsed is None or parsed[0] != job_id:
+            continue
+        ledger = stack.vast.ledger(int(metadata["instance_id"]))
+        found.append(
+            LedgerFacts(
+                instance_id=ledger.instance_id,
+                label=ledger.label,
+                opened_at=ledger.opened_at,
+                closed_at=ledger.closed_at,
+                gpu_usd_per_hour=ledger.gpu_usd_per_hour,
+                storage_usd_per_hour=ledger.storage_usd_per_hour,
+                total_usd=ledger.total_usd,
+            )
+        )
+    return found
+
+
+def bad_input_statuses(stack: LocalStack, job_id: str) -> dict[str, int]:
+    """Invariant 5, sampled: a few bad requests of each kind, each must get a 4xx."""
+    url = stack.api_url
+    with httpx.Client(timeout=30) as client:
+        return {
+            "spec_negative_budget": client.post(
+                url + "/jobs", json={"name": "x", "budget_usd": -1}, headers=SIGNED
+            ).status_code,
+            "spec_not_json": client.post(
+                url + "/jobs", content=b"{not json", headers=SIGNED
+            ).status_code,
+            "query_bad_state": client.get(url + "/jobs?state=BOGUS", headers=SIGNED).status_code,
+            "heartbeat_forged_token": client.post(
+                url + "/agent/heartbeat",
+                json={"job_id": job_id, "generation": 1, "phase": "training"},
+                headers={"Authorization": "Bearer forged"},
+            ).status_code,
+            "unsigned_request": client.get(url + f"/jobs/{job_id}").status_code,
+        }
+
+
+__all__ = [
+    "bad_input_statuses",
+    "checkpoint_dirs",
+    "checkpoint_facts",
+    "job_prefix",
+    "ledger_facts",
+    "live_instances",
+    "s3_root",
+]

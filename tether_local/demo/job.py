@@ -1,0 +1,102 @@
+"""The demo's job: the tiny training command, its spec with second-scale timers, and the
+configuration of the stack it runs on (see the package docstring for why those timers are safe)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from functions import settings as function_settings
+from tether_local.stack import LocalStackConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_JOB = ROOT / "examples" / "tiny-cpu.yaml"
+MONITOR_INTERVAL_S = 1.0
+PULSE_MAX_AGE_S = 4.0
+# A signed-looking header: the local front checks SigV4's shape, not its signature.
+SIGNED = {
+    "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDLOCALDEMO/20260101/us-east-1/"
+    "execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=0"
+}
+DEMO_POLICY: dict[str, Any] = {
+    "heartbeat_interval_s": 1,
+    "heartbeat_timeout_s": 6,
+    "gpu_unresponsive_s": 3,
+    "no_progress_s": 6,
+    "startup_timeout_s": 30,
+    "lease_window_s": 120,
+    "max_restarts": 2,
+}
+
+
+@dataclass(frozen=True)
+class TrainArgs:
+    steps: int
+    checkpoint_every: int = 50
+    step_seconds: float = 0.05
+    crash_at_step: int | None = None
+    seed: int = 1234
+    ballast_mb: int = 0  # filler per checkpoint: not in `argv()`, it never changes the weights
+
+    def argv(self, *, steps: int | None = None) -> list[str]:
+        return [
+            "-m", "tether_agent.examples.tiny_train",
+            "--steps", str(steps if steps is not None else self.steps),
+            "--checkpoint-every", str(self.checkpoint_every),
+            "--seed", str(self.seed),
+        ]  # fmt: skip
+
+    def command(self) -> str:
+        extra = ["--step-seconds", repr(self.step_seconds)]
+        if self.crash_at_step is not None:
+            extra += ["--crash-at-step", str(self.crash_at_step)]
+        if self.ballast_mb:
+            extra += ["--ballast-mb", str(self.ballast_mb)]
+        return shlex.join(["python", *self.argv(), *extra])
+
+
+def demo_job(train: TrainArgs, **overrides: Any) -> dict[str, Any]:
+    """examples/tiny-cpu.yaml with the scenario's command, second-scale timers and overrides
+    (a mapping value merges into the section of that name)."""
+    spec: dict[str, Any] = yaml.safe_load(EXAMPLE_JOB.read_text())
+    spec["name"] = "demo"
+    spec["run"] = train.command()
+    spec["policy"] = {**spec.get("policy", {}), **DEMO_POLICY}
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            spec[key] = {**spec.get(key, {}), **value}
+        else:
+            spec[key] = value
+    return spec
+
+
+def demo_stack_config(root: Path | None = None) -> LocalStackConfig:
+    """The stack the demo drives: no clock of its own (the demo's clock runs the monitor),
+    fast rents and boots, the monitor interval and pulse age the functions see."""
+    return LocalStackConfig(
+        root=root,
+        monitor_interval_s=0,
+        startup_s=0.5,
+        created_s=0.2,
+        restart_s=0.3,
+        stop_grace_s=1.0,
+        host_env={"TETHER_PROBE_TIMEOUT_S": "1"},  # the fake probe answers at once or hangs
+        function_env={
+            function_settings.MONITOR_INTERVAL_ENV: str(MONITOR_INTERVAL_S),
+            function_settings.PULSE_MAX_AGE_ENV: str(PULSE_MAX_AGE_S),
+        },
+    )
+
+
+__all__ = [
+    "DEMO_POLICY",
+    "MONITOR_INTERVAL_S",
+    "SIGNED",
+    "TrainArgs",
+    "demo_job",
+    "demo_stack_config",
+]

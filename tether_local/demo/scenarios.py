@@ -1,0 +1,347 @@
+"""The demo's scenarios: what each does to the run (its faults, through the stack's chaos
+controls) and what it expects. `SCENARIOS` is the catalogue `run_scenario` and the CLI read.
+
+Killing a host in the middle of a transfer. The transfer is caught by watching its bytes (the S3
+stand-in's directory, the host's disk) every few milliseconds; the moment it is seen the host is
+frozen (SIGSTOP), the transfer confirmed unfinished, and only then destroyed: on a loaded machine
+a transfer could otherwise end between the look and the kill. Ballast makes each checkpoint big
+enough that a transfer lasts long enough to be seen.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from tether_agent.checkpoints import MANIFEST_NAME, RemoteCheckpointId
+
+from functions.adapters.store import JobView
+from functions.domain.job import Generation, JobState
+from tether_local.demo.evidence import checkpoint_dirs, job_prefix
+from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
+from tether_local.demo.run import DemoError, DemoRun, Scenario
+from tether_local.hosts import marked_processes
+from tether_local.invariants import Fault
+
+# Faults land this long after a checkpoint: ~30 of the 50 steps to the next one, and past the
+# script's once-a-second progress report, so the steps lost can be measured.
+MID_INTERVAL_S = 1.5
+
+
+def _destroy(run: DemoRun, g: Generation) -> None:
+    """The host dies between two checkpoints (what the next one restores is behind)."""
+    assert run.stack.hosts is not None
+    time.sleep(MID_INTERVAL_S)
+    hosts = run.stack.hosts
+    instance = run.instance(g)
+    run.fault("dead", g, lambda: hosts.destroy(instance))
+
+
+def _dead_twice(run: DemoRun) -> None:
+    _destroy(run, run.wait_step(1, 100, checkpoint=100))
+    run.wait_training(2)
+    _destroy(run, run.wait_step(2, 200, checkpoint=200))
+
+
+def _hung_gpu(run: DemoRun) -> None:
+    assert run.stack.hosts is not None
+    hosts = run.stack.hosts
+    g = run.wait_step(1, 50, checkpoint=50)
+    instance = run.instance(g)
+    run.fault("hung", g, lambda: hosts.hang_gpu(instance))
+
+
+def _stall_training(run: DemoRun, g: Generation) -> None:
+    """The training process stops making progress (SIGSTOP), the agent heartbeats on, the GPU
+    idles: DESIGN §4's 'no progress while GPU utilisation stays near zero'."""
+    assert run.stack.hosts is not None
+    host = run.stack.hosts.get(run.instance(g))
+    agent = host.process.pid if host.process is not None else None
+    run.stack.hosts.idle_gpu(host.instance_id)
+    for pid in marked_processes(host.marker):
+        if pid != agent:
+            os.kill(pid, signal.SIGSTOP)
+
+
+def _no_progress(run: DemoRun) -> None:
+    g = run.wait_step(1, 50, checkpoint=50)
+    run.fault("no-progress", g, lambda: _stall_training(run, g))
+
+
+def _supervisor_dead(run: DemoRun) -> None:
+    g = run.wait_step(1, 50, checkpoint=50)
+    instance = run.instance(g)
+    fault = run.fault("supervisor-dead", g, run.stop_monitor)
+
+    def stopped_itself(_view: JobView) -> bool:
+        record = run.stack.vast.instance(instance)
+        return record is not None and record["intended_status"] == "stopped"
+
+    lease = g.lease_expires_at
+    run.say(f"monitor stopped; the host's lease runs out in {max(lease - time.time(), 0):.0f} s")
+    run.wait("the host to stop itself (dead-man switch)", stopped_itself, timeout_s=40)
+    stopped_at = time.time()
+    run.say(f"the agent stopped its own instance {instance} after {stopped_at - fault.at:.1f} s")
+    time.sleep(2 * MONITOR_INTERVAL_S)  # nothing bills GPU time while nobody supervises
+    run.checks["host_stopped_itself"] = True
+    run.checks["no_gpu_billing_after_stop"] = not [
+        s
+        for s in run.samples
+        if s.at > stopped_at + run.stack.config.stop_grace_s and s.instance_ids
+    ]
+    run.supervisor_dead_s = time.time() - fault.at
+    run.faults[-1] = fault.model_copy(update={"detected_at": stopped_at})
+    run.say("monitor restarted")
+    run.start_monitor()
+
+
+def _over_budget(run: DemoRun) -> None:
+    g = run.wait_step(1, 1)
+    run.faults.append(
+        Fault(kind="over-budget", at=time.time(), generation=g.generation, step_at_fault=0)
+    )
+
+
+def _vast_flaky(run: DemoRun) -> None:
+    vast = run.stack.vast
+    g = run.wait_step(1, 50, checkpoint=50)
+    run.say("Vast API: 429s, 502s and dropped connections from now on")
+    vast.inject("rate_limit", 3)
+    vast.inject("server_error", 2)
+    vast.inject("connection_error", 1)
+    vast.inject("offer_gone", 1)
+    _destroy(run, g)
+
+
+def _zombie(run: DemoRun) -> None:
+    assert run.stack.hosts is not None
+    hosts = run.stack.hosts
+    g1 = run.wait_step(1, 50, checkpoint=50)
+    _destroy(run, g1)
+    run.wait_training(2)
+    run.wait_step(2, 90)
+    old = hosts.get(run.instance(g1))
+    run.say(f"ZOMBIE: instance {old.instance_id} comes back with its generation-1 agent")
+    zombie_at = time.time()
+    hosts.zombie(old.instance_id)
+    gone = run.wait(
+        "the zombie's agent to stop",
+        lambda _v: not marked_processes(old.marker) and time.time(),
+        timeout_s=30,
+    )
+    run.say(f"the zombie stopped itself after {gone - zombie_at:.1f} s (superseded)")
+    run.checks["zombie_stopped_itself"] = True
+    run.checks["zombie_never_billed"] = not [
+        s for s in run.samples if s.at >= zombie_at and old.instance_id in s.instance_ids
+    ]
+
+
+def _crash_loop(run: DemoRun) -> None:
+    policy = DEMO_POLICY["max_restarts"]
+    for generation in range(1, policy + 2):
+
+        def crashed(view: JobView, number: int = generation) -> Generation | None:
+            g = run.generation(view, number)
+            hb = g.heartbeat if g is not None else None
+            return g if hb is not None and hb.exit_code not in (None, 0) else None
+
+        g = run.wait(f"g{generation} to crash", crashed)
+        run.faults.append(
+            Fault(
+                kind="crash",
+                at=time.time(),
+                generation=g.generation,
+                step_at_fault=run.max_step.get(g.generation, 0),
+            )
+        )
+
+
+TRANSFER_BALLAST_MB = 96
+CATCH_POLL_S = 0.01
+_T = TypeVar("_T")
+
+
+def _catch(what: str, probe: Callable[[], _T | None], timeout_s: float = 45) -> _T:
+    """Until `probe` finds something, polling the file system only (fast, no DynamoDB reads)."""
+    deadline = time.monotonic() + timeout_s
+    while (found := probe()) is None:
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(CATCH_POLL_S)
+    return found
+
+
+def _steps_by_dir(run: DemoRun, generation: int) -> dict[Path, int]:
+    """The steps of `generation`'s checkpoint directories in the S3 stand-in, by directory."""
+    found = checkpoint_dirs(run.stack, run.job_id)
+    return {d: cid.step for d, cid in found.items() if cid.generation == generation}
+
+
+def _killed_during_upload(run: DemoRun) -> None:
+    assert run.stack.hosts is not None
+    hosts = run.stack.hosts
+    g = run.wait_step(1, 50, checkpoint=50)
+    instance = run.instance(g)
+
+    def complete_step() -> int:
+        dirs = _steps_by_dir(run, 1)
+        return max((s for d, s in dirs.items() if (d / MANIFEST_NAME).is_file()), default=0)
+
+    def half_written() -> tuple[Path, int] | None:
+        """A checkpoint newer than every complete one, with files but no manifest yet."""
+        complete = complete_step()
+        for directory, step in _steps_by_dir(run, 1).items():
+            try:
+                started = step > complete and any(directory.iterdir())
+                if started and not (directory / MANIFEST_NAME).exists():
+                    return directory, complete
+            except OSError:  # deleted by retention while we looked
+                continue
+        return None
+
+    while True:
+        half, complete = _catch("g1 uploading a checkpoint", half_written)
+        hosts.freeze(instance)
+        if not (half / MANIFEST_NAME).exists():
+            break
+        run.say(f"{half.name} finished uploading before the freeze; waiting for the next one")
+        hosts.thaw(instance)
+    files = sorted(p.name for p in half.iterdir())
+    run.say(f"g1 is uploading {half.name} ({', '.join(files)}; no manifest yet)")
+    run.fault("dead", g, lambda: hosts.destroy(instance))
+    run.wait_training(2)
+    restored = run.restores.get(2)
+    run.say(
+        f"g2 restored step {restored.step if restored else '-'}; "
+        f"step {complete} was the last complete one"
+    )
+    run.checks["killed_mid_upload"] = not (half / MANIFEST_NAME).exists()
+    run.checks["restored_last_complete_checkpoint"] = _restored(run, 2, complete, written_by=1)
+
+
+def _killed_during_restore(run: DemoRun) -> None:
+    assert run.stack.hosts is not None
+    hosts = run.stack.hosts
+    _destroy(run, run.wait_step(1, 100, checkpoint=100))
+    complete = max(s for d, s in _steps_by_dir(run, 1).items() if (d / MANIFEST_NAME).is_file())
+
+    def rented(view: JobView) -> Generation | None:
+        g = run.generation(view, 2)
+        return g if g is not None and g.instance_id is not None else None
+
+    g2 = run.wait("g2 rented", rented)
+    instance = run.instance(g2)
+    disk = hosts.get(instance).disk
+
+    def staging() -> Path | None:
+        return next(iter(disk.rglob(".tether-restore-*")), None)
+
+    restoring = _catch("g2 restoring a checkpoint", staging)
+    hosts.freeze(instance)
+    if not restoring.exists():
+        raise DemoError(f"g2 finished restoring {restoring.name} before it could be killed")
+    run.say(f"g2 is downloading into {restoring.name}")
+    run.fault("dead", g2, lambda: hosts.destroy(instance))
+    run.wait_training(3)
+    seen = run.progress.get(2)
+    run.checks["killed_mid_restore"] = 2 not in run.restores and not (
+        seen and seen.first_training_at
+    )
+    run.checks["third_generation_restored"] = _restored(run, 3, complete, written_by=1)
+
+
+def _restored(run: DemoRun, generation: int, step: int, written_by: int) -> bool:
+    """`generation` restored the checkpoint of `step` that generation `written_by` uploaded."""
+    restored = run.restores.get(generation)
+    expected = RemoteCheckpointId(step, written_by).manifest_key(job_prefix(run.job_id))
+    return restored is not None and restored.step == step and restored.manifest_key == expected
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "dead-twice",
+            "the host is destroyed twice mid-training; each time a new one resumes the work",
+            TrainArgs(steps=300),
+            _dead_twice,
+        ),
+        Scenario(
+            "hung-gpu",
+            "the GPU stops answering; the host is replaced as hung",
+            TrainArgs(steps=300),
+            _hung_gpu,
+        ),
+        Scenario(
+            "no-progress",
+            "training stalls with the GPU idle; the host is replaced as hung",
+            TrainArgs(steps=160),
+            _no_progress,
+        ),
+        Scenario(
+            "supervisor-dead",
+            "the monitor stops: the lease runs out and the host stops itself; the monitor "
+            "returns and the job resumes",
+            TrainArgs(steps=600),
+            _supervisor_dead,
+            spec_overrides={"policy": {"lease_window_s": 10}},
+        ),
+        Scenario(
+            "over-budget",
+            "the budget runs out mid-training: the job stops, spend stays within one interval",
+            TrainArgs(steps=100_000),
+            _over_budget,
+            expected_state=JobState.OVER_BUDGET,
+            spec_overrides={
+                "budget_usd": 0.0004,
+                "expected_startup_min": 0,
+                "data": {"download_gb": 0},
+                "checkpoint": {"interval_min": 0.05},
+            },
+        ),
+        Scenario(
+            "vast-flaky",
+            "the Vast API throttles, fails and drops connections while a host is replaced",
+            TrainArgs(steps=160),
+            _vast_flaky,
+        ),
+        Scenario(
+            "zombie",
+            "a destroyed host returns after its replacement: superseded, never billed, its late "
+            "checkpoints never restored",
+            TrainArgs(steps=200),
+            _zombie,
+        ),
+        Scenario(
+            "crash-loop",
+            "the training command exits 1: restarted up to max_restarts, then FAILED",
+            TrainArgs(steps=200, crash_at_step=75),
+            _crash_loop,
+            expected_state=JobState.FAILED,
+        ),
+        Scenario(
+            "killed-during-upload",
+            "the host dies while it uploads a checkpoint: the half-written one never gets a "
+            "manifest, the next host restores the one before it",
+            TrainArgs(steps=200, ballast_mb=TRANSFER_BALLAST_MB),
+            _killed_during_upload,
+            spec_overrides={"data": {"upload_gb_per_checkpoint": 0.1}},
+        ),
+        Scenario(
+            "killed-during-restore",
+            "the replacement host dies while it downloads the checkpoint; a third one restores "
+            "it and finishes",
+            TrainArgs(steps=200, ballast_mb=TRANSFER_BALLAST_MB),
+            _killed_during_restore,
+            spec_overrides={"data": {"upload_gb_per_checkpoint": 0.1}},
+        ),
+    )
+}
+DEFAULT_SCENARIO = "dead-twice"
+
+
+__all__ = ["DEFAULT_SCENARIO", "MID_INTERVAL_S", "SCENARIOS", "TRANSFER_BALLAST_MB"]

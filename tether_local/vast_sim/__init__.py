@@ -1,0 +1,37 @@
+"""An in-memory Vast.ai API that speaks the real HTTP shapes the adapter uses.
+
+`VastSimulator.handle(request) -> response` is an httpx handler: tests plug it into
+`httpx.MockTransport(sim.handle)`, the local stack serves it over loopback HTTP. It keeps
+- an offer book (from `tether_local.offers`); a rented offer leaves the book until its instance is
+  destroyed, so renting it again answers 404 `no_such_ask` like Vast;
+- instances whose `actual_status` moves created → loading → running on an injectable clock,
+  stopped on request, and exited/offline on `kill()` (which, as on Vast, never heals by itself);
+- the account key and one key per instance (`instance_api_key`, the container's
+  `CONTAINER_API_KEY`) that may only start, stop or destroy its own instance;
+- a billing ledger per instance: GPU seconds while it should run (not while stopped or offline),
+  storage seconds while it exists, bytes recorded with `record_traffic()`; `charges()` and
+  `GET /api/v0/charges/` show it;
+- fault injection (`inject()`: 429 storms with Vast's plain-text body, 5xx, offers gone,
+  dropped connections) and hooks (`on_rent`, `on_start`, `on_stop`, `on_destroy`) that the local
+  stack uses to start and stop host processes.
+
+Every public method and `handle` are thread-safe; hooks run outside the lock. Modules:
+`simulator` (the class: state, controls, routes), `instances`, `billing`, `search`, `wire`.
+"""
+
+from tether_local.vast_sim.billing import BYTES_PER_GB, Ledger
+from tether_local.vast_sim.instances import Hook, InstanceStatus, SimInstance
+from tether_local.vast_sim.simulator import FAULT_KINDS, FaultKind, VastSimulator
+from tether_local.vast_sim.wire import RATE_LIMIT_TEXT
+
+__all__ = [
+    "BYTES_PER_GB",
+    "FAULT_KINDS",
+    "RATE_LIMIT_TEXT",
+    "FaultKind",
+    "Hook",
+    "InstanceStatus",
+    "Ledger",
+    "SimInstance",
+    "VastSimulator",
+]

@@ -1,0 +1,229 @@
+"""Instances as the simulator keeps and shows them: the record of one rented instance, the
+checks a rent request passes, the record Vast renders for it, and the paged instance list."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from tether_local.vast_sim.billing import Ledger
+from tether_local.vast_sim.search import matches
+from tether_local.vast_sim.wire import decode_token, encode_token, error, json_response
+
+InstanceStatus = Literal["created", "loading", "running", "stopped", "exited", "offline"]
+PAGE_LIMIT = 25  # /api/v1/instances/ returns at most 25 per page
+MIN_DISK_GB = 8
+MAX_LABEL_CHARS = 256
+MAX_ONSTART_CHARS = 4048
+MAX_ONSTART_AND_ARGS_CHARS = 4096
+PULLING = "Pulling image"
+RUNNING_MSG = "success, running"
+# Offer fields a real instance record repeats from the machine it runs on.
+_MACHINE_FIELDS = (
+    "machine_id", "host_id", "gpu_name", "num_gpus", "gpu_ram", "gpu_frac",
+    "gpu_arch", "gpu_lanes", "gpu_mem_bw", "compute_cap", "cpu_name", "cpu_cores",
+    "cpu_cores_effective", "cpu_ram", "cpu_arch", "cuda_max_good", "driver_version",
+    "disk_bw", "disk_name", "dlperf", "dlperf_per_dphtotal", "flops_per_dphtotal", "total_flops",
+    "geolocation", "has_avx", "inet_down", "inet_up", "inet_down_cost", "inet_up_cost",
+    "internet_down_cost_per_tb", "internet_up_cost_per_tb", "mobo_name", "pci_gen", "pcie_bw",
+    "public_ipaddr", "reliability2", "storage_cost", "min_bid", "direct_port_count", "logo",
+    "rentable", "verification", "bw_nvlink", "webpage", "external", "hosting_type", "os_version",
+)  # fmt: skip
+
+
+@dataclass
+class SimInstance:
+    """One rented instance. Hooks receive it; treat it as read-only."""
+
+    id: int
+    offer: dict[str, Any]
+    image: str
+    disk_gb: float
+    label: str | None
+    env: dict[str, str]
+    onstart: str  # the script: `onstart`, or the command of `args: [bash, -c, script]`
+    runtype: str
+    args: list[str]
+    api_key: str
+    created_at: float
+    intended_status: Literal["running", "stopped"] = "running"
+    boot_started_at: float = 0.0  # when the current start began
+    boot_s: float = 0.0  # how long this start takes to reach running
+    restarted: bool = False  # a restart skips the first ("created") phase
+    killed: Literal["exited", "offline"] | None = None
+    gpu_util: float | None = None
+    disk_usage: float | None = None
+    status_msg: str | None = None
+
+    def container_env(self) -> dict[str, str]:
+        """The environment Vast gives the container: the rent's env plus Vast's own."""
+        return {
+            **self.env,
+            "CONTAINER_ID": str(self.id),
+            "CONTAINER_API_KEY": self.api_key,
+            "VAST_CONTAINERLABEL": f"C.{self.id}",
+            "GPU_COUNT": str(self.offer.get("num_gpus", 1)),
+            "PUBLIC_IPADDR": str(self.offer.get("public_ipaddr", "127.0.0.1")),
+        }
+
+
+Hook = Callable[[SimInstance], None]
+
+
+@dataclass(frozen=True)
+class RentRequest:
+    """A rent's body once checked."""
+
+    image: str
+    disk: float
+    label: str | None
+    env: dict[str, str]
+    onstart: str
+    args: list[Any]
+    runtype: str
+
+    @property
+    def script(self) -> str:
+        """The script: `onstart`, or the command of `args: [bash, -c, script]`."""
+        if not self.onstart and len(self.args) >= 3 and self.args[:2] == ["bash", "-c"]:
+            return str(self.args[2])
+        return self.onstart
+
+
+def parse_rent(body: dict[str, Any]) -> RentRequest:
+    """`PUT /api/v0/asks/{id}/`'s body, checked as Vast checks it (400 `invalid_args`)."""
+    image = body.get("image")
+    if not isinstance(image, str) or not image.strip():
+        raise error(400, "invalid_args", "error 400/3467: Invalid args: 'image' is required")
+    disk = body.get("disk", 10)
+    if isinstance(disk, bool) or not isinstance(disk, int | float) or disk < MIN_DISK_GB:
+        raise error(400, "invalid_args", f"disk must be a number ≥ {MIN_DISK_GB} (GB)")
+    label = body.get("label")
+    if label is not None and (not isinstance(label, str) or len(label) > MAX_LABEL_CHARS):
+        raise error(400, "invalid_args", f"label must be a string ≤ {MAX_LABEL_CHARS} chars")
+    env = body.get("env") or {}
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise error(400, "invalid_args", "env must be an object of strings")
+    onstart = body.get("onstart") or ""
+    args = body.get("args") or []
+    if not isinstance(onstart, str) or not isinstance(args, list):
+        raise error(400, "invalid_args", "onstart must be a string and args a list")
+    if len(onstart) > MAX_ONSTART_CHARS:
+        raise error(400, "invalid_args", f"onstart exceeds {MAX_ONSTART_CHARS} characters")
+    if len(onstart) + sum(len(str(a)) for a in args) > MAX_ONSTART_AND_ARGS_CHARS:
+        raise error(
+            400, "invalid_args", f"onstart and args exceed {MAX_ONSTART_AND_ARGS_CHARS} chars"
+        )
+    runtype = body.get("runtype", "ssh")
+    if not isinstance(runtype, str):
+        raise error(400, "invalid_args", "runtype must be a string")
+    return RentRequest(image, disk, label, env, onstart, args, runtype)
+
+
+def render(instance: SimInstance, ledger: Ledger, status: str | None, now: float) -> dict[str, Any]:
+    """The instance record as `GET /api/v0/instances/{id}/` shows it."""
+    offer = instance.offer
+    record = {name: offer[name] for name in _MACHINE_FIELDS if name in offer}
+    record["gpu_totalram"] = offer.get("gpu_total_ram")
+    end_date = offer.get("end_date")
+    dph_base = ledger.gpu_usd_per_hour
+    disk_hour = ledger.storage_usd_per_hour
+    running = status == "running"
+    record.update(
+        {
+            "id": instance.id,
+            "bundle_id": offer.get("bundle_id"),
+            "actual_status": status,
+            "intended_status": instance.intended_status,
+            "cur_state": instance.intended_status,
+            "next_state": instance.intended_status,
+            "status_msg": RUNNING_MSG
+            if running and instance.status_msg == PULLING
+            else instance.status_msg,
+            "label": instance.label,
+            "start_date": instance.created_at,
+            "end_date": end_date,
+            "duration": (end_date - now) if isinstance(end_date, int | float) else None,
+            "dph_base": dph_base,
+            "dph_total": dph_base + disk_hour,
+            "storage_total_cost": disk_hour,
+            "disk_space": instance.disk_gb,
+            "disk_usage": instance.disk_usage,
+            "gpu_util": instance.gpu_util if running else None,
+            "gpu_temp": None,
+            "image_uuid": instance.image,
+            "image_runtype": instance.runtype,
+            "image_args": list(instance.args),
+            "onstart": instance.onstart,
+            "extra_env": [[k, v] for k, v in instance.env.items()],
+            "is_bid": False,
+            "inet_down_billed": ledger.bytes_down / 1024**2,  # MB, as Vast shows it
+            "inet_up_billed": ledger.bytes_up / 1024**2,
+            "ssh_host": f"ssh{instance.id % 9 + 1}.vast.ai",
+            "ssh_port": 10_000 + instance.id % 50_000,
+            "ssh_idx": str(instance.id % 9 + 1),
+            "instance": {
+                "gpuCostPerHour": dph_base,
+                "diskHour": disk_hour,
+                "totalHour": dph_base + disk_hour,
+                "discountTotalHour": 0,
+                "discountedTotalPerHour": 0,
+            },
+        }
+    )
+    return record
+
+
+def list_page(records: list[dict[str, Any]], params: httpx.QueryParams) -> httpx.Response:
+    """`GET /api/v1/instances/`: `records` filtered, a page of at most `PAGE_LIMIT` after the
+    token's id."""
+    try:
+        limit = int(params.get("limit", str(PAGE_LIMIT)))
+    except ValueError:
+        raise error(400, "invalid_args", "limit must be an integer") from None
+    limit = max(1, min(limit, PAGE_LIMIT))
+    filters: dict[str, Any] = {}
+    raw_filters = params.get("select_filters")
+    if raw_filters:
+        try:
+            filters = json.loads(raw_filters)
+        except json.JSONDecodeError:
+            raise error(400, "invalid_args", "select_filters is not valid JSON") from None
+        if not isinstance(filters, dict):
+            raise error(400, "invalid_args", "select_filters must be a JSON object")
+    token = params.get("after_token")
+    after = decode_token(token) if token else 0
+    matching = [r for r in records if matches(r, filters)]
+    page = [r for r in matching if r["id"] > after][:limit]
+    more = bool(page) and any(r["id"] > page[-1]["id"] for r in matching)
+    return json_response(
+        200,
+        {
+            "success": True,
+            "instances": page,
+            "next_token": encode_token(page[-1]["id"]) if more else None,
+            "total_instances": len(matching),
+        },
+    )
+
+
+__all__ = [
+    "MAX_LABEL_CHARS",
+    "MIN_DISK_GB",
+    "PAGE_LIMIT",
+    "PULLING",
+    "RUNNING_MSG",
+    "Hook",
+    "InstanceStatus",
+    "RentRequest",
+    "SimInstance",
+    "list_page",
+    "parse_rent",
+    "render",
+]

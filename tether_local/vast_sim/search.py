@@ -1,0 +1,90 @@
+"""The offer search (`/api/v0/bundles/`) and the filter language it shares with the instance
+list: Vast's `{"field": {"op": value}}` filters and `[["field", "asc"|"desc"], …]` orders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import httpx
+
+from tether_local.offers import price_for_storage
+from tether_local.vast_sim.wire import error, json_response
+
+_FILTER_IGNORED = frozenset({"order", "limit", "type", "allocated_storage"})
+
+
+def search(offers: Iterable[dict[str, Any]], query: dict[str, Any]) -> httpx.Response:
+    """`POST /api/v0/bundles/`: the offers that pass the query's filters, priced for its
+    storage, in its order."""
+    if isinstance(query.get("q"), dict):  # the newer client wraps the filters in "q"
+        query = query["q"]
+    storage = query.get("allocated_storage", 8.0)
+    if not isinstance(storage, int | float) or storage < 0:
+        raise error(400, "invalid_args", "allocated_storage must be a number ≥ 0")
+    limit = query.get("limit", 64)
+    if not isinstance(limit, int) or limit < 1:
+        raise error(400, "invalid_args", "limit must be a positive integer")
+    order = query.get("order", [["score", "desc"]])
+    if not (isinstance(order, list) and all(isinstance(o, list) and len(o) == 2 for o in order)):
+        raise error(400, "invalid_args", 'order must look like [["dph_total", "asc"]]')
+    priced = [price_for_storage(o, float(storage)) for o in offers]
+    found = [o for o in priced if matches(o, query)]
+    found.sort(key=sort_key(order))
+    return json_response(200, {"offers": found[:limit]})
+
+
+def matches(record: dict[str, Any], filters: dict[str, Any]) -> bool:
+    """Vast's `{"field": {"op": value}}` filters; absent or null fields never pass a
+    comparison, except that `eq false` accepts null (Vast stores `external: null`)."""
+    for name, ops in filters.items():
+        if name in _FILTER_IGNORED or not isinstance(ops, dict):
+            continue
+        value = record.get(name)
+        if name == "verified":  # the API's alias for verification == "verified"
+            value = record.get("verification") == "verified"
+        for op, wanted in ops.items():
+            if not _compare(value, op, wanted):
+                return False
+    return True
+
+
+def _compare(value: Any, op: str, wanted: Any) -> bool:
+    if op == "eq":
+        return bool(value == wanted) or (wanted is False and value is None)
+    if op == "neq":
+        return bool(value != wanted)
+    if op == "in":
+        return isinstance(wanted, list) and value in wanted
+    if op == "notin":
+        return isinstance(wanted, list) and value not in wanted
+    if value is None or not isinstance(wanted, int | float):
+        return False
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    if op == "gte":
+        return number >= wanted
+    if op == "gt":
+        return number > wanted
+    if op == "lte":
+        return number <= wanted
+    if op == "lt":
+        return number < wanted
+    raise error(400, "invalid_args", f"unknown filter operator {op!r}")
+
+
+def sort_key(order: list[list[str]]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    def key(record: dict[str, Any]) -> tuple[Any, ...]:
+        parts: list[Any] = []
+        for name, direction in order:
+            value = record.get(name)
+            number = float(value) if isinstance(value, int | float) else float("inf")
+            parts.append(-number if direction == "desc" else number)
+        return tuple(parts)
+
+    return key
+
+
+__all__ = ["matches", "search", "sort_key"]
