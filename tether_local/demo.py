@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from functions import settings as function_settings
 from functions.adapters.store import JobStore, JobView
 from functions.domain.job import Generation, JobState, is_terminal
-from functions.domain.supervision import parse_label
+from functions.domain.labels import parse_label
 from tether_local import invariants
 from tether_local.hosts import marked_processes
 from tether_local.invariants import (
