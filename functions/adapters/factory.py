@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import boto3
 import httpx
@@ -37,8 +37,10 @@ from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import VastClient
 
+if TYPE_CHECKING:
+    from functools import _lru_cache_wrapper
+
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
 Provider = Literal["vast", "cloudflare"]
 PLACEHOLDER = "REPLACE_ME"
 CLOUDFLARE_FIELDS = ("account_id", "api_token", "parent_access_key_id", "bucket")
@@ -60,19 +62,13 @@ _hooks = Hooks()
 _cache: dict[tuple[str, ...], Any] = {}
 
 
-class PerContainer(Protocol[T_co]):
-    def __call__(self) -> T_co: ...
-
-    def cache_clear(self) -> None: ...
+_per_container: list[_lru_cache_wrapper[Any]] = []
 
 
-_per_container: list[PerContainer[Any]] = []
-
-
-def per_container(build: Callable[[], T]) -> PerContainer[T]:
+def per_container(build: Callable[[], T]) -> _lru_cache_wrapper[T]:
     """Cache what `build` returns for the container's life (cold start: a bad environment fails
     loudly there); `install_hooks` and `reset` drop it with the clients it holds."""
-    cached = cast(PerContainer[T], functools.cache(build))
+    cached = functools.cache(build)
     with _lock:
         _per_container.append(cached)
     return cached
