@@ -1,30 +1,10 @@
-"""DynamoDB data access: one table, on demand, point-in-time recovery (the single-table layout).
+"""DynamoDB data access: `JobStore`, every read and write of the tether table.
 
-- job — `pk=JOB#<id> sk=JOB`: the `Job` record (spec as a map, state, budget, spend, current
-  generation); `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"`
-  only while the job is active.
-- generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
-  id, $/h, prices, agent token sha256 (`token_hash`), status, `is_current`, `lease_expires_at`,
-  `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
-  bytes down/up), `credentials` (R2 key, secret, session token, expiry, endpoint, bucket,
-  prefix).
-- timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
-- idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
-  TTL removes it after a day).
-- host reputation — `pk=HOST#<machine_id> sk=REP`: `failures` (a string set of `<job>:g<n>`, so
-  a repeated write counts once), `dead_failures`, `hung_failures`, `last_failure_at`,
-  `avoid_until` (written by the monitor, read by the lifecycle's planner as the blocklist).
-- supervisor pulse — `pk=SUPERVISOR sk=PULSE`: `at` (epoch s), written by the monitor on every
-  run; the heartbeat renews leases only while it is fresh.
-
-Indexes (both project all attributes):
-- `ActiveJobs` — partition `active_pk`, sort `created_key` (`<iso created>#<id>`). Sparse: the
-  attribute is removed when a job becomes terminal, so the monitor reads only live jobs.
-- `AllJobs` — partition `list_pk`, sort `created_key`: `GET /jobs` newest first without a scan.
-
-Callers speak the domain: a method per thing that happens (`record_generation`,
-`supersede_generation`, `store_credentials`, `record_incident`, …), never a dict of attribute
-names. The table's definition, keys and item codec are `functions/adapters/table.py`.
+Callers speak the domain: a method per thing that happens (`create_job`, `transition_job`,
+`record_generation`, `supersede_generation`, `end_generation`, `store_heartbeat`,
+`store_credentials`, `record_observation`, `record_spend`, `record_incident`,
+`record_host_failure`, …), never a dict of attribute names. The items, keys, indexes and the
+codec between items and records are `functions/adapters/table.py`.
 """
 
 from __future__ import annotations
@@ -47,6 +27,7 @@ from functions.adapters.table import (
     as_event,
     as_generation,
     as_job,
+    as_reputation,
     decode_page_token,
     deserialize,
     encode_page_token,
@@ -61,6 +42,7 @@ from functions.adapters.table import (
     job_partition,
     serialize,
     serialize_value,
+    state_in,
 )
 from functions.domain.heartbeat import StorageCredentials
 from functions.domain.job import (
@@ -117,15 +99,6 @@ class JobView:
             if gen.generation == self.job.current_generation:
                 return gen
         return None
-
-
-def _states_in(expected: Iterable[JobState], values: dict[str, Any]) -> str:
-    """`#state IN (:e0, …)`, adding the placeholders' values to `values`."""
-    placeholders = []
-    for i, state in enumerate(expected):
-        values[f":e{i}"] = state.value
-        placeholders.append(f":e{i}")
-    return f"#state IN ({', '.join(placeholders)})"
 
 
 class JobStore:
@@ -284,7 +257,7 @@ class JobStore:
                 names[f"#{name}"] = name
                 values[f":{name}"] = value
                 sets.append(f"#{name} = :{name}")
-        condition = _states_in(expected, values)
+        condition = state_in(expected, values)
         expression = "SET " + ", ".join(sets)
         if is_terminal(target):
             expression += " REMOVE active_pk"
@@ -417,7 +390,7 @@ class JobStore:
             ":gen": generation.generation,
             ":prev": generation.generation - 1,
         }
-        in_expected = _states_in(expected, values)
+        in_expected = state_in(expected, values)
         make_current = {
             "Update": {
                 "TableName": self.table_name,
@@ -497,15 +470,7 @@ class JobStore:
             while request:
                 reply = self.client.batch_get_item(RequestItems=request)
                 for item in reply.get("Responses", {}).get(self.table_name, []):
-                    plain = deserialize(item)
-                    reputation = HostReputation(
-                        machine_id=int(plain["machine_id"]),
-                        failures=len(plain.get("failures", ())),
-                        dead_failures=len(plain.get("dead_failures", ())),
-                        hung_failures=len(plain.get("hung_failures", ())),
-                        last_failure_at=float(plain.get("last_failure_at", 0)),
-                        avoid_until=float(plain.get("avoid_until", 0)),
-                    )
+                    reputation = as_reputation(deserialize(item))
                     found[reputation.machine_id] = reputation
                 request = reply.get("UnprocessedKeys") or {}
         return found

@@ -1,10 +1,31 @@
-"""The tether table itself: its definition, its keys, and the codec between items and records.
+"""The tether table: one table, on demand, point-in-time recovery (the single-table layout).
+
+- job — `pk=JOB#<id> sk=JOB`: the `Job` record (spec as a map, state, budget, spend, current
+  generation); `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"`
+  only while the job is active.
+- generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
+  id, $/h, prices, agent token sha256 (`token_hash`), status, `is_current`, `lease_expires_at`,
+  `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
+  bytes down/up), `credentials` (R2 key, secret, session token, expiry, endpoint, bucket,
+  prefix).
+- timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
+- idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
+  TTL removes it after a day).
+- host reputation — `pk=HOST#<machine_id> sk=REP`: `failures` (a string set of `<job>:g<n>`, so
+  a repeated write counts once), `dead_failures`, `hung_failures`, `last_failure_at`,
+  `avoid_until` (written by the monitor, read by the lifecycle's planner as the blocklist).
+- supervisor pulse — `pk=SUPERVISOR sk=PULSE`: `at` (epoch s), written by the monitor on every
+  run; the heartbeat renews leases only while it is fresh.
+
+Indexes (both project all attributes):
+- `ActiveJobs` — partition `active_pk`, sort `created_key` (`<iso created>#<id>`). Sparse: the
+  attribute is removed when a job becomes terminal, so the monitor reads only live jobs.
+- `AllJobs` — partition `list_pk`, sort `created_key`: `GET /jobs` newest first without a scan.
 
 `functions/adapters/store.py` (JobStore) is the only reader and writer of the table; this module
 holds what it needs below the level of jobs and generations: how keys are spelled, how values
 become DynamoDB attributes, how a page cursor is encoded, and a thin client (`Table`) that turns
-a failed condition into `False` instead of an exception. The item layout is described in the
-store's docstring.
+a failed condition into `False` instead of an exception.
 
 `TABLE_DEFINITION` is the one definition of keys and indexes; the CDK construct
 (`infra/constructs/data.py`), the tests and the local stack all create the table from it.
@@ -15,7 +36,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
@@ -23,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from functions.domain.job import Generation, Job, TimelineEvent
+from functions.domain.job import Generation, HostReputation, Job, JobState, TimelineEvent
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -207,6 +228,18 @@ def as_event(item: Mapping[str, Any]) -> TimelineEvent:
     return TimelineEvent.model_validate(strip_keys(item))
 
 
+def as_reputation(item: Mapping[str, Any]) -> HostReputation:
+    """The string sets of failures, counted."""
+    return HostReputation(
+        machine_id=int(item["machine_id"]),
+        failures=len(item.get("failures", ())),
+        dead_failures=len(item.get("dead_failures", ())),
+        hung_failures=len(item.get("hung_failures", ())),
+        last_failure_at=float(item.get("last_failure_at", 0)),
+        avoid_until=float(item.get("avoid_until", 0)),
+    )
+
+
 # --- page cursors -------------------------------------------------------------------------
 
 
@@ -247,6 +280,15 @@ def set_clause(fields: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str
     values = {f":u{i}": value for i, value in enumerate(fields.values())}
     clause = ", ".join(f"#u{i} = :u{i}" for i in range(len(fields)))
     return f"SET {clause}", names, values
+
+
+def state_in(expected: Iterable[JobState], values: dict[str, Any]) -> str:
+    """`#state IN (:e0, …)`, adding the placeholders' values to `values`."""
+    placeholders = []
+    for i, state in enumerate(expected):
+        values[f":e{i}"] = state.value
+        placeholders.append(f":e{i}")
+    return f"#state IN ({', '.join(placeholders)})"
 
 
 class Table:
