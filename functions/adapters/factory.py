@@ -66,8 +66,9 @@ _per_container: list[_lru_cache_wrapper[Any]] = []
 
 
 def per_container(build: Callable[[], T]) -> _lru_cache_wrapper[T]:
-    """Cache what `build` returns for the container's life (cold start: a bad environment fails
-    loudly there); `install_hooks` and `reset` drop it with the clients it holds."""
+    """Cache what `build` returns for the container's life (built on the first invocation,
+    where a bad environment fails loudly); `install_hooks` and `reset` drop it with the clients
+    it holds."""
     cached = functools.cache(build)
     with _lock:
         _per_container.append(cached)

@@ -2,10 +2,10 @@
 
 The agent writes `jobs/<id>/logs/g<generation>-<sequence>.log` (`tether_agent/logs.py`; the
 layout is `functions/domain/storage_layout.py`); the names sort in writing order across host
-replacements. A page lists the segments after the
-cursor `after` (a segment name, e.g. `g0002-000017.log`), with a URL each that works for a few
-minutes; `next` is the cursor for the following page, and `ended` tells a follower that the job
-has reached a terminal state, so once a page comes back empty nothing more will come.
+replacements. A page lists the segments after the cursor `after` (a segment name, e.g.
+`g0002-000017.log`), with a URL each that works for a few minutes; `next` is the cursor for the
+following page, and `ended` tells a follower that the job has reached a terminal state, so once
+a page comes back empty nothing more will come.
 """
 
 from __future__ import annotations
