@@ -136,7 +136,7 @@ def quiet() -> Iterator[None]:
 @contextlib.contextmanager
 def store_batch(store: Any) -> Iterator[Callable[[dict[str, Any]], None]]:
     """BatchWriteItem in 25s (plain puts) into the store's table."""
-    from functions.adapters.store import serialize
+    from functions.adapters.table import serialize
 
     pending: list[dict[str, Any]] = []
 
@@ -159,12 +159,13 @@ def store_batch(store: Any) -> Iterator[Callable[[dict[str, Any]], None]]:
 def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, int]:
     """`jobs` RUNNING jobs, each on its own rented simulator instance, as the lifecycle leaves
     them; then heartbeats a few minutes later. Returns what was set up."""
-    from functions.adapters.store import _job_item, event_key, generation_key
+    from functions.adapters.table import event_key, generation_key, job_item
     from functions.adapters.vast import VastClient
+    from functions.domain.credentials import credentials_ttl_s
     from functions.domain.heartbeat import GpuProbe, StorageCredentials
     from functions.domain.job import Generation, Heartbeat, JobState, new_job
     from functions.domain.jobspec import load_job_file, parse_job
-    from functions.domain.supervision import credentials_ttl_s, instance_label
+    from functions.domain.labels import instance_label
 
     # A budget no job nears in the benchmark's minutes: the incidents are the ones planted here.
     example = load_job_file(ROOT / "examples" / "tiny-cpu.yaml").model_dump()
@@ -205,11 +206,12 @@ def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, in
             # transactions: moto copies the whole table for each one, which would make setup
             # quadratic in the number of jobs.
             running = job.model_copy(update={"state": JobState.RUNNING, "current_generation": 1})
-            put(_job_item(running))
+            put(job_item(running))
             gen_item = generation.model_dump(mode="json", exclude_none=True)
             put({**generation_key(job_id, 1), **gen_item})
             put({**event_key(event), **event.model_dump(mode="json")})
             rented.append((job_id, result.instance_id))
+    first_lease = clock() + spec.policy.lease_window_s  # what each generation was rented with
     clock.now += 5 * 60  # the hosts booted; the agents train and heartbeat
     dead = 0
     for i, (job_id, instance_id) in enumerate(rented):
@@ -220,8 +222,8 @@ def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, in
             at=clock() - 10, agent_time=clock() - 10, phase="training", step=100 + i,
             gpu=GpuProbe(available=True, utilization_pct=90.0),
         )  # fmt: skip
-        store.update_generation(
-            job_id, 1, {"heartbeat": beat.model_dump(mode="json", exclude_none=True)}
+        store.store_heartbeat(
+            job_id, 1, token_hash="0" * 64, heartbeat=beat, lease_expires_at=first_lease
         )
     return {"jobs": jobs, "dead_hosts": dead, "credentials_due": jobs // renew_every}
 
@@ -240,7 +242,8 @@ def run(jobs: int, *, trace_memory: bool = True) -> dict[str, Any]:
         boto3.setup_default_session(region_name=REGION)
         meter = AwsMeter(index_keys=("active_pk", "list_pk")).install()
         from functions.adapters import factory
-        from functions.adapters.store import JobStore, create_table
+        from functions.adapters.store import JobStore
+        from functions.adapters.table import create_table
         from tether_local.cloudflare_sim import CloudflareSim
         from tether_local.offers import generate_offers
         from tether_local.vast_sim import VastSimulator

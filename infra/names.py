@@ -7,6 +7,7 @@ Environment variable names are defined next to the settings models that read the
 from __future__ import annotations
 
 from functions.settings import (
+    AGENT_WHEEL_PREFIX,
     API_URL_ENV,
     ARTIFACTS_BUCKET_ENV,
     CLOUDFLARE_SECRET_ARN_ENV,
@@ -63,8 +64,7 @@ CLOUDFLARE_SECRET_NAME = "tether/cloudflare"  # noqa: S105 (a name, not a secret
 CLOUDFLARE_SECRET_FIELDS = ("account_id", "api_token", "parent_access_key_id", "bucket")
 SECRET_PLACEHOLDER = "REPLACE_ME"  # noqa: S105 (a name, not a secret)
 
-# Where the agent wheel lands in the artifacts bucket.
-AGENT_WHEEL_PREFIX = "agent/"
+# Where the agent wheel lands in the artifacts bucket: AGENT_WHEEL_PREFIX, re-exported above.
 
 # Routes: (method, path, authorization) — the stack's routes and the tests' expectations.
 USER_ROUTES = (
@@ -89,6 +89,7 @@ MONITOR_SCHEDULE_EXPRESSION = "rate(1 minute)"
 LIFECYCLE_TIMEOUT_HOURS = 3
 
 __all__ = [
+    "AGENT_WHEEL_PREFIX",
     "API_URL_ENV",
     "ARTIFACTS_BUCKET_ENV",
     "CLOUDFLARE_SECRET_ARN_ENV",

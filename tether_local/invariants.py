@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions.domain.job import Generation, Job
-from functions.domain.supervision import parse_label
+from functions.domain.labels import parse_label
+from functions.domain.storage_layout import job_prefix
 
 
 class _Frozen(BaseModel):
@@ -208,7 +209,7 @@ def bad_input_refused(e: Evidence) -> Check:
 
 def hosts_hold_job_scoped_credentials(e: Evidence) -> Check:
     """6. A rented host holds only job-scoped, expiring credentials."""
-    prefix = f"jobs/{e.job.job_id}/"
+    prefix = job_prefix(e.job.job_id)
     for instance_id, env in e.host_envs.items():
         for secret in e.account_secrets:
             if len(secret) >= 8 and any(secret in v or secret in k for k, v in env.items()):

@@ -8,6 +8,10 @@ Cloudflare allows 1200 requests per 5 minutes per user and then blocks *every* c
 So the client spends from a local token bucket (default 1000 per 5 min, leaving room for the
 dashboard and other tools on the same user), and after a 429 it fails fast until the block is over
 instead of extending it.
+
+`mint_job_credentials` is the one place job-scoped credentials are minted (the lifecycle at
+rent, the monitor on renewal, the tests that provision by hand): read-write on `jobs/<job_id>/`
+and nothing else, returned as the domain's `StorageCredentials` the agent receives.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
+
+from functions.domain.heartbeat import StorageCredentials
+from functions.domain.storage_layout import job_prefix
 
 DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"
 MAX_TTL_S = 604_800  # Cloudflare's maximum (7 days)
@@ -48,6 +55,22 @@ class TempCredentials:
         return (
             f"TempCredentials(access_key_id={self.access_key_id!r}, expires_at={self.expires_at})"
         )
+
+
+@dataclass(frozen=True)
+class CloudflareAccount:
+    """The parsed `tether/cloudflare` secret (README "Deploy")."""
+
+    account_id: str
+    api_token: str
+    parent_access_key_id: str
+    bucket: str
+
+    def __repr__(self) -> str:  # the token never reaches a log line
+        return f"CloudflareAccount(account_id={self.account_id!r}, bucket={self.bucket!r})"
+
+    def r2_endpoint(self, override: str | None = None) -> str:
+        return override or f"https://{self.account_id}.r2.cloudflarestorage.com"
 
 
 class CloudflareError(Exception):
@@ -342,3 +365,30 @@ def _required_str(result: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise KeyError(key)
     return value
+
+
+def mint_job_credentials(
+    client: CloudflareClient,
+    account: CloudflareAccount,
+    job_id: str,
+    *,
+    ttl_s: int,
+    endpoint: str,
+    lease_s: float | None = None,
+) -> StorageCredentials:
+    """Read-write credentials on the job's prefix only (invariant 6), valid `ttl_s` seconds,
+    for the S3 API at `endpoint`. `lease_s`: the lease they go out with, which they must
+    outlive (see `mint_temp_credentials`)."""
+    prefix = job_prefix(job_id)
+    minted = client.mint_temp_credentials(
+        account.bucket, account.parent_access_key_id, prefix, ttl_s, lease_s=lease_s
+    )
+    return StorageCredentials(
+        access_key_id=minted.access_key_id,
+        secret_access_key=minted.secret_access_key,
+        session_token=minted.session_token,
+        expires_at=minted.expires_at,
+        endpoint=endpoint,
+        bucket=account.bucket,
+        prefix=prefix,
+    )

@@ -1,4 +1,8 @@
-"""Builds the adapters the monitor and lifecycle handlers use, once per container.
+"""Builds every handler's adapters, once per container.
+
+Each handler gets its dependencies the same way: a `dependencies()` function decorated with
+`per_container`, which builds them from the function's settings model through the builders
+below and keeps them like a Lambda container keeps module state between invocations.
 
 Account-wide keys are read from Secrets Manager on first use and cached with the clients they
 built (a Lambda container lives minutes to hours; a rotated key reaches new containers). Base
@@ -7,32 +11,36 @@ URLs come from the function's settings.
 The seam for tests and the local stack is `install_hooks(Hooks(...))`: an httpx transport per
 provider (`"vast"`, `"cloudflare"`, e.g. `httpx.MockTransport(simulator.handle)`), a `sleep` for
 the adapters' back-off and a `clock` for the handlers' "now". Installing hooks (or `reset()`)
-drops every cached client, so a new moto endpoint or simulator takes effect at once. Nothing in
-production calls either; simulators live in `tether_local/`, never here.
+drops every cached client and every `per_container` result, so a new moto endpoint or simulator
+takes effect at once. Nothing in production calls either; simulators live in `tether_local/`,
+never here.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import boto3
 import httpx
 
-from functions.adapters.cloudflare import CloudflareClient
+from functions.adapters.artifacts import Artifacts
+from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, TempCredentials
+from functions.adapters.notify import JobEvents
+from functions.adapters.r2 import ReadOnlyBucket
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import VastClient
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
-else:
-    S3Client = Any
+    from functools import _lru_cache_wrapper
 
+T = TypeVar("T")
 Provider = Literal["vast", "cloudflare"]
 PLACEHOLDER = "REPLACE_ME"
 CLOUDFLARE_FIELDS = ("account_id", "api_token", "parent_access_key_id", "bucket")
@@ -49,25 +57,22 @@ class Hooks:
     clock: Callable[[], float] | None = None
 
 
-@dataclass(frozen=True)
-class CloudflareAccount:
-    """The parsed `tether/cloudflare` secret (README "Deploy")."""
-
-    account_id: str
-    api_token: str
-    parent_access_key_id: str
-    bucket: str
-
-    def __repr__(self) -> str:  # the token never reaches a log line
-        return f"CloudflareAccount(account_id={self.account_id!r}, bucket={self.bucket!r})"
-
-    def r2_endpoint(self, override: str | None = None) -> str:
-        return override or f"https://{self.account_id}.r2.cloudflarestorage.com"
-
-
 _lock = threading.Lock()
 _hooks = Hooks()
 _cache: dict[tuple[str, ...], Any] = {}
+
+
+_per_container: list[_lru_cache_wrapper[Any]] = []
+
+
+def per_container(build: Callable[[], T]) -> _lru_cache_wrapper[T]:
+    """Cache what `build` returns for the container's life (built on the first invocation,
+    where a bad environment fails loudly); `install_hooks` and `reset` drop it with the clients
+    it holds."""
+    cached = functools.cache(build)
+    with _lock:
+        _per_container.append(cached)
+    return cached
 
 
 def install_hooks(hooks: Hooks) -> None:
@@ -76,6 +81,8 @@ def install_hooks(hooks: Hooks) -> None:
     with _lock:
         _hooks = hooks
         _cache.clear()
+        for cached in _per_container:
+            cached.cache_clear()
 
 
 def reset() -> None:
@@ -185,6 +192,38 @@ def transitions(state_machine_arn: str) -> TransitionStarter:
     return built
 
 
-def s3() -> S3Client:
-    built: S3Client = _cached(("s3",), lambda: boto3.client("s3"))
+def job_events(topic_arn: str | None) -> JobEvents:
+    built: JobEvents = _cached(("job_events", topic_arn or ""), lambda: JobEvents(topic_arn))
     return built
+
+
+def artifacts(bucket: str) -> Artifacts:
+    built: Artifacts = _cached(("artifacts", bucket), lambda: Artifacts(bucket))
+    return built
+
+
+def read_only_bucket(secret_arn: str, base_url: str, r2_endpoint: str | None) -> ReadOnlyBucket:
+    """The R2 bucket, read with `object-read-only` credentials minted per prefix; kept with the
+    Cloudflare client, so its cached credentials survive between requests."""
+
+    def build() -> ReadOnlyBucket:
+        client, account = cloudflare(secret_arn, base_url)
+
+        def mint(prefix: str, ttl_s: int) -> TempCredentials:
+            return client.mint_temp_credentials(
+                account.bucket, account.parent_access_key_id, prefix, ttl_s, "object-read-only"
+            )
+
+        return ReadOnlyBucket(
+            endpoint=account.r2_endpoint(r2_endpoint), bucket=account.bucket, mint=mint, clock=now
+        )
+
+    built: ReadOnlyBucket = _cached(("r2", secret_arn, base_url, r2_endpoint or ""), build)
+    return built
+
+
+def account_secrets(vast_secret_arn: str, cloudflare_secret_arn: str, base_url: str) -> list[str]:
+    """Every account-wide key there is, for the last check before a rent that none of them
+    reaches the host (invariant 6)."""
+    _, account = cloudflare(cloudflare_secret_arn, base_url)
+    return [vast_api_key(vast_secret_arn), account.api_token]

@@ -1,208 +1,68 @@
-"""DynamoDB data access: one table, on demand, point-in-time recovery (the single-table layout).
+"""DynamoDB data access: `JobStore`, every read and write of the tether table.
 
-- job — `pk=JOB#<id> sk=JOB`: the `Job` record (spec as a map, state, budget, spend, current
-  generation); `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"`
-  only while the job is active.
-- generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
-  id, $/h, prices, agent token sha256 (`token_hash`), status, `is_current`, `lease_expires_at`,
-  `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
-  bytes down/up), `credentials` (R2 key, secret, session token, expiry, endpoint, bucket,
-  prefix).
-- timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
-- idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
-  TTL removes it after a day).
-- host reputation — `pk=HOST#<machine_id> sk=REP`: `failures` (a string set of `<job>:g<n>`, so
-  a repeated write counts once), `dead_failures`, `hung_failures`, `last_failure_at`,
-  `avoid_until` (written by the monitor, read by the lifecycle's planner as the blocklist).
-- supervisor pulse — `pk=SUPERVISOR sk=PULSE`: `at` (epoch s), written by the monitor on every
-  run; the heartbeat renews leases only while it is fresh.
-
-Indexes (both project all attributes):
-- `ActiveJobs` — partition `active_pk`, sort `created_key` (`<iso created>#<id>`). Sparse: the
-  attribute is removed when a job becomes terminal, so the monitor reads only live jobs.
-- `AllJobs` — partition `list_pk`, sort `created_key`: `GET /jobs` newest first without a scan.
-
-`TABLE_DEFINITION` below is the one definition of keys and indexes; the CDK construct
-(`infra/constructs/data.py`), the tests and the local stack all create the table from it.
+Callers speak the domain: a method per thing that happens (`create_job`, `transition_job`,
+`record_generation`, `supersede_generation`, `end_generation`, `store_heartbeat`,
+`store_credentials`, `record_observation`, `record_spend`, `record_incident`,
+`record_host_failure`, …), never a dict of attribute names. The items, keys, indexes and the
+codec between items and records are `functions/adapters/table.py`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 import boto3
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from functions.adapters.table import (
+    ACTIVE_INDEX,
+    ACTIVE_PARTITION,
+    ALL_JOBS_INDEX,
+    JOBS_PARTITION,
+    PULSE_KEY,
+    TTL_ATTRIBUTE,
+    Table,
+    as_event,
+    as_generation,
+    as_job,
+    as_reputation,
+    decode_page_token,
+    deserialize,
+    encode_page_token,
+    event_item,
+    generation_item,
+    generation_key,
+    host_key,
+    idempotency_key,
+    is_condition_failure,
+    job_item,
+    job_key,
+    job_partition,
+    serialize,
+    serialize_value,
+    state_in,
+)
+from functions.domain.heartbeat import StorageCredentials
 from functions.domain.job import (
     ACTIVE_STATES,
     Generation,
+    GenerationStatus,
     Heartbeat,
     HostReputation,
     Job,
     JobState,
+    StopReason,
     TimelineEvent,
     is_terminal,
 )
+from functions.domain.reconcile import Observation
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 else:
     DynamoDBClient = Any
-
-ACTIVE_INDEX = "ActiveJobs"
-ALL_JOBS_INDEX = "AllJobs"
-ACTIVE_PARTITION = "ACTIVE"
-JOBS_PARTITION = "JOB"
-TTL_ATTRIBUTE = "expires_at_ttl"
-
-TABLE_DEFINITION: dict[str, Any] = {
-    "KeySchema": [
-        {"AttributeName": "pk", "KeyType": "HASH"},
-        {"AttributeName": "sk", "KeyType": "RANGE"},
-    ],
-    "AttributeDefinitions": [
-        {"AttributeName": "pk", "AttributeType": "S"},
-        {"AttributeName": "sk", "AttributeType": "S"},
-        {"AttributeName": "active_pk", "AttributeType": "S"},
-        {"AttributeName": "list_pk", "AttributeType": "S"},
-        {"AttributeName": "created_key", "AttributeType": "S"},
-    ],
-    "GlobalSecondaryIndexes": [
-        {
-            "IndexName": ACTIVE_INDEX,
-            "KeySchema": [
-                {"AttributeName": "active_pk", "KeyType": "HASH"},
-                {"AttributeName": "created_key", "KeyType": "RANGE"},
-            ],
-            "Projection": {"ProjectionType": "ALL"},
-        },
-        {
-            "IndexName": ALL_JOBS_INDEX,
-            "KeySchema": [
-                {"AttributeName": "list_pk", "KeyType": "HASH"},
-                {"AttributeName": "created_key", "KeyType": "RANGE"},
-            ],
-            "Projection": {"ProjectionType": "ALL"},
-        },
-    ],
-    "BillingMode": "PAY_PER_REQUEST",
-}
-
-_INDEX_KEYS = {
-    ACTIVE_INDEX: frozenset({"pk", "sk", "active_pk", "created_key"}),
-    ALL_JOBS_INDEX: frozenset({"pk", "sk", "list_pk", "created_key"}),
-}
-
-
-def create_table(client: DynamoDBClient, table_name: str) -> None:
-    """Create the table from TABLE_DEFINITION (tests, local stack) and switch its TTL on."""
-    client.create_table(TableName=table_name, **TABLE_DEFINITION)
-    client.get_waiter("table_exists").wait(TableName=table_name)
-    client.update_time_to_live(
-        TableName=table_name,
-        TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
-    )
-
-
-# --- keys ---------------------------------------------------------------------------------
-
-
-def job_key(job_id: str) -> dict[str, str]:
-    return {"pk": f"JOB#{job_id}", "sk": "JOB"}
-
-
-def generation_key(job_id: str, generation: int) -> dict[str, str]:
-    return {"pk": f"JOB#{job_id}", "sk": f"GEN#{generation:04d}"}
-
-
-def event_key(event: TimelineEvent) -> dict[str, str]:
-    return {
-        "pk": f"JOB#{event.job_id}",
-        "sk": f"EVT#{iso(event.at)}#{event.seq:03d}#{event.event_id}",
-    }
-
-
-def idempotency_key(key: str) -> dict[str, str]:
-    return {"pk": f"IDEM#{key}", "sk": "IDEM"}
-
-
-def host_key(machine_id: int) -> dict[str, str]:
-    return {"pk": f"HOST#{machine_id}", "sk": "REP"}
-
-
-PULSE_KEY = {"pk": "SUPERVISOR", "sk": "PULSE"}
-
-
-def iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="microseconds")
-
-
-# --- (de)serialisation --------------------------------------------------------------------
-
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
-
-
-def _to_dynamo_value(value: Any) -> Any:
-    # DynamoDB numbers are Decimals; str() keeps 0.95 as 0.95 instead of binary noise.
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, float):
-        return Decimal(str(value))
-    if isinstance(value, Mapping):
-        return {k: _to_dynamo_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_to_dynamo_value(v) for v in value]
-    return value
-
-
-def _from_dynamo_value(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, Mapping):
-        return {k: _from_dynamo_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_dynamo_value(v) for v in value]
-    return value
-
-
-def serialize(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _serializer.serialize(_to_dynamo_value(v)) for k, v in item.items()}
-
-
-def deserialize(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _from_dynamo_value(_deserializer.deserialize(v)) for k, v in item.items()}
-
-
-def _job_item(job: Job) -> dict[str, Any]:
-    item: dict[str, Any] = {
-        **job_key(job.job_id),
-        **job.model_dump(mode="json"),
-        "list_pk": JOBS_PARTITION,
-        "created_key": f"{iso(job.created_at)}#{job.job_id}",
-    }
-    if job.active:
-        item["active_pk"] = ACTIVE_PARTITION
-    return item
-
-
-def _strip_keys(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        k: v
-        for k, v in item.items()
-        if k not in {"pk", "sk", "active_pk", "list_pk", "created_key", TTL_ATTRIBUTE}
-    }
-
-
-# --- errors -------------------------------------------------------------------------------
 
 
 class IdempotencyConflict(Exception):
@@ -213,32 +73,12 @@ class IdempotencyConflict(Exception):
         self.job_id = job_id
 
 
-class BadPageToken(ValueError):
-    """A `next` token that this store did not hand out."""
-
-
 class StateConflict(Exception):
     """A conditional state change did not apply; `job` is the state found (None: no job)."""
 
     def __init__(self, job: Job | None) -> None:
         super().__init__("job is not in an expected state" if job else "no such job")
         self.job = job
-
-
-def _set_clause(updates: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """`SET #u0 = :u0, …` with its names and (plain) values."""
-    names = {f"#u{i}": name for i, name in enumerate(updates)}
-    values = {f":u{i}": value for i, value in enumerate(updates.values())}
-    clause = ", ".join(f"#u{i} = :u{i}" for i in range(len(updates)))
-    return f"SET {clause}", names, values
-
-
-def _is_condition_failure(exc: ClientError) -> bool:
-    code = exc.response.get("Error", {}).get("Code", "")
-    return code in {"ConditionalCheckFailedException", "TransactionCanceledException"}
-
-
-# --- views --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -261,34 +101,13 @@ class JobView:
         return None
 
 
-def encode_page_token(last_key: Mapping[str, Any]) -> str:
-    plain = deserialize(last_key)
-    return base64.urlsafe_b64encode(json.dumps(plain, sort_keys=True).encode()).decode()
-
-
-def decode_page_token(token: str, index: str) -> dict[str, Any]:
-    try:
-        plain = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-    except (ValueError, binascii.Error, UnicodeError) as exc:
-        raise BadPageToken("is not a token returned by this API") from exc
-    if (
-        not isinstance(plain, dict)
-        or set(plain) != _INDEX_KEYS[index]
-        or not all(isinstance(v, str) and 0 < len(v) <= 256 for v in plain.values())
-    ):
-        raise BadPageToken("is not a token returned by this API for this filter")
-    return serialize(plain)
-
-
-# --- the store ----------------------------------------------------------------------------
-
-
 class JobStore:
     """Every read and write of the tether table. `client=None` builds a default client."""
 
     def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
         self.table_name = table_name
         self.client: DynamoDBClient = client or boto3.client("dynamodb")
+        self._table = Table(table_name, self.client)
 
     # jobs ----------------------------------------------------------------------------------
 
@@ -307,39 +126,24 @@ class JobStore:
         request raises IdempotencyConflict.
         """
         items: list[dict[str, Any]] = [
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": serialize(_job_item(job)),
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
-            {"Put": {"TableName": self.table_name, "Item": serialize(self._event_item(event))}},
+            self._put(job_item(job), condition="attribute_not_exists(pk)"),
+            self._put(event_item(event)),
         ]
         if idempotency is not None:
             key, request_hash = idempotency
-            items.append(
-                {
-                    "Put": {
-                        "TableName": self.table_name,
-                        "Item": serialize(
-                            {
-                                **idempotency_key(key),
-                                "job_id": job.job_id,
-                                "request_hash": request_hash,
-                                TTL_ATTRIBUTE: int(idempotency_expires_at),
-                            }
-                        ),
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                }
-            )
+            record = {
+                **idempotency_key(key),
+                "job_id": job.job_id,
+                "request_hash": request_hash,
+                TTL_ATTRIBUTE: int(idempotency_expires_at),
+            }
+            items.append(self._put(record, condition="attribute_not_exists(pk)"))
         try:
             self.client.transact_write_items(TransactItems=cast(Any, items))
         except ClientError as exc:
-            if idempotency is None or not _is_condition_failure(exc):
+            if idempotency is None or not is_condition_failure(exc):
                 raise
-            existing = self._get(idempotency_key(idempotency[0]))
+            existing = self._table.get(idempotency_key(idempotency[0]))
             if existing is None:  # a collision on the job id itself: vanishingly rare
                 raise
             if existing["request_hash"] != idempotency[1]:
@@ -351,13 +155,13 @@ class JobStore:
         return job, True
 
     def get_job(self, job_id: str) -> Job | None:
-        item = self._get(job_key(job_id))
-        return Job.model_validate(_strip_keys(item)) if item else None
+        item = self._table.get(job_key(job_id))
+        return as_job(item) if item else None
 
     def get_job_view(self, job_id: str, *, max_events: int = 100) -> JobView | None:
         """The job, all its generations and its latest `max_events` events, oldest first."""
-        pk = f"JOB#{job_id}"
-        items = self._query_all(
+        pk = job_partition(job_id)
+        items = self._table.query_all(
             KeyConditionExpression="pk = :pk AND sk >= :gen",
             ExpressionAttributeValues={":pk": {"S": pk}, ":gen": {"S": "GEN#"}},
         )
@@ -365,9 +169,9 @@ class JobStore:
         generations = []
         for item in items:
             if item["sk"] == "JOB":
-                job = Job.model_validate(_strip_keys(item))
+                job = as_job(item)
             elif item["sk"].startswith("GEN#"):
-                generations.append(Generation.model_validate(_strip_keys(item)))
+                generations.append(as_generation(item))
         if job is None:
             return None
         reply = self.client.query(
@@ -377,17 +181,15 @@ class JobStore:
             ScanIndexForward=False,
             Limit=max_events,
         )
-        events = [
-            TimelineEvent.model_validate(_strip_keys(deserialize(i)))
-            for i in reversed(reply.get("Items", []))
-        ]
+        events = [as_event(deserialize(i)) for i in reversed(reply.get("Items", []))]
         return JobView(job=job, generations=generations, events=events)
 
     def list_jobs(
         self, *, state: JobState | None = None, limit: int = 50, token: str | None = None
     ) -> JobPage:
         """Newest first. An active state (or none) reads the all-jobs index; a state filter
-        is a FilterExpression, so a page is filled by reading on until `limit` jobs match."""
+        is a FilterExpression, so a page is filled by reading on until `limit` jobs match.
+        Raises `BadPageToken` for a token this store did not hand out."""
         index = ACTIVE_INDEX if state in ACTIVE_STATES else ALL_JOBS_INDEX
         partition_attr, partition = (
             ("active_pk", ACTIVE_PARTITION)
@@ -413,7 +215,7 @@ class JobStore:
             if start_key:
                 kwargs["ExclusiveStartKey"] = start_key
             reply = self.client.query(**kwargs)
-            jobs.extend(Job.model_validate(_strip_keys(deserialize(i))) for i in reply["Items"])
+            jobs.extend(as_job(deserialize(i)) for i in reply["Items"])
             start_key = reply.get("LastEvaluatedKey")
             if not start_key or len(jobs) >= limit:
                 break
@@ -421,12 +223,12 @@ class JobStore:
 
     def list_active_jobs(self) -> list[Job]:
         """Every active job (the monitor's view), oldest first."""
-        items = self._query_all(
+        items = self._table.query_all(
             IndexName=ACTIVE_INDEX,
             KeyConditionExpression="active_pk = :p",
             ExpressionAttributeValues={":p": {"S": ACTIVE_PARTITION}},
         )
-        return [Job.model_validate(_strip_keys(i)) for i in items]
+        return [as_job(i) for i in items]
 
     def transition_job(
         self,
@@ -436,26 +238,26 @@ class JobStore:
         expected: Iterable[JobState],
         now: float,
         event: TimelineEvent,
-        updates: Mapping[str, Any] | None = None,
+        state_reason: str | None = None,
+        stop_reason: StopReason | None = None,
+        restarts: int | None = None,
     ) -> Job:
         """Move a job to `target` if it is in one of `expected`, with its timeline event, in one
-        transaction. Leaving the active states removes `active_pk` (the sparse index).
-        `previous_state` keeps the state it left (read in the same write, so it is exact even
-        when `expected` allows several). Raises StateConflict with the job as found when the
-        condition does not hold."""
-        expected = list(expected)
+        transaction, setting the reasons and restart count given. Leaving the active states
+        removes `active_pk` (the sparse index). `previous_state` keeps the state it left (read
+        in the same write, so it is exact even when `expected` allows several). Raises
+        StateConflict with the job as found when the condition does not hold."""
+        changes = {"state_reason": state_reason, "stop_reason": stop_reason, "restarts": restarts}
         values: dict[str, Any] = {":target": target.value, ":now": now}
         names: dict[str, str] = {"#state": "state"}
         # SET evaluates every operand against the item before the update.
         sets = ["previous_state = #state", "#state = :target", "updated_at = :now"]
-        for i, (name, value) in enumerate((updates or {}).items()):
-            names[f"#u{i}"] = name
-            values[f":u{i}"] = value
-            sets.append(f"#u{i} = :u{i}")
-        placeholders = []
-        for i, state in enumerate(expected):
-            values[f":e{i}"] = state.value
-            placeholders.append(f":e{i}")
+        for name, value in changes.items():
+            if value is not None:
+                names[f"#{name}"] = name
+                values[f":{name}"] = value
+                sets.append(f"#{name} = :{name}")
+        condition = state_in(expected, values)
         expression = "SET " + ", ".join(sets)
         if is_terminal(target):
             expression += " REMOVE active_pk"
@@ -464,37 +266,45 @@ class JobStore:
                 "TableName": self.table_name,
                 "Key": serialize(job_key(job_id)),
                 "UpdateExpression": expression,
-                "ConditionExpression": f"#state IN ({', '.join(placeholders)})",
+                "ConditionExpression": condition,
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": serialize(values),
             }
         }
-        put_event = {
-            "Put": {"TableName": self.table_name, "Item": serialize(self._event_item(event))}
-        }
-        try:
-            self.client.transact_write_items(TransactItems=cast(Any, [update, put_event]))
-        except ClientError as exc:
-            if not _is_condition_failure(exc):
-                raise
-            raise StateConflict(self.get_job(job_id)) from None
+        if not self._table.transact([update, self._put(event_item(event))]):
+            raise StateConflict(self.get_job(job_id))
         found = self.get_job(job_id)
         if found is None:  # deleted in between: only by hand
             raise StateConflict(None)
         return found
 
+    def record_spend(self, job_id: str, spent_usd: float) -> bool:
+        """The job's spend as the monitor measured it; False if no such job."""
+        return self._table.set_fields(job_key(job_id), {"spent_usd": spent_usd})
+
+    def record_incident(self, job_id: str, *, at: float, reason: str, generation: int) -> bool:
+        """A replace was started at `at` for `reason`, ending `generation`: the heartbeat API
+        measures detection → training resumed from it. False if no such job."""
+        fields = {"incident_at": at, "incident_reason": reason, "incident_generation": generation}
+        return self._table.set_fields(job_key(job_id), fields)
+
     # generations ---------------------------------------------------------------------------
 
     def put_generation(self, generation: Generation) -> None:
-        item = {
-            **generation_key(generation.job_id, generation.generation),
-            **generation.model_dump(mode="json", exclude_none=True),
-        }
-        self.client.put_item(TableName=self.table_name, Item=serialize(item))
+        """Store a generation item as given (no condition)."""
+        self._table.put(generation_item(generation))
 
     def get_generation(self, job_id: str, generation: int) -> Generation | None:
-        item = self._get(generation_key(job_id, generation))
-        return Generation.model_validate(_strip_keys(item)) if item else None
+        item = self._table.get(generation_key(job_id, generation))
+        return as_generation(item) if item else None
+
+    def list_generations(self, job_id: str) -> list[Generation]:
+        """Every generation of a job, oldest first."""
+        items = self._table.query_all(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :gen)",
+            ExpressionAttributeValues={":pk": {"S": job_partition(job_id)}, ":gen": {"S": "GEN#"}},
+        )
+        return [as_generation(i) for i in items]
 
     def load_heartbeat_context(
         self, job_id: str, generation: int
@@ -514,16 +324,16 @@ class JobStore:
         if pending:  # throttled: fetch the rest one by one rather than fail the heartbeat
             for key in pending[self.table_name]["Keys"]:
                 plain_key = deserialize(key)
-                item_or_none = self._get(plain_key)
+                item_or_none = self._table.get(plain_key)
                 if item_or_none:
                     found[plain_key["sk"]] = item_or_none
-        job_item = found.get("JOB")
-        gen_item = found.get(generation_key(job_id, generation)["sk"])
-        pulse_item = found.get("PULSE")
+        job_found = found.get("JOB")
+        gen_found = found.get(generation_key(job_id, generation)["sk"])
+        pulse_found = found.get("PULSE")
         return (
-            Job.model_validate(_strip_keys(job_item)) if job_item else None,
-            Generation.model_validate(_strip_keys(gen_item)) if gen_item else None,
-            float(pulse_item["at"]) if pulse_item else None,
+            as_job(job_found) if job_found else None,
+            as_generation(gen_found) if gen_found else None,
+            float(pulse_found["at"]) if pulse_found else None,
         )
 
     def store_heartbeat(
@@ -536,10 +346,11 @@ class JobStore:
         lease_expires_at: float,
         training_start_step: int | None = None,
     ) -> bool:
-        """One conditional UpdateItem: only the current generation, with this token, writes.
-        `training_start_step` given: the first `training` heartbeat also records when and at
-        which step training began on this host (kept if already there). False when the
-        condition fails (the generation was replaced meanwhile)."""
+        """The heartbeat and the renewed lease, in one conditional UpdateItem: only the current
+        generation, with this token, writes. `training_start_step` given: the first `training`
+        heartbeat also records when and at which step training began on this host (kept if
+        already there). False when the condition fails (the generation was replaced
+        meanwhile)."""
         expression = "SET heartbeat = :hb, lease_expires_at = :lease"
         values: dict[str, Any] = {
             ":hb": heartbeat.model_dump(mode="json", exclude_none=True),
@@ -554,27 +365,12 @@ class JobStore:
             )
             values[":at"] = heartbeat.at
             values[":step"] = training_start_step
-        try:
-            self.client.update_item(
-                TableName=self.table_name,
-                Key=serialize(generation_key(job_id, generation)),
-                UpdateExpression=expression,
-                ConditionExpression="is_current = :true AND token_hash = :hash",
-                ExpressionAttributeValues=serialize(values),
-            )
-        except ClientError as exc:
-            if _is_condition_failure(exc):
-                return False
-            raise
-        return True
-
-    def list_generations(self, job_id: str) -> list[Generation]:
-        """Every generation of a job, oldest first."""
-        items = self._query_all(
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :gen)",
-            ExpressionAttributeValues={":pk": {"S": f"JOB#{job_id}"}, ":gen": {"S": "GEN#"}},
+        return self._table.update(
+            generation_key(job_id, generation),
+            UpdateExpression=expression,
+            ConditionExpression="is_current = :true AND token_hash = :hash",
+            ExpressionAttributeValues=serialize(values),
         )
-        return [Generation.model_validate(_strip_keys(i)) for i in items]
 
     def record_generation(
         self,
@@ -594,94 +390,54 @@ class JobStore:
             ":gen": generation.generation,
             ":prev": generation.generation - 1,
         }
-        placeholders = []
-        for i, state in enumerate(expected):
-            values[f":e{i}"] = state.value
-            placeholders.append(f":e{i}")
-        items: list[dict[str, Any]] = [
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": serialize(
-                        {
-                            **generation_key(generation.job_id, generation.generation),
-                            **generation.model_dump(mode="json", exclude_none=True),
-                        }
-                    ),
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
-            {
-                "Update": {
-                    "TableName": self.table_name,
-                    "Key": serialize(job_key(generation.job_id)),
-                    "UpdateExpression": "SET previous_state = #state, #state = :running, "
-                    "updated_at = :now, current_generation = :gen",
-                    "ConditionExpression": f"#state IN ({', '.join(placeholders)}) "
-                    "AND current_generation = :prev",
-                    "ExpressionAttributeNames": {"#state": "state"},
-                    "ExpressionAttributeValues": serialize(values),
-                }
-            },
-            {"Put": {"TableName": self.table_name, "Item": serialize(self._event_item(event))}},
-        ]
-        try:
-            self.client.transact_write_items(TransactItems=cast(Any, items))
-        except ClientError as exc:
-            if _is_condition_failure(exc):
-                return False
-            raise
-        return True
+        in_expected = state_in(expected, values)
+        make_current = {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": serialize(job_key(generation.job_id)),
+                "UpdateExpression": "SET previous_state = #state, #state = :running, "
+                "updated_at = :now, current_generation = :gen",
+                "ConditionExpression": f"{in_expected} AND current_generation = :prev",
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": serialize(values),
+            }
+        }
+        return self._table.transact(
+            [
+                self._put(generation_item(generation), condition="attribute_not_exists(pk)"),
+                make_current,
+                self._put(event_item(event)),
+            ]
+        )
 
-    def update_generation(
-        self,
-        job_id: str,
-        generation: int,
-        updates: Mapping[str, Any],
-        *,
-        only_if_current: bool = False,
+    def supersede_generation(self, job_id: str, generation: int, *, host_blamed: bool) -> bool:
+        """The generation is no longer current: its agent is told `superseded` at its next
+        heartbeat. Not ended yet (see `end_generation`). False if it does not exist."""
+        fields = {"is_current": False, "status": "superseded", "host_blamed": host_blamed}
+        return self._table.set_fields(generation_key(job_id, generation), fields)
+
+    def end_generation(
+        self, job_id: str, generation: int, *, ended_at: float, status: GenerationStatus
     ) -> bool:
-        """SET fields of an existing generation; False when it does not exist (or, with
-        `only_if_current`, was superseded meanwhile)."""
-        if not updates:
-            return True
-        expression, names, values = _set_clause(updates)
-        condition = "attribute_exists(pk)"
-        if only_if_current:
-            condition += " AND is_current = :true"
-            values[":true"] = True
-        try:
-            self.client.update_item(
-                TableName=self.table_name,
-                Key=serialize(generation_key(job_id, generation)),
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=serialize(values),
-            )
-        except ClientError as exc:
-            if _is_condition_failure(exc):
-                return False
-            raise
-        return True
+        """The generation's instance is gone: its billing ends at `ended_at`."""
+        fields = {"ended_at": ended_at, "status": status}
+        return self._table.set_fields(generation_key(job_id, generation), fields)
 
-    def update_job_fields(self, job_id: str, updates: Mapping[str, Any]) -> bool:
-        """SET plain fields (spend, restarts) without a state change; False if no such job."""
-        expression, names, values = _set_clause(updates)
-        try:
-            self.client.update_item(
-                TableName=self.table_name,
-                Key=serialize(job_key(job_id)),
-                UpdateExpression=expression,
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=serialize(values),
-            )
-        except ClientError as exc:
-            if _is_condition_failure(exc):
-                return False
-            raise
-        return True
+    def store_credentials(
+        self, job_id: str, generation: int, credentials: StorageCredentials
+    ) -> bool:
+        """Fresh storage credentials for the agent's next heartbeat reply; False when the
+        generation was superseded meanwhile (its agent gets none)."""
+        fields = {"credentials": credentials.model_dump(mode="json")}
+        key = generation_key(job_id, generation)
+        return self._table.set_fields(key, fields, only_if_current=True)
+
+    def record_observation(self, job_id: str, generation: int, observation: Observation) -> bool:
+        """What the monitor saw this run (progress and status clocks, spend); only while the
+        generation is current."""
+        fields = observation.model_dump(exclude_none=True)
+        key = generation_key(job_id, generation)
+        return self._table.set_fields(key, fields, only_if_current=True)
 
     # host reputation ----------------------------------------------------------------------
 
@@ -699,8 +455,8 @@ class JobStore:
             ExpressionAttributeValues={
                 ":f": {"SS": [failure]},
                 ":m": {"N": str(machine_id)},
-                ":now": serialize({"v": now})["v"],
-                ":until": serialize({"v": avoid_until})["v"],
+                ":now": serialize_value(now),
+                ":until": serialize_value(avoid_until),
             },
         )
 
@@ -714,15 +470,7 @@ class JobStore:
             while request:
                 reply = self.client.batch_get_item(RequestItems=request)
                 for item in reply.get("Responses", {}).get(self.table_name, []):
-                    plain = deserialize(item)
-                    reputation = HostReputation(
-                        machine_id=int(plain["machine_id"]),
-                        failures=len(plain.get("failures", ())),
-                        dead_failures=len(plain.get("dead_failures", ())),
-                        hung_failures=len(plain.get("hung_failures", ())),
-                        last_failure_at=float(plain.get("last_failure_at", 0)),
-                        avoid_until=float(plain.get("avoid_until", 0)),
-                    )
+                    reputation = as_reputation(deserialize(item))
                     found[reputation.machine_id] = reputation
                 request = reply.get("UnprocessedKeys") or {}
         return found
@@ -730,36 +478,18 @@ class JobStore:
     # events, pulse ------------------------------------------------------------------------
 
     def append_event(self, event: TimelineEvent) -> None:
-        self.client.put_item(TableName=self.table_name, Item=serialize(self._event_item(event)))
+        self._table.put(event_item(event))
 
     def write_pulse(self, at: float) -> None:
-        self.client.put_item(TableName=self.table_name, Item=serialize({**PULSE_KEY, "at": at}))
+        self._table.put({**PULSE_KEY, "at": at})
 
     def read_pulse(self) -> float | None:
-        item = self._get(PULSE_KEY)
+        item = self._table.get(PULSE_KEY)
         return float(item["at"]) if item else None
 
-    # helpers ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _event_item(event: TimelineEvent) -> dict[str, Any]:
-        return {**event_key(event), **event.model_dump(mode="json")}
-
-    def _get(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
-        reply = self.client.get_item(
-            TableName=self.table_name, Key=serialize(key), ConsistentRead=True
-        )
-        item = reply.get("Item")
-        return deserialize(item) if item else None
-
-    def _query_all(self, **kwargs: Any) -> Sequence[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        start: Any = None
-        while True:
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            reply = self.client.query(TableName=self.table_name, **kwargs)
-            items.extend(deserialize(i) for i in reply.get("Items", []))
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                return items
+    def _put(self, item: dict[str, Any], *, condition: str | None = None) -> dict[str, Any]:
+        """A Put of a transaction."""
+        put: dict[str, Any] = {"TableName": self.table_name, "Item": serialize(item)}
+        if condition is not None:
+            put["ConditionExpression"] = condition
+        return {"Put": put}

@@ -9,199 +9,63 @@ Facts this code relies on (shared/reference/vast-api.md):
 Every call retries 429, 5xx and connection failures with jittered exponential backoff under an
 overall deadline, then raises a typed error. Renting is not idempotent, so a rent is retried only
 when the request surely did not reach Vast (429, connection refused).
+
+The errors, records and request checks are `vast_wire.py`; they are importable from here too, the
+adapter's one public face.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
+from functions.adapters.vast_wire import (
+    GONE_INSTANCE_CODES,
+    MIN_DISK_GB,
+    NO_SUCH_ASK,
+    AuthFailed,
+    Instance,
+    InstanceGone,
+    OfferGone,
+    RateLimited,
+    RentResult,
+    VastError,
+    VastUnavailable,
+    check_id,
+    check_label,
+    check_rent_args,
+    error_fields,
+    offer_query,
+    success_false,
+    typed_error,
+)
 from functions.domain.jobspec import Resources
 from functions.domain.offer import Offer
 
 DEFAULT_BASE_URL = "https://console.vast.ai"
-MIN_DISK_GB = 8
-MAX_LABEL_CHARS = 256
-MAX_ONSTART_CHARS = 4048
 INSTANCES_PAGE_LIMIT = 25  # the most /api/v1/instances/ returns per page
 CHARGES_PAGE_LIMIT = 500
 FIRST_BACKOFF_S = 0.15
 MAX_BACKOFF_S = 8.0
-_NO_SUCH_ASK = re.compile(r"\bno_such_ask\b")
-_RUNTYPES = frozenset({"args", "ssh", "ssh_direc", "ssh_proxy", "jupyter", "jupyter_direc"})
-_GONE_INSTANCE_CODES = frozenset({"no_such_instance", "no_such_contract", "not_found"})
 
-
-class VastError(Exception):
-    """A Vast API call that failed. `status` is the HTTP status (None: no response),
-    `code` Vast's error token (e.g. "no_such_ask", "invalid_args"), `message` its text."""
-
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.code = code
-
-    def __str__(self) -> str:
-        where = f"HTTP {self.status}" if self.status is not None else "no response"
-        code = f" {self.code}" if self.code else ""
-        return f"Vast API error ({where}{code}): {self.message}"
-
-
-class OfferGone(VastError):
-    """The offer was rented by someone else or withdrawn: try the next one."""
-
-
-class RateLimited(VastError):
-    """Vast kept answering 429 until the retry deadline passed."""
-
-
-class AuthFailed(VastError):
-    """The key was refused (401/403): wrong, revoked, or not allowed to do this."""
-
-
-class VastUnavailable(VastError):
-    """5xx answers or connection failures until the retry deadline passed.
-
-    `maybe_applied` is True when a non-idempotent request (a rent) may have reached Vast:
-    look for an instance with the label before renting again.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        code: str | None = None,
-        maybe_applied: bool = False,
-    ) -> None:
-        super().__init__(message, status=status, code=code)
-        self.maybe_applied = maybe_applied
-
-
-class InstanceGone(VastError):
-    """The instance does not exist (any more)."""
-
-
-class Instance(BaseModel):
-    """An instance record from `GET /api/v0/instances/…` or `/api/v1/instances/`.
-
-    Only `id` is required: records right after a rent lack most fields (actual_status is null).
-    Unknown fields are kept.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    id: int
-    actual_status: str | None = None  # created, loading, running, stopped, exited, offline, …
-    intended_status: str | None = None
-    cur_state: str | None = None
-    next_state: str | None = None
-    status_msg: str | None = None
-    label: str | None = None
-    start_date: float | None = None  # epoch s
-    end_date: float | None = None  # epoch s: when the host stops offering the machine
-    dph_total: float | None = None  # $/h while running, storage included
-    dph_base: float | None = None
-    storage_cost: float | None = None  # $/GB/month
-    inet_down_cost: float | None = None  # $/GB
-    inet_up_cost: float | None = None  # $/GB
-    machine_id: int | None = None
-    host_id: int | None = None
-    gpu_name: str | None = None
-    num_gpus: int | None = None
-    gpu_util: float | None = None
-    inet_up: float | None = None  # Mbit/s
-    inet_down: float | None = None  # Mbit/s
-    disk_space: float | None = None  # GB allocated
-    disk_usage: float | None = None
-    image_uuid: str | None = None
-    geolocation: str | None = None
-
-
-class RentResult(BaseModel):
-    instance_id: int
-    instance_api_key: str | None = None
-
-
-def offer_query(resources: Resources, disk_gb: float, limit: int) -> dict[str, Any]:
-    """The `POST /api/v0/bundles/` body for on-demand offers that meet `resources`.
-
-    Filters as the official client builds them: `verified`, `external=false`, `rentable`,
-    `rented=false` by default; `reliability` is spelled `reliability2` on the wire; GPU RAM in
-    MB with the client's GB × 1000 (so a "24 GB" card listed with 24564 MB matches 24).
-    """
-    query: dict[str, Any] = {
-        "verified": {"eq": True},
-        "external": {"eq": False},
-        "rentable": {"eq": True},
-        "rented": {"eq": False},
-        "num_gpus": {"eq": resources.gpu_count},
-        "disk_space": {"gte": disk_gb},
-        "reliability2": {"gte": resources.min_reliability},
-        "inet_down": {"gte": resources.min_download_mbps},
-        "type": "on-demand",
-        "allocated_storage": disk_gb,
-        "order": [["dph_total", "asc"]],
-        "limit": limit,
-    }
-    if resources.gpu_names:
-        query["gpu_name"] = {"in": list(resources.gpu_names)}
-    if resources.min_gpu_ram_gb > 0:
-        query["gpu_ram"] = {"gte": resources.min_gpu_ram_gb * 1000}
-    if resources.max_usd_per_hour is not None:
-        query["dph_total"] = {"lte": resources.max_usd_per_hour}
-    return query
-
-
-def _error_body(response: httpx.Response) -> tuple[str | None, str]:
-    """(code, message) from a JSON `{error, msg}` body or a plain-text one."""
-    text = response.text.strip()
-    try:
-        body = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-        body = None
-    code: str | None = None
-    message = text or response.reason_phrase
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, str) and error:
-            code = error
-        for key in ("msg", "detail", "message"):
-            value = body.get(key)
-            if isinstance(value, str) and value:
-                message = value
-                break
-    if _NO_SUCH_ASK.search(message) or _NO_SUCH_ASK.search(text):
-        code = "no_such_ask"  # the token decides, whatever the status or `error` field says
-    return code, message[:500]
-
-
-def _typed_error(response: httpx.Response) -> VastError:
-    status = response.status_code
-    code, message = _error_body(response)
-    if code == "no_such_ask" or status == 410:
-        return OfferGone(message, status=status, code=code or "no_such_ask")
-    if status in (401, 403):
-        return AuthFailed(message, status=status, code=code)
-    if status == 429:
-        return RateLimited(message, status=status, code=code)
-    if status >= 500:
-        return VastUnavailable(message, status=status, code=code)
-    if status == 404 or code in _GONE_INSTANCE_CODES:
-        return InstanceGone(message, status=status, code=code)
-    return VastError(message, status=status, code=code)
-
-
-def _success_false(body: Any) -> bool:
-    return isinstance(body, dict) and body.get("success") is False
+__all__ = [
+    "AuthFailed",
+    "Instance",
+    "InstanceGone",
+    "OfferGone",
+    "RateLimited",
+    "RentResult",
+    "VastClient",
+    "VastError",
+    "VastUnavailable",
+    "offer_query",
+]
 
 
 class VastClient:
@@ -273,7 +137,7 @@ class VastClient:
         With runtype "args" the image's entrypoint is kept and `onstart` runs as its command
         (`bash -c`), because Vast runs `onstart` itself only for ssh/jupyter launch modes.
         """
-        _check_rent_args(offer_id, image, disk_gb, label, env, onstart, runtype)
+        check_rent_args(offer_id, image, disk_gb, label, env, onstart, runtype)
         payload: dict[str, Any] = {
             "client_id": "me",
             "image": image,
@@ -295,9 +159,9 @@ class VastClient:
         except InstanceGone as exc:  # a bare 404 on an ask: "offer not found or not available"
             raise OfferGone(exc.message, status=exc.status, code="no_such_ask") from None
         contract = body.get("new_contract") if isinstance(body, dict) else None
-        if _success_false(body) or not isinstance(contract, int):
-            code, message = _error_fields(body)
-            if code == "no_such_ask" or _NO_SUCH_ASK.search(message):
+        if success_false(body) or not isinstance(contract, int):
+            code, message = error_fields(body)
+            if code == "no_such_ask" or NO_SUCH_ASK.search(message):
                 raise OfferGone(message, status=200, code="no_such_ask")
             raise VastError(f"rent was not confirmed: {message}", status=200, code=code)
         key = body.get("instance_api_key")
@@ -317,7 +181,7 @@ class VastClient:
 
     def show_instance(self, instance_id: int) -> Instance | None:
         """One instance, or None when Vast says it does not exist."""
-        _check_id(instance_id, "instance_id")
+        check_id(instance_id, "instance_id")
         try:
             body = self._json("GET", f"/api/v0/instances/{instance_id}/")
         except (InstanceGone, OfferGone):  # 404, or 410 Gone
@@ -338,12 +202,12 @@ class VastClient:
         self._manage(instance_id, {"state": "running"})
 
     def set_label(self, instance_id: int, label: str) -> None:
-        _check_label(label)
+        check_label(label)
         self._manage(instance_id, {"label": label})
 
     def destroy_instance(self, instance_id: int) -> None:
         """Destroy (all billing ends). Already gone counts as success: destroy is idempotent."""
-        _check_id(instance_id, "instance_id")
+        check_id(instance_id, "instance_id")
         try:
             body = self._json("DELETE", f"/api/v0/instances/{instance_id}/")
         except InstanceGone:
@@ -352,9 +216,9 @@ class VastClient:
             if exc.status == 410:
                 return
             raise
-        if _success_false(body):
-            code, message = _error_fields(body)
-            if code in _GONE_INSTANCE_CODES:
+        if success_false(body):
+            code, message = error_fields(body)
+            if code in GONE_INSTANCE_CODES:
                 return
             raise VastError(f"destroy was refused: {message}", status=200, code=code)
 
@@ -386,11 +250,11 @@ class VastClient:
     # -- plumbing -------------------------------------------------------------------------
 
     def _manage(self, instance_id: int, change: dict[str, str]) -> None:
-        _check_id(instance_id, "instance_id")
+        check_id(instance_id, "instance_id")
         body = self._json("PUT", f"/api/v0/instances/{instance_id}/", json_body=change)
-        if _success_false(body):
-            code, message = _error_fields(body)
-            if code in _GONE_INSTANCE_CODES:
+        if success_false(body):
+            code, message = error_fields(body)
+            if code in GONE_INSTANCE_CODES:
                 raise InstanceGone(message, status=200, code=code)
             raise VastError(f"change {change} was refused: {message}", status=200, code=code)
 
@@ -429,7 +293,7 @@ class VastClient:
             method, path, json_body=json_body, params=params, idempotent=idempotent
         )
         if response.status_code >= 400:
-            raise _typed_error(response)
+            raise typed_error(response)
         if not response.content:
             return {}
         try:
@@ -474,9 +338,9 @@ class VastClient:
             else:
                 status = response.status_code
                 if status == 429 or (status >= 500 and idempotent):
-                    failure = _typed_error(response)
+                    failure = typed_error(response)
                 elif status >= 500:
-                    err = _typed_error(response)
+                    err = typed_error(response)
                     raise VastUnavailable(
                         err.message, status=status, code=err.code, maybe_applied=True
                     )
@@ -488,59 +352,3 @@ class VastClient:
             self._sleep(backoff)
             waited += backoff
             backoff = min(backoff * self._rng.uniform(1.5, 2.0), MAX_BACKOFF_S)
-
-
-def _error_fields(body: Any) -> tuple[str | None, str]:
-    if not isinstance(body, dict):
-        return None, repr(body)[:200]
-    error = body.get("error")
-    code = error if isinstance(error, str) and error else None
-    message = body.get("msg")
-    text = message if isinstance(message, str) and message else json.dumps(body)[:200]
-    if _NO_SUCH_ASK.search(text):
-        code = "no_such_ask"
-    return code, text
-
-
-def _check_id(value: int, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _check_label(label: str) -> None:
-    if not isinstance(label, str) or not label:
-        raise ValueError("label must be a non-empty string")
-    if len(label) > MAX_LABEL_CHARS:
-        raise ValueError(f"label must be at most {MAX_LABEL_CHARS} characters, got {len(label)}")
-
-
-def _check_rent_args(
-    offer_id: int,
-    image: str,
-    disk_gb: float,
-    label: str,
-    env: dict[str, str],
-    onstart: str,
-    runtype: str,
-) -> None:
-    _check_id(offer_id, "offer_id")
-    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-        raise ValueError(f"image must be a Docker image reference without spaces, got {image!r}")
-    if isinstance(disk_gb, bool) or not isinstance(disk_gb, int | float) or disk_gb < MIN_DISK_GB:
-        raise ValueError(
-            f"disk_gb must be at least {MIN_DISK_GB} (Vast's minimum), got {disk_gb!r}"
-        )
-    _check_label(label)
-    if not isinstance(onstart, str):
-        raise ValueError("onstart must be a string")
-    if len(onstart) > MAX_ONSTART_CHARS:
-        raise ValueError(
-            f"onstart must be at most {MAX_ONSTART_CHARS} characters, got {len(onstart)}; "
-            "download a script from onstart instead of inlining it"
-        )
-    parts = runtype.split() if isinstance(runtype, str) else []
-    if not parts or any(part not in _RUNTYPES for part in parts):
-        raise ValueError(f"runtype must be one of {', '.join(sorted(_RUNTYPES))}, got {runtype!r}")
-    for key, value in env.items():
-        if not isinstance(key, str) or not key or not isinstance(value, str):
-            raise ValueError(f"env must map names to strings; {key!r} does not")

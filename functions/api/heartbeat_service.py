@@ -16,9 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from functions.adapters.store import JobStore
-from functions.api.http import InvalidRequest, Unauthorized
 from functions.domain.agent_token import hash_token
-from functions.domain.errors import FieldError, field_errors
+from functions.domain.errors import FieldError, Invalid, Unauthenticated, field_errors
 from functions.domain.heartbeat import HeartbeatReply, HeartbeatRequest
 from functions.domain.job import HeartbeatDecision, decide_heartbeat, heartbeat_record
 from functions.domain.measures import (
@@ -34,7 +33,7 @@ MAX_TOKEN_LENGTH = 256
 _NO_HASH = "0" * 64
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeartbeatDeps:
     settings: HeartbeatSettings
     store: JobStore
@@ -54,11 +53,10 @@ def bearer_token(headers: Mapping[str, str]) -> str:
     return token
 
 
-def _unauthorized(reason: str) -> Unauthorized:
-    return Unauthorized(
+def _unauthorized(reason: str) -> Unauthenticated:
+    return Unauthenticated(
         "the agent token is missing or not valid for this job generation",
         [FieldError(path="header.authorization", reason=reason)],
-        headers={"WWW-Authenticate": 'Bearer realm="tether-agent"'},
     )
 
 
@@ -66,9 +64,9 @@ def parse_request(body: dict[str, Any]) -> HeartbeatRequest:
     try:
         return HeartbeatRequest.model_validate(body)
     except ValidationError as exc:
-        raise InvalidRequest("the heartbeat is not valid", field_errors(exc)) from None
+        raise Invalid("the heartbeat is not valid", field_errors(exc)) from None
     except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidRequest(
+        raise Invalid(
             "the heartbeat is not valid", [FieldError(path="body", reason=str(exc)[:200])]
         ) from None
 

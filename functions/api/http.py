@@ -1,8 +1,11 @@
-"""The HTTP edge shared by both API functions: the error contract, body parsing, identities.
+"""The HTTP edge shared by the API functions: the error contract, body parsing, identities.
 
 Every client mistake becomes `{"error": code, "message": …, "details": [{"path", "reason"}]}`
-with a 4xx status (DESIGN §6.5). Domain code raises `ApiError` subclasses; `install_error_handlers`
-maps them, Powertools' validation errors and unknown routes in one place.
+with a 4xx status (DESIGN §6.5). Services raise domain errors (`functions/domain/errors.py`);
+request parsing here raises the few errors that only HTTP has (content type, malformed JSON,
+payload too large, method not allowed). `ERRORS` maps both to a status and a code, in one
+table, and `install_error_handlers` applies it, with Powertools' validation errors and unknown
+routes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -20,82 +23,67 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails
 
-from functions.domain.errors import FieldError, field_errors
+from functions.domain.errors import (
+    Conflict,
+    DomainError,
+    FieldError,
+    Invalid,
+    LogsUnavailable,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+    field_errors,
+)
 from functions.observability import logger
 
 
-class ApiError(Exception):
-    status = HTTPStatus.BAD_REQUEST
-    code = "bad_request"
-
-    def __init__(
-        self,
-        message: str,
-        details: Sequence[FieldError] = (),
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = list(details)
-        self.headers = dict(headers or {})
+class MalformedJson(Invalid):
+    """The body is not JSON (or not base64, when API Gateway encoded it)."""
 
 
-class BadRequest(ApiError):
-    code = "bad_request"
+class PayloadTooLarge(DomainError):
+    pass
 
 
-class InvalidRequest(ApiError):
-    """The body or query parsed but does not validate."""
-
-    code = "invalid_request"
+class UnsupportedMediaType(DomainError):
+    pass
 
 
-class MalformedJson(ApiError):
-    code = "malformed_json"
+class MethodNotAllowed(DomainError):
+    pass
 
 
-class Unauthorized(ApiError):
-    status = HTTPStatus.UNAUTHORIZED
-    code = "unauthorized"
+# The one table. An error takes the entry of its nearest class (`status_of` walks its MRO).
+ERRORS: dict[type[DomainError], tuple[HTTPStatus, str]] = {
+    MalformedJson: (HTTPStatus.BAD_REQUEST, "malformed_json"),
+    Invalid: (HTTPStatus.BAD_REQUEST, "invalid_request"),
+    Unauthenticated: (HTTPStatus.UNAUTHORIZED, "unauthorized"),
+    NotFound: (HTTPStatus.NOT_FOUND, "not_found"),
+    MethodNotAllowed: (HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed"),
+    Conflict: (HTTPStatus.CONFLICT, "conflict"),
+    PayloadTooLarge: (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "payload_too_large"),
+    UnsupportedMediaType: (HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+    LogsUnavailable: (HTTPStatus.SERVICE_UNAVAILABLE, "logs_unavailable"),
+    Unavailable: (HTTPStatus.SERVICE_UNAVAILABLE, "unavailable"),
+}
 
 
-class Forbidden(ApiError):
-    status = HTTPStatus.FORBIDDEN
-    code = "forbidden"
+def status_of(error: DomainError) -> tuple[HTTPStatus, str]:
+    """The status and code of `error`: its nearest class in `ERRORS`."""
+    for cls in type(error).__mro__:
+        if cls in ERRORS:
+            return ERRORS[cls]
+    return HTTPStatus.BAD_REQUEST, "bad_request"
 
 
-class NotFound(ApiError):
-    status = HTTPStatus.NOT_FOUND
-    code = "not_found"
-
-
-class MethodNotAllowed(ApiError):
-    status = HTTPStatus.METHOD_NOT_ALLOWED
-    code = "method_not_allowed"
-
-
-class Conflict(ApiError):
-    status = HTTPStatus.CONFLICT
-    code = "conflict"
-
-
-class PayloadTooLarge(ApiError):
-    status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
-    code = "payload_too_large"
-
-
-class UnsupportedMediaType(ApiError):
-    status = HTTPStatus.UNSUPPORTED_MEDIA_TYPE
-    code = "unsupported_media_type"
-
-
-def error_response(error: ApiError) -> Response[Any]:
+def error_response(error: DomainError, headers: Mapping[str, str] | None = None) -> Response[Any]:
+    status, code = status_of(error)
     body = {
-        "error": error.code,
+        "error": code,
         "message": error.message,
         "details": [d.model_dump() for d in error.details],
     }
-    return json_response(error.status, body, headers=error.headers)
+    return json_response(status, body, headers=headers)
 
 
 def json_response(
@@ -117,7 +105,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_json_body(raw_event: Mapping[str, Any], *, max_bytes: int) -> dict[str, Any]:
-    """The request body as a JSON object, or the ApiError that says what is wrong with it."""
+    """The request body as a JSON object, or the error that says what is wrong with it."""
     headers = {str(k).lower(): v for k, v in (raw_event.get("headers") or {}).items()}
     content_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
     if content_type != "application/json":
@@ -127,7 +115,7 @@ def parse_json_body(raw_event: Mapping[str, Any], *, max_bytes: int) -> dict[str
         )
     body = raw_event.get("body")
     if body is None or body == "":
-        raise InvalidRequest("the request needs a JSON body", [_root("required")])
+        raise Invalid("the request needs a JSON body", [_root("required")])
     if raw_event.get("isBase64Encoded"):
         try:
             data = base64.b64decode(body, validate=True)
@@ -147,7 +135,7 @@ def parse_json_body(raw_event: Mapping[str, Any], *, max_bytes: int) -> dict[str
         reason = str(exc).splitlines()[0][:200] if str(exc) else "not valid JSON"
         raise MalformedJson("the body is not valid JSON", [_root(reason)]) from None
     if not isinstance(value, dict):
-        raise InvalidRequest(
+        raise Invalid(
             "the body must be a JSON object",
             [_root(f"must be an object, got {type(value).__name__}")],
         )
@@ -161,7 +149,7 @@ def _root(reason: str) -> FieldError:
 def reject_unknown_query(raw_event: Mapping[str, Any], allowed: Iterable[str]) -> None:
     unknown = sorted(set(raw_event.get("queryStringParameters") or {}) - set(allowed))
     if unknown:
-        raise InvalidRequest(
+        raise Invalid(
             "unknown query parameter",
             [
                 FieldError(path=f"query.{name}", reason=f"unknown (accepted: {sorted(allowed)})")
@@ -177,7 +165,7 @@ def iam_identity(raw_event: Mapping[str, Any]) -> str:
     iam = ((context.get("authorizer") or {}).get("iam")) or {}
     arn = iam.get("userArn") if isinstance(iam, Mapping) else None
     if not isinstance(arn, str) or not arn:
-        raise Unauthorized(
+        raise Unauthenticated(
             "this route needs AWS SigV4 (IAM) authentication",
             [FieldError(path="header.authorization", reason="no IAM identity on the request")],
         )
@@ -214,19 +202,29 @@ def validation_details(exc: RequestValidationError | ValidationError) -> list[Fi
 # --- one place that maps errors to responses ------------------------------------------------
 
 
-def install_error_handlers(app: APIGatewayHttpResolver, routes: Mapping[str, set[str]]) -> None:
-    """`routes`: path pattern (`/jobs/{id}`) → methods, to tell 405 from 404."""
+def install_error_handlers(
+    app: APIGatewayHttpResolver,
+    routes: Mapping[str, set[str]],
+    *,
+    challenge: str | None = None,
+) -> None:
+    """`routes`: path pattern (`/jobs/{id}`) → methods, to tell 405 from 404. `challenge`: the
+    `WWW-Authenticate` value every 401 of this app carries (the scheme its callers must use)."""
     compiled = [
         (re.compile("^" + re.sub(r"\{[^/]+\}", "[^/]+", pattern) + "$"), methods)
         for pattern, methods in routes.items()
     ]
 
-    def _api_error(exc: ApiError) -> Response[Any]:
-        logger.info("client error", extra={"error": exc.code, "status": int(exc.status)})
-        return error_response(exc)
+    def _domain_error(exc: DomainError) -> Response[Any]:
+        status, code = status_of(exc)
+        logger.info("client error", extra={"error": code, "status": int(status)})
+        headers = {}
+        if status == HTTPStatus.UNAUTHORIZED and challenge:
+            headers["WWW-Authenticate"] = challenge
+        return error_response(exc, headers)
 
     def _validation(exc: RequestValidationError) -> Response[Any]:
-        return error_response(InvalidRequest("the request is not valid", validation_details(exc)))
+        return error_response(Invalid("the request is not valid", validation_details(exc)))
 
     @app.not_found
     def _not_found(_: Exception) -> Response[Any]:
@@ -238,8 +236,8 @@ def install_error_handlers(app: APIGatewayHttpResolver, routes: Mapping[str, set
                 MethodNotAllowed(
                     f"{method} is not allowed on {path}",
                     [FieldError(path="method", reason=f"must be one of {allowed}")],
-                    headers={"Allow": ", ".join(allowed)},
-                )
+                ),
+                headers={"Allow": ", ".join(allowed)},
             )
         return error_response(NotFound(f"no route {method} {path}"))
 
@@ -251,6 +249,6 @@ def install_error_handlers(app: APIGatewayHttpResolver, routes: Mapping[str, set
             {"error": "internal", "message": "internal error; see the function's logs"},
         )
 
-    app.exception_handler(ApiError)(_api_error)
+    app.exception_handler(DomainError)(_domain_error)
     app.exception_handler(RequestValidationError)(_validation)
     app.exception_handler(Exception)(_unexpected)

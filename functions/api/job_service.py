@@ -1,7 +1,8 @@
 """What the job API does, apart from HTTP: submit, list, get, cancel.
 
-The handler (`functions/api/jobs.py`) parses the request and maps results and `ApiError`s to
-responses; everything here takes plain values and the adapters it needs.
+The handler (`functions/api/jobs.py`) parses the request and maps results to responses;
+everything here takes plain values and the adapters it needs, and says what went wrong with the
+domain's errors (`functions/domain/errors.py`), which `functions/api/http.py` maps to statuses.
 """
 
 from __future__ import annotations
@@ -15,16 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.adapters.notify import JobEvents
-from functions.adapters.store import (
-    BadPageToken,
-    IdempotencyConflict,
-    JobStore,
-    JobView,
-    StateConflict,
-)
+from functions.adapters.store import IdempotencyConflict, JobStore, JobView, StateConflict
+from functions.adapters.table import BadPageToken
 from functions.adapters.transitions import TransitionStarter
-from functions.api.http import Conflict, InvalidRequest, NotFound
-from functions.domain.errors import FieldError
+from functions.domain.errors import Conflict, FieldError, Invalid, NotFound
 from functions.domain.job import (
     ACTIVE_STATES,
     Generation,
@@ -45,7 +40,7 @@ JOB_ID_SHAPE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TIMELINE_LENGTH = 100
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobsDeps:
     settings: JobsApiSettings
     store: JobStore
@@ -61,7 +56,7 @@ def validate_idempotency_key(key: str | None) -> str | None:
     if key is None:
         return None
     if not IDEMPOTENCY_KEY_PATTERN.match(key):
-        raise InvalidRequest(
+        raise Invalid(
             "the Idempotency-Key header is not usable",
             [
                 FieldError(
@@ -85,7 +80,7 @@ def submit_job(
     try:
         spec = parse_job(body)
     except SpecError as exc:
-        raise InvalidRequest("the job spec is not valid", exc.errors) from None
+        raise Invalid("the job spec is not valid", exc.errors) from None
     now = deps.clock()
     job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by=identity)
     key = validate_idempotency_key(idempotency_key)
@@ -125,7 +120,7 @@ def list_jobs(
         try:
             wanted = JobState(state.upper())
         except ValueError:
-            raise InvalidRequest(
+            raise Invalid(
                 "unknown state",
                 [
                     FieldError(
@@ -136,9 +131,7 @@ def list_jobs(
     try:
         page = deps.store.list_jobs(state=wanted, limit=limit, token=next_token)
     except BadPageToken as exc:
-        raise InvalidRequest(
-            "bad page token", [FieldError(path="query.next", reason=str(exc))]
-        ) from None
+        raise Invalid("bad page token", [FieldError(path="query.next", reason=str(exc))]) from None
     return {"jobs": [job_summary(j) for j in page.jobs], "next": page.next_token}
 
 
@@ -183,7 +176,8 @@ def cancel_job(deps: JobsDeps, job_id: str, *, identity: str) -> dict[str, Any]:
                     kind="cancel_requested",
                     message=reason,
                 ),
-                updates={"stop_reason": "cancelled", "state_reason": reason},
+                stop_reason="cancelled",
+                state_reason=reason,
             )
         except StateConflict as exc:  # changed between read and write
             if exc.job is None:

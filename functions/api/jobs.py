@@ -6,7 +6,6 @@ GET  /jobs/{id}            job, host, spend vs budget, checkpoint, timeline  200
 POST /jobs/{id}/cancel     idempotent; 409 once the job has ended        202
 """
 
-from functools import cache
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -15,10 +14,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.adapters.notify import JobEvents
-from functions.adapters.store import JobStore
-from functions.adapters.transitions import TransitionStarter
+from functions.adapters import factory
 from functions.api import job_service
+from functions.api import metrics as api_metrics
 from functions.api.http import (
     iam_identity,
     install_error_handlers,
@@ -26,7 +24,7 @@ from functions.api.http import (
     parse_json_body,
     reject_unknown_query,
 )
-from functions.observability import MetricUnit, logger, metrics, tracer
+from functions.observability import logger, metrics, tracer
 from functions.settings import JobsApiSettings, load_settings
 
 ROUTES = {
@@ -40,32 +38,28 @@ app = APIGatewayHttpResolver(enable_validation=True)
 install_error_handlers(app, ROUTES)
 
 
-@cache
+@factory.per_container
 def dependencies() -> job_service.JobsDeps:
-    """Built once per container (cold start), where a bad environment fails loudly."""
     settings = load_settings(JobsApiSettings)
     return job_service.JobsDeps(
         settings=settings,
-        store=JobStore(settings.table_name),
-        transitions=TransitionStarter(settings.state_machine_arn),
-        events=JobEvents(settings.job_events_topic_arn),
+        store=factory.store(settings.table_name),
+        transitions=factory.transitions(settings.state_machine_arn),
+        events=factory.job_events(settings.job_events_topic_arn),
+        clock=factory.now,
     )
 
 
 @app.post("/jobs")
 def submit() -> Response[Any]:
-    identity = iam_identity(app.current_event.raw_event)
+    raw = app.current_event.raw_event
+    identity = iam_identity(raw)
     deps = dependencies()
-    reject_unknown_query(app.current_event.raw_event, ())
-    body = parse_json_body(app.current_event.raw_event, max_bytes=deps.settings.max_body_bytes)
-    view, created = job_service.submit_job(
-        deps,
-        body,
-        identity=identity,
-        idempotency_key=app.current_event.headers.get("idempotency-key"),
-    )
-    if created:
-        metrics.add_metric(name="JobsSubmitted", unit=MetricUnit.Count, value=1)
+    reject_unknown_query(raw, ())
+    body = parse_json_body(raw, max_bytes=deps.settings.max_body_bytes)
+    key = app.current_event.headers.get("idempotency-key")
+    view, created = job_service.submit_job(deps, body, identity=identity, idempotency_key=key)
+    api_metrics.job_submitted(created)
     headers = {} if created else {"Idempotent-Replayed": "true"}
     headers["Location"] = f"/jobs/{view['job_id']}"
     return json_response(HTTPStatus.CREATED, view, headers=headers)
@@ -95,7 +89,7 @@ def cancel(job_id: str) -> Response[Any]:
     identity = iam_identity(app.current_event.raw_event)
     reject_unknown_query(app.current_event.raw_event, ())
     view = job_service.cancel_job(dependencies(), job_id, identity=identity)
-    metrics.add_metric(name="JobsCancelRequested", unit=MetricUnit.Count, value=1)
+    api_metrics.cancel_requested()
     return json_response(HTTPStatus.ACCEPTED, view)
 
 

@@ -1,7 +1,6 @@
 """`GET /jobs/{id}/logs` (IAM/SigV4 auth on API Gateway): presigned URLs of the job's training
 log segments (`logs_service`). Its own function, because it alone reads the Cloudflare secret."""
 
-import threading
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -11,8 +10,6 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.adapters import factory
-from functions.adapters.cloudflare import TempCredentials
-from functions.adapters.r2 import ReadOnlyBucket
 from functions.api import logs_service
 from functions.api.http import (
     iam_identity,
@@ -29,39 +26,15 @@ app = APIGatewayHttpResolver(enable_validation=True)
 install_error_handlers(app, ROUTES)
 
 
-_bucket_lock = threading.Lock()
-_buckets: dict[tuple[int, str], ReadOnlyBucket] = {}
-
-
-def bucket(settings: LogsApiSettings) -> ReadOnlyBucket:
-    """The bucket reader, kept while the factory keeps its Cloudflare client (so its cached
-    read credentials survive between requests, and a reset factory gets a fresh reader)."""
-    cloudflare, account = factory.cloudflare(
-        settings.cloudflare_secret_arn, settings.cloudflare_base_url
-    )
-    endpoint = account.r2_endpoint(settings.r2_endpoint)
-    key = (id(cloudflare), endpoint)
-    with _bucket_lock:
-        if key not in _buckets:
-
-            def mint(prefix: str, ttl_s: int) -> TempCredentials:
-                return cloudflare.mint_temp_credentials(
-                    account.bucket, account.parent_access_key_id, prefix, ttl_s, "object-read-only"
-                )
-
-            _buckets.clear()
-            _buckets[key] = ReadOnlyBucket(
-                endpoint=endpoint, bucket=account.bucket, mint=mint, clock=factory.now
-            )
-        return _buckets[key]
-
-
+@factory.per_container
 def dependencies() -> logs_service.LogsDeps:
-    # Settings are read per request (cheap) so a redeployed environment takes effect at once.
     settings = load_settings(LogsApiSettings)
     return logs_service.LogsDeps(
         store=factory.store(settings.table_name),
-        bucket=lambda: bucket(settings),
+        # Built on first use, so a job that does not exist never reads the Cloudflare secret.
+        bucket=lambda: factory.read_only_bucket(
+            settings.cloudflare_secret_arn, settings.cloudflare_base_url, settings.r2_endpoint
+        ),
         clock=factory.now,
     )
 

@@ -1,64 +1,42 @@
 """`GET /jobs/{id}/logs`: the job's training-log segments as presigned GET URLs.
 
-The agent writes `jobs/<id>/logs/g<generation>-<sequence>.log` (`tether_agent/logs.py`); the
-names sort in writing order across host replacements. A page lists the segments after the
-cursor `after` (a segment name, e.g. `g0002-000017.log`), with a URL each that works for a few
-minutes; `next` is the cursor for the following page, and `ended` tells a follower that the job
-has reached a terminal state, so once a page comes back empty nothing more will come.
+The agent writes `jobs/<id>/logs/g<generation>-<sequence>.log` (`tether_agent/logs.py`; the
+layout is `functions/domain/storage_layout.py`); the names sort in writing order across host
+replacements. A page lists the segments after the cursor `after` (a segment name, e.g.
+`g0002-000017.log`), with a URL each that works for a few minutes; `next` is the cursor for the
+following page, and `ended` tells a follower that the job has reached a terminal state, so once
+a page comes back empty nothing more will come.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
 from functions.adapters.factory import SecretNotSet
 from functions.adapters.r2 import ReadOnlyBucket
 from functions.adapters.store import JobStore
-from functions.api.http import ApiError, InvalidRequest, NotFound
 from functions.api.job_service import JOB_ID_SHAPE
-from functions.domain.errors import FieldError
+from functions.domain.errors import DomainError, FieldError, Invalid, LogsUnavailable, NotFound
 from functions.domain.job import TERMINAL_STATES
+from functions.domain.storage_layout import SEGMENT_NAME, logs_prefix, parse_segment_key
 
-SEGMENT_NAME = re.compile(r"^g(\d{4,9})-(\d{6,9})\.log$")
 URL_TTL_S = 300
 MAX_PAGE = 100
 
 
-class LogsUnavailable(ApiError):
-    """The deployment cannot read the bucket (secret unset, Cloudflare or R2 down)."""
-
-    status = HTTPStatus.SERVICE_UNAVAILABLE
-    code = "logs_unavailable"
-
-
-@dataclass
+@dataclass(frozen=True)
 class LogsDeps:
     store: JobStore
     bucket: Callable[[], ReadOnlyBucket]  # built on first use: it reads the Cloudflare secret
     clock: Callable[[], float] = field(default=time.time)
 
 
-def logs_prefix(job_id: str) -> str:
-    return f"jobs/{job_id}/logs/"
-
-
-def parse_segment_key(job_id: str, key: str) -> tuple[int, int] | None:
-    """(generation, sequence) of a segment key of this job, or None for anything else."""
-    prefix = logs_prefix(job_id)
-    if not key.startswith(prefix):
-        return None
-    match = SEGMENT_NAME.match(key[len(prefix) :])
-    return (int(match[1]), int(match[2])) if match else None
-
-
 def validate_after(after: str | None) -> str | None:
     if after is not None and not SEGMENT_NAME.match(after):
-        raise InvalidRequest(
+        raise Invalid(
             "bad cursor",
             [FieldError(path="query.after", reason="must be a segment name like g0001-000000.log")],
         )
@@ -90,7 +68,7 @@ def list_logs(deps: LogsDeps, job_id: str, *, after: str | None, limit: int) -> 
                     "expires_at": expires_at,
                 }
             )
-    except ApiError:
+    except DomainError:
         raise
     except Exception as exc:
         raise LogsUnavailable(_unavailable_reason(exc)) from None

@@ -1,12 +1,16 @@
-"""Turn pydantic validation errors into `path: reason` lines a person can act on.
+"""The errors logic raises for its caller, and pydantic errors as `path: reason` lines.
 
-The same shape is used by `tether validate`, the HTTP API's 4xx `details` and the agent's
-settings check, so a user sees one vocabulary everywhere.
+`DomainError` and its kinds (invalid, unauthenticated, not found, conflict, unavailable) say what
+went wrong in the domain's words; the HTTP API maps each kind to a status and an error code in
+one table (`functions/api/http.py`), so no service knows about HTTP.
+
+`FieldError` is the shape of every detail: `tether validate`, the HTTP API's 4xx `details` and
+the agent's settings check use it, so a user sees one vocabulary everywhere.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -19,6 +23,39 @@ class FieldError(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
+
+
+class DomainError(Exception):
+    """A request the domain refuses or cannot serve; `details` name the inputs at fault."""
+
+    def __init__(self, message: str, details: Sequence[FieldError] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = list(details)
+
+
+class Invalid(DomainError):
+    """The input parsed but breaks a rule (a bad spec, cursor, state filter, page token)."""
+
+
+class Unauthenticated(DomainError):
+    """The caller did not prove who it is (no identity, or not this generation's token)."""
+
+
+class NotFound(DomainError):
+    """No such job (or nothing at that address)."""
+
+
+class Conflict(DomainError):
+    """The request contradicts the stored state (a job that has ended, a reused key)."""
+
+
+class Unavailable(DomainError):
+    """A dependency is down or not configured; trying again later may work."""
+
+
+class LogsUnavailable(Unavailable):
+    """The job's training logs cannot be read (Cloudflare secret unset, Cloudflare or R2 down)."""
 
 
 def _path(loc: Iterable[int | str]) -> str:

@@ -9,7 +9,7 @@ A job is *active* while its state is not terminal; only active jobs are in the t
 active-jobs index, which the monitor reads every minute.
 
 The heartbeat decision (`decide_heartbeat`) lives here too: which command the agent gets, and
-for how long its lease runs (DESIGN §3, the dead-man switch).
+for how long its lease runs (DESIGN §3, the dead-man switch; the rule is `lease.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from functions.domain.heartbeat import (
     StorageCredentials,
 )
 from functions.domain.jobspec import JobSpec
+from functions.domain.lease import lease_expires_at
 
 
 class JobState(StrEnum):
@@ -203,7 +204,7 @@ class Generation(BaseModel):
     # Written by the lifecycle when the generation is replaced or stopped.
     ended_at: float | None = None
     host_blamed: bool = Field(default=False, description="Replaced as dead or hung.")
-    # Written by the monitor each run (functions/domain/supervision.py).
+    # Written by the monitor each run (functions/domain/reconcile.py).
     spend_usd: float = Field(default=0.0, ge=0)
     progress_step: int | None = None
     progress_at: float | None = Field(default=None, description="When the step last advanced.")
@@ -294,14 +295,6 @@ class HeartbeatDecision(BaseModel):
     reason: str | None = None
 
 
-def lease_expiry(job: Job, generation: Generation, now: float) -> float:
-    """`min(lease window, remaining budget / current $ per hour)` from now (DESIGN §3)."""
-    window_s = float(job.spec.policy.lease_window_s)
-    if generation.usd_per_hour > 0:
-        window_s = min(window_s, job.remaining_budget_usd / generation.usd_per_hour * 3600)
-    return now + window_s
-
-
 def pulse_is_fresh(pulse_at: float | None, now: float, max_age_s: float) -> bool:
     return pulse_at is not None and now - pulse_at <= max_age_s
 
@@ -329,7 +322,15 @@ def decide_heartbeat(
             f"(current: {job.current_generation})",
         )
     renewed = pulse_is_fresh(pulse_at, now, pulse_max_age_s)
-    lease = lease_expiry(job, generation, now) if renewed else generation.lease_expires_at
+    lease = generation.lease_expires_at
+    if renewed:
+        lease = lease_expires_at(
+            now,
+            lease_window_s=job.spec.policy.lease_window_s,
+            budget_usd=job.budget_usd,
+            spent_usd=job.spent_usd,
+            usd_per_hour=generation.usd_per_hour,
+        )
     command: Command = "continue"
     reason = None if renewed else "supervisor silent: lease not renewed"
     if job.state == JobState.STOPPING or is_terminal(job.state):

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict
 
 from functions.domain.heartbeat import HeartbeatRequest
 from functions.domain.job import Generation, Heartbeat, Job, JobState
-from functions.domain.supervision import InstanceFacts, JobSnapshot, parse_label
+from functions.domain.labels import parse_label
+from functions.domain.reconcile import InstanceFacts, JobSnapshot
 
 # Metric names (namespace and the one dimension come from functions/observability.py); the
 # dashboard (infra/constructs/observability.py) reads the same names.

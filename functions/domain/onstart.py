@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 from functions.domain import agent_env
 from functions.domain.heartbeat import StorageCredentials
 from functions.domain.jobspec import JobSpec
+from functions.domain.storage_layout import job_prefix
 
 VAST_ONSTART_LIMIT = 4048  # characters, Vast's create-instance limit
 DEFAULT_VENV = "/opt/tether-agent"
@@ -148,7 +149,7 @@ def build_host_env(
     Only job-scoped values: the per-generation agent token and R2 credentials limited to
     `jobs/<job_id>/`. `CONTAINER_ID` / `CONTAINER_API_KEY` are Vast's to set, not ours.
     """
-    expected_prefix = f"jobs/{job_id}/"
+    expected_prefix = job_prefix(job_id)
     if storage.prefix != expected_prefix:
         raise ValueError(
             f"storage.prefix: must be {expected_prefix!r} for job {job_id} (got {storage.prefix!r})"

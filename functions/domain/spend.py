@@ -3,16 +3,18 @@
 A generation's spend is what Vast bills for it: GPU per second while running, storage every second
 the instance exists (stopped included, until destroyed), and traffic per byte both ways
 (references/vast-api.md "Billing"). The prices are the offer's, stored with the generation when it
-was rented, so a later price change on the host does not rewrite history.
+was rented, so a later price change on the host does not rewrite history. The lease that bounds
+spend with the supervisor dead is `functions/domain/lease.py`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.job import Generation
 from functions.domain.offer import Offer
 
 # Decimal GB: for the same bytes this gives the larger GB count, so our estimate errs high,
@@ -99,29 +101,46 @@ def job_spend_usd(generations: Iterable[GenerationSpend]) -> float:
     return math.fsum(g.total_usd for g in generations)
 
 
-def lease_s(
-    *, lease_window_s: float, budget_usd: float, spent_usd: float, usd_per_hour: float
-) -> float:
-    """How long the agent may run without hearing from the supervisor.
-
-    `min(lease window, remaining budget / current $ per hour)`: with the supervisor dead, spend
-    passes the cap by at most the lease (invariant 4). A free host gets the full window; an
-    exhausted budget gets 0 (stop now).
-    """
-    remaining = budget_usd - spent_usd
-    if remaining <= 0:
-        return 0.0
-    if usd_per_hour <= 0:
-        return float(lease_window_s)
-    return min(float(lease_window_s), remaining / usd_per_hour * 3600)
+# --- a generation's spend, from what the table holds ------------------------------------------
 
 
-def lease_expires_at(
-    now: float, *, lease_window_s: float, budget_usd: float, spent_usd: float, usd_per_hour: float
-) -> float:
-    return now + lease_s(
-        lease_window_s=lease_window_s,
-        budget_usd=budget_usd,
-        spent_usd=spent_usd,
-        usd_per_hour=usd_per_hour,
+def prices_record(prices: GenerationPrices) -> dict[str, float]:
+    """The prices as stored on the generation item (`Generation.prices`)."""
+    return prices.model_dump()
+
+
+def generation_prices(generation: Generation) -> GenerationPrices:
+    """The stored prices; a generation without them is billed at its $/h, traffic free."""
+    try:
+        return GenerationPrices.model_validate(generation.prices)
+    except ValueError:
+        return GenerationPrices(gpu_usd_per_hour=generation.usd_per_hour, storage_usd_per_hour=0)
+
+
+def spend_of(
+    generation: Generation, now: float, *, vast_charged_usd: float | None = None
+) -> GenerationSpend:
+    """What one generation has cost by `now` (or by its end): $/h × seconds since the rent,
+    plus the agent's traffic at the offer's prices; Vast's charges win when larger."""
+    end = generation.ended_at if generation.ended_at is not None else now
+    seconds = max(0.0, min(end, now) - generation.created_at)
+    heartbeat = generation.heartbeat
+    usage = GenerationUsage(
+        running_s=seconds,
+        existed_s=seconds,
+        bytes_downloaded=heartbeat.bytes_downloaded if heartbeat else 0,
+        bytes_uploaded=heartbeat.bytes_uploaded if heartbeat else 0,
     )
+    return generation_spend(generation_prices(generation), usage, vast_charged_usd=vast_charged_usd)
+
+
+def charges_by_instance(charges: Iterable[Mapping[str, object]]) -> dict[int, float]:
+    """`GET /api/v0/charges/` rows → $ per instance id (rows without both are skipped)."""
+    totals: dict[int, float] = {}
+    for row in charges:
+        metadata = row.get("metadata")
+        instance_id = metadata.get("instance_id") if isinstance(metadata, Mapping) else None
+        amount = row.get("amount")
+        if isinstance(instance_id, int) and isinstance(amount, int | float):
+            totals[instance_id] = totals.get(instance_id, 0.0) + float(amount)
+    return totals

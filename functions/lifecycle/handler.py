@@ -15,61 +15,36 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import TypeAdapter, ValidationError
 
 from functions.adapters import factory
-from functions.adapters.notify import JobEvents
 from functions.domain.errors import field_errors
+from functions.lifecycle import metrics as lifecycle_metrics
 from functions.lifecycle import service
-from functions.observability import MetricUnit, logger, metrics, tracer
+from functions.lifecycle.steps import LifecycleDeps, LifecycleInput
+from functions.observability import logger, metrics, tracer
 from functions.settings import LifecycleSettings, load_settings
 
-_INPUT: TypeAdapter[Any] = TypeAdapter(service.LifecycleInput)
-AGENT_WHEEL_PREFIX = "agent/"
+_INPUT: TypeAdapter[Any] = TypeAdapter(LifecycleInput)
 
 
 class InvalidStepInput(ValueError):
     """The state machine passed an input this function does not accept."""
 
 
-class AgentWheelMissing(RuntimeError):
-    """The artifacts bucket holds no agent wheel: run `make deploy` (it uploads one)."""
-
-
-def dependencies() -> service.LifecycleDeps:
+@factory.per_container
+def dependencies() -> LifecycleDeps:
     settings = load_settings(LifecycleSettings)
-
-    def presign_wheel() -> str:
-        s3 = factory.s3()
-        listed = s3.list_objects_v2(Bucket=settings.artifacts_bucket, Prefix=AGENT_WHEEL_PREFIX)
-        wheels = [o for o in listed.get("Contents", []) if o["Key"].endswith(".whl")]
-        if not wheels:
-            raise AgentWheelMissing(
-                f"no agent wheel under s3://{settings.artifacts_bucket}/{AGENT_WHEEL_PREFIX}"
-            )
-        newest = max(wheels, key=lambda o: o["LastModified"])
-        return str(
-            s3.generate_presigned_url(
-                "get_object",
-                Params={"Bucket": settings.artifacts_bucket, "Key": newest["Key"]},
-                ExpiresIn=service.WHEEL_URL_TTL_S,
-            )
-        )
-
-    def account_secrets() -> list[str]:
-        _, account = factory.cloudflare(
-            settings.cloudflare_secret_arn, settings.cloudflare_base_url
-        )
-        return [factory.vast_api_key(settings.vast_secret_arn), account.api_token]
-
-    return service.LifecycleDeps(
+    return LifecycleDeps(
         settings=settings,
         store=factory.store(settings.table_name),
         vast=lambda: factory.vast(settings.vast_secret_arn, settings.vast_base_url),
         cloudflare=lambda: factory.cloudflare(
             settings.cloudflare_secret_arn, settings.cloudflare_base_url
         ),
-        presign_wheel=presign_wheel,
-        account_secrets=account_secrets,
+        artifacts=lambda: factory.artifacts(settings.artifacts_bucket),
+        account_secrets=lambda: factory.account_secrets(
+            settings.vast_secret_arn, settings.cloudflare_secret_arn, settings.cloudflare_base_url
+        ),
         clock=factory.now,
-        events=JobEvents(settings.job_events_topic_arn),
+        events=factory.job_events(settings.job_events_topic_arn),
     )
 
 
@@ -89,6 +64,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(job_id=step.job_id, op=step.op)
     result = service.run_step(dependencies(), step)
     logger.info("lifecycle step", extra={"outcome": result.outcome, "state": result.state})
-    if result.outcome in ("rented", "lost_race", "no_capacity", "destroyed", "failed"):
-        metrics.add_metric(name=f"Lifecycle_{result.outcome}", unit=MetricUnit.Count, value=1)
+    lifecycle_metrics.step_done(result)
     return result.model_dump(mode="json")

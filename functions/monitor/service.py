@@ -12,12 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.adapters.cloudflare import CloudflareClient, CloudflareError
-from functions.adapters.factory import CloudflareAccount, SecretNotSet
+from functions.adapters.cloudflare import (
+    CloudflareAccount,
+    CloudflareClient,
+    CloudflareError,
+    mint_job_credentials,
+)
+from functions.adapters.factory import SecretNotSet
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import VastClient, VastError
-from functions.domain.heartbeat import StorageCredentials
+from functions.domain.credentials import credentials_ttl_s
 from functions.domain.job import Generation, Job, TimelineEvent
 from functions.domain.measures import (
     WorkLost,
@@ -26,21 +31,20 @@ from functions.domain.measures import (
     tether_instances,
     work_lost,
 )
-from functions.domain.supervision import (
+from functions.domain.reconcile import (
     InstanceFacts,
     JobDecision,
     JobSnapshot,
     SupervisionSettings,
-    charges_by_instance,
-    credentials_ttl_s,
     reconcile,
 )
+from functions.domain.spend import charges_by_instance
 from functions.observability import logger
 
 SPEND_EPSILON_USD = 1e-6
 
 
-@dataclass
+@dataclass(frozen=True)
 class MonitorDeps:
     store: JobStore
     transitions: TransitionStarter
@@ -53,7 +57,7 @@ class MonitorDeps:
 
 @dataclass
 class MonitorReport:
-    """What one run did; the handler turns it into metrics."""
+    """What one run did; `functions/monitor/metrics.py` turns it into metrics."""
 
     jobs: int = 0
     instances: int | None = None
@@ -154,14 +158,9 @@ def _apply(
     job = snapshot.job
     report.spend_usd += decision.spend_usd
     if abs(decision.spend_usd - job.spent_usd) > SPEND_EPSILON_USD:
-        deps.store.update_job_fields(job.job_id, {"spent_usd": decision.spend_usd})
+        deps.store.record_spend(job.job_id, decision.spend_usd)
     if decision.observation is not None and decision.generation is not None:
-        deps.store.update_generation(
-            job.job_id,
-            decision.generation,
-            decision.observation.model_dump(exclude_none=True),
-            only_if_current=True,
-        )
+        deps.store.record_observation(job.job_id, decision.generation, decision.observation)
     if decision.verdict is not None:
         name = decision.verdict.health.value
         report.verdicts[name] = report.verdicts.get(name, 0) + 1
@@ -212,13 +211,8 @@ def _record_incident(
     """A replace was started: keep when and why on the job (the heartbeat API measures
     detection → training resumed from it) and measure the work the dying host lost."""
     assert decision.transition is not None
-    deps.store.update_job_fields(
-        decision.job_id,
-        {
-            "incident_at": now,
-            "incident_reason": decision.transition.reason,
-            "incident_generation": dying.generation,
-        },
+    deps.store.record_incident(
+        decision.job_id, at=now, reason=decision.transition.reason, generation=dying.generation
     )
     lost = work_lost(dying)
     if lost.seconds is not None:
@@ -239,32 +233,18 @@ def _renew_credentials(deps: MonitorDeps, job: Job, generation: int) -> bool:
     before they expire)."""
     try:
         client, account = deps.cloudflare()
-        prefix = f"jobs/{job.job_id}/"
-        minted = client.mint_temp_credentials(
-            account.bucket,
-            account.parent_access_key_id,
-            prefix,
-            credentials_ttl_s(job.spec.policy),
+        credentials = mint_job_credentials(
+            client,
+            account,
+            job.job_id,
+            ttl_s=credentials_ttl_s(job.spec.policy),
             lease_s=job.spec.policy.lease_window_s,
+            endpoint=account.r2_endpoint(deps.r2_endpoint),
         )
     except (CloudflareError, SecretNotSet) as exc:
         logger.warning("monitor: credential renewal failed for %s: %s", job.job_id, exc)
         return False
-    credentials = StorageCredentials(
-        access_key_id=minted.access_key_id,
-        secret_access_key=minted.secret_access_key,
-        session_token=minted.session_token,
-        expires_at=minted.expires_at,
-        endpoint=account.r2_endpoint(deps.r2_endpoint),
-        bucket=account.bucket,
-        prefix=prefix,
-    )
-    return deps.store.update_generation(
-        job.job_id,
-        generation,
-        {"credentials": credentials.model_dump(mode="json")},
-        only_if_current=True,
-    )
+    return deps.store.store_credentials(job.job_id, generation, credentials)
 
 
 def report_fields(report: MonitorReport) -> dict[str, Any]:

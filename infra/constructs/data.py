@@ -1,6 +1,6 @@
 """The tether table: on demand, point-in-time recovery, TTL, the active-jobs and all-jobs indexes.
 
-Keys and indexes come from `functions.adapters.store.TABLE_DEFINITION`, the same definition the
+Keys and indexes come from `functions.adapters.table.TABLE_DEFINITION`, the same definition the
 tests and the local stack create the table from.
 """
 
@@ -12,7 +12,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from functions.adapters.store import TABLE_DEFINITION, TTL_ATTRIBUTE
+from functions.adapters.table import TABLE_DEFINITION, TTL_ATTRIBUTE
 
 _TYPES = {
     "S": dynamodb.AttributeType.STRING,

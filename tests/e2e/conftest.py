@@ -8,7 +8,6 @@ host environment) for the tests that must run before, or without, the real lifec
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,13 +17,14 @@ import httpx
 import pytest
 import yaml
 
-from functions.adapters.cloudflare import CloudflareClient
+from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, mint_job_credentials
 from functions.adapters.store import JobStore
 from functions.adapters.vast import VastClient
-from functions.domain.agent_token import hash_token
+from functions.domain.agent_token import hash_token, new_agent_token
 from functions.domain.heartbeat import StorageCredentials
 from functions.domain.job import Generation, JobState, TimelineEvent, new_job, new_job_id
 from functions.domain.jobspec import JobSpec, parse_job
+from functions.domain.labels import instance_label
 from functions.domain.onstart import build_host_env, build_onstart
 from tests.paths import ROOT
 from tether_local.hosts import LocalHost
@@ -98,21 +98,19 @@ def provision_by_hand(
     now = time.time()
     job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by="e2e")
     store.create_job(job, event)
-    cloudflare = CloudflareClient(
-        "local-account", "local-api-token", base_url=stack.cloudflare_url, min_ttl_s=1
-    )
-    prefix = f"jobs/{job.job_id}/"
-    minted = cloudflare.mint_temp_credentials(R2_BUCKET, CLOUDFLARE_PARENT_KEY, prefix, ttl_s)
-    credentials = StorageCredentials(
-        access_key_id=minted.access_key_id,
-        secret_access_key=minted.secret_access_key,
-        session_token=minted.session_token,
-        expires_at=minted.expires_at,
-        endpoint=stack.s3_url,
+    account = CloudflareAccount(
+        account_id="local-account",
+        api_token="local-api-token",
+        parent_access_key_id=CLOUDFLARE_PARENT_KEY,
         bucket=R2_BUCKET,
-        prefix=prefix,
     )
-    token = secrets.token_urlsafe(32)
+    cloudflare = CloudflareClient(
+        account.account_id, account.api_token, base_url=stack.cloudflare_url, min_ttl_s=1
+    )
+    credentials = mint_job_credentials(
+        cloudflare, account, job.job_id, ttl_s=ttl_s, endpoint=stack.s3_url
+    )
+    token = new_agent_token()
     lease_expires_at = now + spec.policy.lease_window_s
     env = build_host_env(
         spec,
@@ -132,13 +130,13 @@ def provision_by_hand(
         int(offer["id"]),
         image=spec.image,
         disk_gb=float(spec.resources.min_disk_gb),
-        label=f"tether:{job.job_id}:g1",
+        label=instance_label(job.job_id, 1),
         env=env,
         onstart=build_onstart(
             agent_wheel_url="https://artifacts.invalid/tether_agent-0.1.0-py3-none-any.whl"
         ),
     )
-    store.put_generation(
+    recorded = store.record_generation(
         Generation(
             job_id=job.job_id,
             generation=1,
@@ -151,16 +149,12 @@ def provision_by_hand(
             created_at=now,
             lease_expires_at=lease_expires_at,
             credentials=credentials,
-        )
-    )
-    store.transition_job(
-        job.job_id,
-        JobState.RUNNING,
+        ),
         expected=[JobState.PENDING],
         now=now,
         event=TimelineEvent(job_id=job.job_id, at=now, kind="running", message="by hand"),
-        updates={"current_generation": 1},
     )
+    assert recorded
     return HandProvisioned(job.job_id, 1, token, rented.instance_id, credentials, spec)
 
 

@@ -188,7 +188,14 @@ class Supervised:
         assert found is not None and generation is not None
         return found, generation
 
-    def heartbeat(self, job_id: str, generation: int, **fields: Any) -> None:
+    def heartbeat(
+        self,
+        job_id: str,
+        generation: int,
+        *,
+        training_start_step: int | None = None,
+        **fields: Any,
+    ) -> None:
         values: dict[str, Any] = {
             "at": self.clock(),
             "agent_time": self.clock(),
@@ -198,8 +205,15 @@ class Supervised:
         }
         values.update(fields)
         beat = Heartbeat(**values)
-        self.store.update_generation(
-            job_id, generation, {"heartbeat": beat.model_dump(mode="json", exclude_none=True)}
+        stored = self.store.get_generation(job_id, generation)
+        assert stored is not None
+        assert self.store.store_heartbeat(  # what the heartbeat API stores for its agent
+            job_id,
+            generation,
+            token_hash=stored.token_hash,
+            heartbeat=beat,
+            lease_expires_at=stored.lease_expires_at,
+            training_start_step=training_start_step,
         )
 
     def monitor(self) -> dict[str, Any]:

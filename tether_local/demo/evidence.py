@@ -19,7 +19,8 @@ from tether_agent.checkpoints import (
     parse_remote_dir,
 )
 
-from functions.domain.supervision import parse_label
+from functions.domain.labels import parse_label
+from functions.domain.storage_layout import job_prefix
 from tether_local.demo.job import SIGNED
 from tether_local.invariants import CheckpointFacts, LedgerFacts
 from tether_local.stack import R2_BUCKET, LocalStack
@@ -28,11 +29,6 @@ from tether_local.stack import R2_BUCKET, LocalStack
 def s3_root(stack: LocalStack) -> Path:
     """The bucket's directory under the S3 stand-in."""
     return stack.root / "s3" / R2_BUCKET
-
-
-def job_prefix(job_id: str) -> str:
-    """The job's storage prefix, as the agent is given it (`TETHER_S3_PREFIX`)."""
-    return f"jobs/{job_id}/"
 
 
 def checkpoint_dirs(stack: LocalStack, job_id: str) -> dict[Path, RemoteCheckpointId]:
@@ -143,7 +139,6 @@ __all__ = [
     "bad_input_statuses",
     "checkpoint_dirs",
     "checkpoint_facts",
-    "job_prefix",
     "ledger_facts",
     "live_instances",
     "s3_root",

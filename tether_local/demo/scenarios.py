@@ -21,7 +21,8 @@ from tether_agent.checkpoints import MANIFEST_NAME, RemoteCheckpointId
 
 from functions.adapters.store import JobView
 from functions.domain.job import Generation, JobState
-from tether_local.demo.evidence import checkpoint_dirs, job_prefix
+from functions.domain.storage_layout import job_prefix
+from tether_local.demo.evidence import checkpoint_dirs
 from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, Scenario
 from tether_local.hosts import marked_processes

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.store import TABLE_DEFINITION, TTL_ATTRIBUTE
+from functions.adapters.table import TABLE_DEFINITION, TTL_ATTRIBUTE
 from infra import names
 from infra.constructs.api import HEARTBEAT_TABLE_ACTIONS, JOBS_TABLE_ACTIONS
 from tests.infra.conftest import resources

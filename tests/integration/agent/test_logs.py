@@ -11,7 +11,7 @@ import pytest
 from tether_agent.logs import LogShipper, cut_point, scrub, segment_key
 from tether_agent.storage import StorageError, TransferCancelled
 
-from functions.api.logs_service import parse_segment_key
+from functions.domain.storage_layout import parse_segment_key
 from tests.integration.agent.conftest import (
     ControlPlane,
     agent_env,

@@ -11,7 +11,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from functions.adapters.store import JobStore, create_table
+from functions.adapters import factory
+from functions.adapters.store import JobStore
+from functions.adapters.table import create_table
 from functions.api import heartbeat, jobs
 from functions.settings import (
     METRICS_NAMESPACE_ENV,
@@ -90,11 +92,8 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
             METRICS_NAMESPACE_ENV: "TetherTest",
         }.items():
             monkeypatch.setenv(key, value)
-        jobs.dependencies.cache_clear()
-        heartbeat.dependencies.cache_clear()
         clock = Clock()
-        jobs.dependencies().clock = clock
-        heartbeat.dependencies().clock = clock
+        # The handlers' seam: fresh dependencies (a cold start) and this test's clock.
+        factory.install_hooks(factory.Hooks(clock=clock))
         yield Api(store=JobStore(TABLE, ddb), clock=clock, state_machine_arn=arn, sfn=sfn)
-        jobs.dependencies.cache_clear()
-        heartbeat.dependencies.cache_clear()
+        factory.reset()

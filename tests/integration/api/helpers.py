@@ -50,34 +50,48 @@ def running_job(
     creds: StorageCredentials | None = None,
     **spec_overrides: Any,
 ) -> str:
-    """A job in RUNNING whose current generation holds `token` (what the lifecycle leaves)."""
+    """A job in RUNNING whose current generation holds `token` (what the lifecycle leaves:
+    each earlier generation rented, then replaced)."""
     job_id = submit(api, **spec_overrides)
     api.clock.now += 1
     now = api.clock.now
-    api.store.put_generation(
-        Generation(
-            job_id=job_id,
-            generation=generation,
-            status="running",
-            token_hash=hash_token(token),
-            instance_id=1000 + generation,
-            machine_id=77,
-            offer_id=555,
-            usd_per_hour=usd_per_hour,
-            created_at=now,
-            lease_expires_at=lease_expires_at,
-            credentials=creds,
+    for n in range(1, generation + 1):
+        if n > 1:
+            replace(api, job_id, n - 1)
+        recorded = api.store.record_generation(
+            Generation(
+                job_id=job_id,
+                generation=n,
+                status="running",
+                token_hash=hash_token(token if n == generation else f"{token}-g{n}"),
+                instance_id=1000 + n,
+                machine_id=77,
+                offer_id=555,
+                usd_per_hour=usd_per_hour,
+                created_at=now,
+                lease_expires_at=lease_expires_at,
+                credentials=creds,
+            ),
+            expected=[JobState.PENDING, JobState.REPLACING],
+            now=now,
+            event=TimelineEvent(job_id=job_id, at=now, kind="running", message="host up"),
         )
-    )
+        assert recorded
+    return job_id
+
+
+def replace(api: Any, job_id: str, generation: int) -> None:
+    """What the lifecycle's begin does to replace `generation`: REPLACING, and the generation
+    superseded (its token gets `superseded` from then on)."""
+    now = api.clock.now
     api.store.transition_job(
         job_id,
-        JobState.RUNNING,
-        expected=[JobState.PENDING],
+        JobState.REPLACING,
+        expected=[JobState.RUNNING],
         now=now,
-        event=TimelineEvent(job_id=job_id, at=now, kind="running", message="host up"),
-        updates={"current_generation": generation},
+        event=TimelineEvent(job_id=job_id, at=now, kind="replacing", message="dead"),
     )
-    return job_id
+    api.store.supersede_generation(job_id, generation, host_blamed=False)
 
 
 def heartbeat_body(job_id: str, generation: Any = 1, **overrides: Any) -> dict[str, Any]:

@@ -7,7 +7,14 @@ import pytest
 from functions.domain.agent_token import hash_token
 from functions.domain.job import Generation, JobState, TimelineEvent
 from functions.settings import PULSE_MAX_AGE_ENV
-from tests.integration.api.helpers import TOKEN, auth, credentials, heartbeat_body, running_job
+from tests.integration.api.helpers import (
+    TOKEN,
+    auth,
+    credentials,
+    heartbeat_body,
+    replace,
+    running_job,
+)
 
 URL = "/agent/heartbeat"
 
@@ -61,8 +68,7 @@ def test_pulse_freshness_is_configurable(api, monkeypatch):
     from functions.api import heartbeat
 
     monkeypatch.setenv(PULSE_MAX_AGE_ENV, "1000")
-    heartbeat.dependencies.cache_clear()
-    heartbeat.dependencies().clock = api.clock
+    heartbeat.dependencies.cache_clear()  # a new environment: a new container
     job_id = running_job(api, usd_per_hour=0.01, lease_expires_at=api.clock.now + 5)
     api.store.write_pulse(api.clock.now - 900)
     assert beat(api, job_id).body["lease_expires_at"] == api.clock.now + 3 * 3600
@@ -72,18 +78,12 @@ def test_an_old_generations_token_is_superseded_with_no_lease(api):
     job_id = running_job(api, generation=1)
     api.store.write_pulse(api.clock.now)
     # The lifecycle replaces generation 1 by generation 2.
-    old = api.store.get_generation(job_id, 1)
-    api.store.put_generation(old.model_copy(update={"is_current": False, "status": "superseded"}))
-    api.store.put_generation(
-        Generation(job_id=job_id, generation=2, token_hash=hash_token("new-token"), usd_per_hour=1)
-    )
-    api.store.transition_job(
-        job_id,
-        JobState.REPLACING,
-        expected=[JobState.RUNNING],
+    replace(api, job_id, 1)
+    assert api.store.record_generation(
+        Generation(job_id=job_id, generation=2, token_hash=hash_token("new-token"), usd_per_hour=1),
+        expected=[JobState.REPLACING],
         now=api.clock.now,
-        event=TimelineEvent(job_id=job_id, at=api.clock.now, kind="replacing", message="dead"),
-        updates={"current_generation": 2},
+        event=TimelineEvent(job_id=job_id, at=api.clock.now, kind="rented", message="g2"),
     )
     before = api.store.get_generation(job_id, 1)
     reply = beat(api, job_id)

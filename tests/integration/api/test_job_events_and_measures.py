@@ -49,8 +49,7 @@ def received(queue_url: str) -> list[dict[str, Any]]:
 def events_topic(api, monkeypatch) -> str:
     arn = str(boto3.client("sns").create_topic(Name="tether-job-events")["TopicArn"])
     monkeypatch.setenv(JOB_EVENTS_TOPIC_ARN_ENV, arn)
-    jobs.dependencies.cache_clear()
-    jobs.dependencies().clock = api.clock
+    jobs.dependencies.cache_clear()  # a new environment: a new container
     return arn
 
 
@@ -86,8 +85,7 @@ def test_an_idempotent_replay_publishes_nothing_new(api, events_topic):
 def test_a_failed_publish_never_fails_the_transition(api, monkeypatch, capsys):
     missing = "arn:aws:sns:us-east-1:123456789012:no-such-topic"
     monkeypatch.setenv(JOB_EVENTS_TOPIC_ARN_ENV, missing)
-    jobs.dependencies.cache_clear()
-    jobs.dependencies().clock = api.clock
+    jobs.dependencies.cache_clear()  # a new environment: a new container
     job_id = submit(api)
     reply = api.jobs("POST", f"/jobs/{job_id}/cancel")
     assert reply.status == 202 and reply.body["state"] == "STOPPING"
@@ -122,8 +120,8 @@ def test_a_replacement_reports_recovery_once_then_its_checkpoint_lag(api, capsys
     job_id = running_job(api, generation=2, usd_per_hour=0.01)
     api.store.write_pulse(api.clock.now)
     # The monitor started the replace of generation 1 at this time (functions/monitor/service).
-    api.store.update_job_fields(
-        job_id, {"incident_at": api.clock.now - 200, "incident_generation": 1}
+    api.store.record_incident(
+        job_id, at=api.clock.now - 200, reason="dead: no heartbeat", generation=1
     )
     restored = {"step": 400, "generation": 1, "manifest_key": "m-400.json"}
     capsys.readouterr()

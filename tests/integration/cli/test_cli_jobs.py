@@ -20,8 +20,10 @@ import httpx
 import pytest
 from moto import mock_aws
 
+from functions.adapters import factory
 from functions.adapters.r2 import ObjectInfo
-from functions.adapters.store import JobStore, create_table
+from functions.adapters.store import JobStore
+from functions.adapters.table import create_table
 from functions.api import job_service, jobs, logs
 from functions.domain.job import JobState, TimelineEvent
 from functions.settings import (
@@ -137,10 +139,10 @@ def backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
             api_client.API_URL_ENV: API_URL,
         }.items():
             monkeypatch.setenv(key, value)
-        jobs.dependencies.cache_clear()
+        factory.reset()  # a cold start
         bucket = FakeBucket()
         backend = Backend(JobStore(TABLE, ddb), bucket)
-        monkeypatch.setattr(logs, "bucket", lambda _settings: bucket)
+        monkeypatch.setattr(factory, "read_only_bucket", lambda *_: bucket)
         transport = httpx.MockTransport(backend)
 
         def connect(args: argparse.Namespace) -> api_client.TetherApi:
@@ -149,7 +151,7 @@ def backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
 
         monkeypatch.setattr(cli_jobs, "connect", connect)
         yield backend
-        jobs.dependencies.cache_clear()
+        factory.reset()
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -62,9 +62,7 @@ def test_provision_and_replace_publish_each_move_and_record_the_incident(
 ) -> None:
     job, first = sup.provisioned()
     # Generation 1 trained from step 0 to 300 in 600 s and last uploaded step 200.
-    sup.store.update_generation(
-        job.job_id, 1, {"training_started_at": sup.clock() - 600, "training_start_step": 0}
-    )
+    sup.heartbeat(job.job_id, 1, at=sup.clock() - 600, step=0, training_start_step=0)
     sup.heartbeat(
         job.job_id,
         1,

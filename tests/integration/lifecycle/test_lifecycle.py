@@ -11,7 +11,7 @@ import pytest
 from functions.adapters.transitions import TransitionStarter
 from functions.api import job_service
 from functions.domain.job import JobState, TimelineEvent
-from functions.domain.supervision import instance_label
+from functions.domain.labels import instance_label
 from functions.settings import JobsApiSettings
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.supervision_harness import Supervised, supervised_stack
@@ -112,7 +112,7 @@ def test_a_rent_that_loses_the_race_destroys_what_it_rented(sup: Supervised) -> 
             event=TimelineEvent(
                 job_id=job.job_id, at=sup.clock(), kind="cancel_requested", message="test"
             ),
-            updates={"stop_reason": "cancelled"},
+            stop_reason="cancelled",
         )
 
     sup.vast.on_rent = cancel_meanwhile

@@ -1,17 +1,17 @@
-"""The Cloudflare adapter (against httpx.MockTransport in Cloudflare's real shapes) and the
-Cloudflare simulator core."""
+"""The Cloudflare adapter, against httpx.MockTransport in Cloudflare's real shapes (the
+simulator's own tests: tests/unit/local/test_cloudflare_sim.py)."""
 
 from __future__ import annotations
 
 import json
 import random
-import threading
 from collections.abc import Callable
 
 import httpx
 import pytest
 
 from functions.adapters.cloudflare import (
+    CloudflareAccount,
     CloudflareAuthError,
     CloudflareBadRequest,
     CloudflareClient,
@@ -19,8 +19,9 @@ from functions.adapters.cloudflare import (
     CloudflareUnavailable,
     RequestBudget,
     TempCredentials,
+    mint_job_credentials,
 )
-from tether_local.cloudflare_sim import CloudflareSim
+from functions.domain.heartbeat import StorageCredentials
 
 ACCOUNT = "023e105f4ecef8ad9ca31a8372d0c353"
 TOKEN = "Sn3lZJTBX6kkg7OdcBUAxOO963GEIyGQqnFTOFYY"
@@ -304,199 +305,35 @@ def test_error_messages_carry_cloudflare_codes() -> None:
     assert "bucket does not exist" in str(info.value)
 
 
-# --- simulator ------------------------------------------------------------------------------
-
-SIM_TOKEN = "sim-token"
-
-
-def sim_and_client(**sim_kw: object) -> tuple[CloudflareSim, CloudflareClient, FakeClock]:
-    clock = FakeClock()
-    sim = CloudflareSim(
-        account_id=ACCOUNT,
-        api_tokens=[SIM_TOKEN],
-        parents={"parent-key": "object-read-write"},
-        buckets=["tether-ckpt"],
-        clock=clock,
-        **sim_kw,  # type: ignore[arg-type]
+def test_job_credentials_reach_the_job_prefix_only_and_come_back_as_the_domain_model() -> None:
+    client, seen, clock = make_client(lambda r: httpx.Response(200, json=OK_BODY))
+    account = CloudflareAccount(
+        account_id=ACCOUNT, api_token=TOKEN, parent_access_key_id="parent-key", bucket="b1"
     )
-    client = CloudflareClient(
-        ACCOUNT,
-        SIM_TOKEN,
-        base_url="http://cloudflare.local/client/v4",
-        client=httpx.Client(transport=sim.transport()),
-        sleep=clock.sleep,
-        monotonic=clock,
-        wall_clock=clock,
-        min_ttl_s=60,
-        deadline_s=5,
+    creds = mint_job_credentials(
+        client, account, "job-7", ttl_s=4 * 3600, lease_s=3 * 3600, endpoint="https://r2.test"
     )
-    return sim, client, clock
-
-
-def post(sim: CloudflareSim, body: object, token: str | None = SIM_TOKEN, account: str = ACCOUNT):
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = httpx.Request(
-        "POST",
-        f"http://cloudflare.local/client/v4/accounts/{account}/r2/temp-access-credentials",
-        headers=headers,
-        content=json.dumps(body).encode(),
+    (request,) = seen
+    body = json.loads(request.content)
+    assert body["prefixes"] == ["jobs/job-7/"]
+    assert (body["bucket"], body["parentAccessKeyId"]) == ("b1", "parent-key")
+    assert body["permission"] == "object-read-write" and body["ttlSeconds"] == 4 * 3600
+    assert creds == StorageCredentials(
+        access_key_id=OK_RESULT["accessKeyId"],
+        secret_access_key=OK_RESULT["secretAccessKey"],
+        session_token=OK_RESULT["sessionToken"],
+        expires_at=clock.now + 4 * 3600,
+        endpoint="https://r2.test",
+        bucket="b1",
+        prefix="jobs/job-7/",
     )
-    return sim.handle(request)
 
 
-VALID = {
-    "bucket": "tether-ckpt",
-    "parentAccessKeyId": "parent-key",
-    "permission": "object-read-write",
-    "ttlSeconds": 600,
-    "prefixes": ["jobs/j1/"],
-}
-
-
-def test_sim_mints_scoped_keys_the_adapter_can_use() -> None:
-    sim, client, clock = sim_and_client()
-    creds = client.mint_temp_credentials("tether-ckpt", "parent-key", "jobs/j1/", 600)
-    assert len(creds.access_key_id) == 32
-    assert sim.secret_for(creds.access_key_id) == creds.secret_access_key
-    scope = sim.scope_for(creds.access_key_id)
-    assert scope is not None
-    assert (scope.bucket, scope.prefixes, scope.permission) == (
-        "tether-ckpt",
-        ("jobs/j1/",),
-        "object-read-write",
+def test_job_credentials_must_outlive_the_lease_they_go_out_with() -> None:
+    client, seen, _ = make_client(lambda r: httpx.Response(200, json=OK_BODY))
+    account = CloudflareAccount(
+        account_id=ACCOUNT, api_token=TOKEN, parent_access_key_id="parent-key", bucket="b1"
     )
-    assert scope.expires_at == creds.expires_at == clock.now + 600
-    assert scope.allows("jobs/j1/checkpoints/00000100-g1/manifest.json")
-    assert not scope.allows("jobs/j10/checkpoints/x")
-    assert sim.secret_for("not-a-key") is None
-
-
-def test_sim_keys_expire_on_the_clock() -> None:
-    sim, client, clock = sim_and_client()
-    creds = client.mint_temp_credentials("tether-ckpt", "parent-key", "jobs/j1/", 600)
-    clock.now += 599
-    assert sim.secret_for(creds.access_key_id) == creds.secret_access_key
-    clock.now += 1
-    assert sim.secret_for(creds.access_key_id) is None
-    assert sim.scope_for(creds.access_key_id) is None
-    clock.now -= 10  # an expired key stays gone
-    assert sim.secret_for(creds.access_key_id) is None
-
-
-def test_sim_revoking_the_parent_revokes_every_child() -> None:
-    sim, client, _ = sim_and_client()
-    a = client.mint_temp_credentials("tether-ckpt", "parent-key", "jobs/a/", 600)
-    b = client.mint_temp_credentials("tether-ckpt", "parent-key", "jobs/b/", 600)
-    sim.revoke_parent("parent-key")
-    assert sim.secret_for(a.access_key_id) is None and sim.secret_for(b.access_key_id) is None
-
-
-def test_sim_ttl_defaults_to_900() -> None:
-    sim, _, clock = sim_and_client()
-    body = {k: v for k, v in VALID.items() if k != "ttlSeconds"}
-    reply = post(sim, body)
-    assert reply.status_code == 200
-    scope = sim.scope_for(reply.json()["result"]["accessKeyId"])
-    assert scope is not None and scope.expires_at == clock.now + 900
-
-
-@pytest.mark.parametrize(
-    ("token", "account", "status", "code"),
-    [(None, ACCOUNT, 400, 9106), ("wrong", ACCOUNT, 403, 10000), (SIM_TOKEN, "other", 403, 10000)],
-)
-def test_sim_auth_errors(token: str | None, account: str, status: int, code: int) -> None:
-    sim, _, _ = sim_and_client()
-    reply = post(sim, VALID, token=token, account=account)
-    assert reply.status_code == status
-    body = reply.json()
-    assert body["success"] is False and body["errors"][0]["code"] == code
-
-
-@pytest.mark.parametrize(
-    ("change", "status", "needle"),
-    [
-        ({"ttlSeconds": 0}, 400, "ttlSeconds"),
-        ({"ttlSeconds": 604_801}, 400, "ttlSeconds"),
-        ({"ttlSeconds": "600"}, 400, "ttlSeconds"),
-        ({"bucket": ""}, 400, "bucket"),
-        ({"permission": "root"}, 400, "permission"),
-        ({"prefixes": "jobs/j1/"}, 400, "prefixes"),
-        ({"extra": 1}, 400, "extra"),
-        ({"bucket": "nope"}, 404, "bucket does not exist"),
-        ({"parentAccessKeyId": "ghost"}, 400, "parentAccessKeyId"),
-        ({"permission": "admin-read-write"}, 400, "exceeds the parent"),
-    ],
-)
-def test_sim_validation(change: dict[str, object], status: int, needle: str) -> None:
-    sim, _, _ = sim_and_client()
-    reply = post(sim, {**VALID, **change})
-    assert reply.status_code == status
-    messages = " ".join(e["message"] for e in reply.json()["errors"])
-    assert needle in messages
-
-
-def test_sim_rejects_non_json_unknown_routes_and_methods() -> None:
-    sim, _, _ = sim_and_client()
-    bad = httpx.Request(
-        "POST",
-        f"http://cf/client/v4/accounts/{ACCOUNT}/r2/temp-access-credentials",
-        headers={"Authorization": f"Bearer {SIM_TOKEN}"},
-        content=b"{not json",
-    )
-    assert sim.handle(bad).status_code == 400
-    assert sim.handle(httpx.Request("GET", "http://cf/client/v4/zones")).status_code == 404
-    get = httpx.Request("GET", f"http://cf/client/v4/accounts/{ACCOUNT}/r2/temp-access-credentials")
-    assert sim.handle(get).status_code == 405
-
-
-def test_sim_rate_limit_blocks_for_five_minutes() -> None:
-    sim, _, clock = sim_and_client(rate_limit=3)
-    assert [post(sim, VALID).status_code for _ in range(3)] == [200, 200, 200]
-    limited = post(sim, VALID)
-    assert limited.status_code == 429
-    assert limited.headers["Retry-After"] == "300"
-    assert limited.json()["errors"][0]["code"] == 971
-    clock.now += 299
-    still = post(sim, VALID)
-    assert still.status_code == 429 and still.headers["Retry-After"] == "1"
-    clock.now += 1
-    assert post(sim, VALID).status_code == 200
-
-
-def test_sim_rate_window_slides() -> None:
-    sim, _, clock = sim_and_client(rate_limit=2)
-    post(sim, VALID)
-    clock.now += 200
-    post(sim, VALID)
-    clock.now += 100  # the first request left the 5-minute window
-    assert post(sim, VALID).status_code == 200
-
-
-def test_adapter_against_sim_rate_limit() -> None:
-    _, client, _ = sim_and_client(rate_limit=1)
-    client.mint_temp_credentials("tether-ckpt", "parent-key", "jobs/j1/", 600)
-    with pytest.raises(CloudflareRateLimited) as info:
-        client.mint_temp_credentials("tether-ckpt", "parent-key", "jobs/j1/", 600)
-    assert info.value.retry_after_s == 300
-
-
-def test_sim_is_thread_safe() -> None:
-    sim, _, _ = sim_and_client(rate_limit=10_000)
-    keys: list[str] = []
-    lock = threading.Lock()
-
-    def worker() -> None:
-        for _ in range(50):
-            reply = post(sim, VALID)
-            assert reply.status_code == 200
-            with lock:
-                keys.append(reply.json()["result"]["accessKeyId"])
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(set(keys)) == 400
-    assert all(sim.secret_for(k) for k in keys)
-    assert sim.requests_seen == 400
+    with pytest.raises(ValueError, match="shorter than the lease"):
+        mint_job_credentials(client, account, "job-7", ttl_s=3600, lease_s=7200, endpoint="x")
+    assert seen == []

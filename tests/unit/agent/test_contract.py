@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from tether_agent import protocol
+from tether_agent import checkpoints, logs, protocol
 from tether_agent.settings import ENV_NAMES, SettingsError, load_settings
 
-from functions.domain import agent_env, heartbeat
+from functions.domain import agent_env, heartbeat, storage_layout
 
 MIRRORED = ["GpuProbe", "CheckpointRef", "HeartbeatRequest", "StorageCredentials", "HeartbeatReply"]
 
@@ -23,6 +23,31 @@ def test_wire_model_schema_matches_control_plane(name: str) -> None:
 
 def test_settings_read_every_control_plane_variable_and_no_other() -> None:
     assert set(agent_env.ALL) == set(ENV_NAMES)
+
+
+@pytest.mark.parametrize(("step", "generation"), [(0, 1), (500, 2), (123_456_789_012, 17)])
+def test_the_agent_writes_checkpoints_where_the_control_plane_looks(
+    step: int, generation: int
+) -> None:
+    # The agent builds keys under the prefix it was given: the control plane's job prefix.
+    prefix = storage_layout.job_prefix("j-1")
+    assert prefix == "jobs/j-1/"
+    written = checkpoints.RemoteCheckpointId(step, generation)
+    assert checkpoints.checkpoints_prefix(prefix) == storage_layout.checkpoints_prefix("j-1")
+    assert written.dir_key(prefix) == storage_layout.checkpoint_dir_key("j-1", step, generation)
+    assert written.manifest_key(prefix) == storage_layout.manifest_key("j-1", step, generation)
+    assert checkpoints.MANIFEST_NAME == storage_layout.MANIFEST_NAME
+
+
+@pytest.mark.parametrize(("generation", "sequence"), [(1, 0), (12, 345), (9999, 999_999)])
+def test_the_agent_writes_log_segments_where_the_api_lists_them(
+    generation: int, sequence: int
+) -> None:
+    prefix = storage_layout.job_prefix("j-1")
+    assert logs.logs_prefix(prefix) == storage_layout.logs_prefix("j-1")
+    key = logs.segment_key(prefix, generation, sequence)
+    assert key == storage_layout.log_segment_key("j-1", generation, sequence)
+    assert storage_layout.parse_segment_key("j-1", key) == (generation, sequence)
 
 
 def _minimal_env() -> dict[str, str]:

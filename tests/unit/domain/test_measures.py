@@ -21,7 +21,7 @@ from functions.domain.measures import (
     training_start_step,
     work_lost,
 )
-from functions.domain.supervision import InstanceFacts, JobSnapshot
+from functions.domain.reconcile import InstanceFacts, JobSnapshot
 from tests.paths import ROOT
 
 NOW = 1_800_000_000.0

@@ -1,8 +1,9 @@
-"""Spend accounting and the lease."""
+"""Spend accounting: prices, usage, a generation's and a job's spend, Vast's charges."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -11,11 +12,12 @@ from functions.domain.spend import (
     GenerationPrices,
     GenerationSpend,
     GenerationUsage,
+    charges_by_instance,
     generation_spend,
     job_spend_usd,
-    lease_expires_at,
-    lease_s,
+    spend_of,
 )
+from tests.unit.domain.builders import NOW, gen
 
 # An RTX 4090 offer in the shape Vast returns (prices as in the real records).
 OFFER = Offer.model_validate(
@@ -93,37 +95,6 @@ def test_negative_usage_is_rejected() -> None:
         GenerationUsage(running_s=-1, existed_s=0)
 
 
-@pytest.mark.parametrize(
-    ("window", "budget", "spent", "rate", "expected"),
-    [
-        (10_800, 100, 0, 1.0, 10_800),  # plenty of money: the window
-        (10_800, 10, 9, 2.0, 1800),  # $1 left at $2/h: half an hour
-        (10_800, 10, 7, 1.0, 10_800),  # exactly 3 h of money: the window
-        (10_800, 10, 10, 1.0, 0),  # nothing left
-        (10_800, 10, 12, 1.0, 0),  # past the cap
-        (10_800, 10, 0, 0.0, 10_800),  # a free host
-    ],
-)
-def test_lease(window: float, budget: float, spent: float, rate: float, expected: float) -> None:
-    assert lease_s(
-        lease_window_s=window, budget_usd=budget, spent_usd=spent, usd_per_hour=rate
-    ) == pytest.approx(expected)
-
-
-def test_lease_bounds_overspend_with_a_dead_supervisor() -> None:
-    # Running the whole lease at the current price never passes the budget (invariant 4).
-    for spent in (0.0, 3.3, 9.99):
-        lease = lease_s(lease_window_s=10_800, budget_usd=10, spent_usd=spent, usd_per_hour=7.5)
-        assert spent + 7.5 * lease / 3600 <= 10 + 1e-9
-
-
-def test_lease_expires_at_is_now_plus_lease() -> None:
-    assert (
-        lease_expires_at(1000.0, lease_window_s=600, budget_usd=10, spent_usd=0, usd_per_hour=1)
-        == 1600.0
-    )
-
-
 def test_prices_from_real_offers_match_vast_dph_total(shared_vast_offers) -> None:
     # Vast's dph_total is GPU + storage for the searched disk size (storage_total_cost $/h):
     # our hourly price for that disk size must agree with it on every real record.
@@ -137,3 +108,26 @@ def test_prices_from_real_offers_match_vast_dph_total(shared_vast_offers) -> Non
         assert prices.usd_per_hour == pytest.approx(raw["dph_total"], rel=1e-9), raw["id"]
         checked += 1
     assert checked >= 10
+
+
+# --- a generation's spend, from what the table holds ------------------------------------------
+
+
+def test_spend_is_price_times_seconds_plus_traffic_and_vast_wins_when_higher() -> None:
+    g = gen().model_copy(
+        update={"heartbeat": gen().heartbeat.model_copy(update={"bytes_downloaded": 10**10})}  # type: ignore[union-attr]
+    )
+    spend = spend_of(g, NOW)
+    assert spend.estimated_usd == pytest.approx(0.5 * 600 / 3600 + 10 * 0.01)
+    assert spend_of(g, NOW, vast_charged_usd=5.0).total_usd == 5.0
+    ended = g.model_copy(update={"ended_at": NOW - 300})
+    assert spend_of(ended, NOW).gpu_usd == pytest.approx(0.4 * 300 / 3600)
+
+
+def test_charges_sum_per_instance() -> None:
+    rows: list[dict[str, Any]] = [
+        {"amount": 1.5, "metadata": {"instance_id": 9}},
+        {"amount": 0.5, "metadata": {"instance_id": 9}},
+        {"amount": 2},
+    ]
+    assert charges_by_instance(rows) == {9: 2.0}

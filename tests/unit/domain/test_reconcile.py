@@ -1,4 +1,5 @@
-"""The monitor's and the lifecycle's pure decisions (functions/domain/supervision.py)."""
+"""The monitor's pure decision (functions/domain/reconcile.py), with the labels and transition
+reasons it reads and writes."""
 
 from __future__ import annotations
 
@@ -6,58 +7,19 @@ from typing import Any
 
 import pytest
 
-from functions.domain.heartbeat import GpuProbe
-from functions.domain.job import Generation, Heartbeat, HostReputation, Job, JobState, new_job
-from functions.domain.jobspec import parse_job
-from functions.domain.supervision import (
+from functions.domain.job import JobState
+from functions.domain.labels import instance_label, parse_label
+from functions.domain.reasons import stop_reason_for
+from functions.domain.reconcile import (
     InstanceFacts,
     JobSnapshot,
     SupervisionSettings,
-    blocklist,
-    capacity_attempt,
-    capacity_wait_s,
-    charges_by_instance,
     find_orphans,
-    instance_label,
-    parse_label,
     reconcile,
-    spend_of,
-    stop_reason_for,
 )
+from tests.unit.domain.builders import NOW, gen, job
 
-NOW = 1_800_000_000.0
 SETTINGS = SupervisionSettings(interval_s=60, orphan_grace_s=60)
-SPEC: dict[str, Any] = {
-    "name": "t",
-    "image": "python:3.12",
-    "run": "python train.py",
-    "expected_hours": 1,
-    "budget_usd": 10,
-}
-
-
-def job(state: JobState = JobState.RUNNING, generation: int = 1, **fields: Any) -> Job:
-    base, _ = new_job(parse_job(SPEC), job_id="t-0123abcd", now=NOW - 600, submitted_by="me")
-    return base.model_copy(update={"state": state, "current_generation": generation, **fields})
-
-
-def gen(
-    n: int = 1, *, instance_id: int = 100, beat_age: float | None = 10, **fields: Any
-) -> Generation:
-    heartbeat = None
-    if beat_age is not None:
-        heartbeat = Heartbeat(
-            at=NOW - beat_age, agent_time=NOW, phase="training", step=3,
-            gpu=GpuProbe(available=True, utilization_pct=90.0),
-        )  # fmt: skip
-    values: dict[str, Any] = {
-        "job_id": "t-0123abcd", "generation": n, "token_hash": "x", "instance_id": instance_id,
-        "machine_id": 7, "usd_per_hour": 0.5, "created_at": NOW - 600, "heartbeat": heartbeat,
-        "prices": {"gpu_usd_per_hour": 0.4, "storage_usd_per_hour": 0.1,
-                   "inet_down_usd_per_gb": 0.01, "inet_up_usd_per_gb": 0.02},
-    }  # fmt: skip
-    values.update(fields)
-    return Generation(**values)
 
 
 def running(status: str | None = "running", iid: int = 100) -> list[InstanceFacts]:
@@ -83,17 +45,6 @@ def decide(snapshot: JobSnapshot, instances: list[InstanceFacts] | None) -> Any:
 def test_labels_round_trip_and_foreign_labels_are_ignored() -> None:
     assert parse_label(instance_label("t-0123abcd", 12)) == ("t-0123abcd", 12)
     assert parse_label("my-own-box") is None and parse_label(None) is None
-
-
-def test_spend_is_price_times_seconds_plus_traffic_and_vast_wins_when_higher() -> None:
-    g = gen().model_copy(
-        update={"heartbeat": gen().heartbeat.model_copy(update={"bytes_downloaded": 10**10})}  # type: ignore[union-attr]
-    )
-    spend = spend_of(g, NOW)
-    assert spend.estimated_usd == pytest.approx(0.5 * 600 / 3600 + 10 * 0.01)
-    assert spend_of(g, NOW, vast_charged_usd=5.0).total_usd == 5.0
-    ended = g.model_copy(update={"ended_at": NOW - 300})
-    assert spend_of(ended, NOW).gpu_usd == pytest.approx(0.4 * 300 / 3600)
 
 
 def test_healthy_job_gets_no_transition_and_its_credentials_renewed_when_missing() -> None:
@@ -148,26 +99,3 @@ def test_orphans_of_ended_jobs_wait_out_the_grace() -> None:
     facts = [InstanceFacts(id=5, label="tether:gone-0123abcd:g1", start_date=NOW - 30)]
     assert find_orphans([], facts, now=NOW, settings=SETTINGS) == []
     assert find_orphans([], facts, now=NOW + 31, settings=SETTINGS)[0].instance_id == 5
-
-
-def test_capacity_backoff_doubles_to_ten_minutes_and_inverts() -> None:
-    assert [capacity_wait_s(a) for a in range(1, 7)] == [60, 120, 240, 480, 600, 600]
-    assert capacity_attempt(0) == 1 and capacity_attempt(180) == 3 and capacity_attempt(179) == 2
-
-
-def test_blocklist_holds_blamed_machines_and_hosts_still_avoided() -> None:
-    generations = [gen(1, machine_id=1, host_blamed=True), gen(2, machine_id=2)]
-    reputations = {
-        3: HostReputation(machine_id=3, avoid_until=NOW + 1),
-        4: HostReputation(machine_id=4, avoid_until=NOW - 1),
-    }
-    assert blocklist(generations, reputations, now=NOW) == {1, 3}
-
-
-def test_charges_sum_per_instance() -> None:
-    rows: list[dict[str, Any]] = [
-        {"amount": 1.5, "metadata": {"instance_id": 9}},
-        {"amount": 0.5, "metadata": {"instance_id": 9}},
-        {"amount": 2},
-    ]
-    assert charges_by_instance(rows) == {9: 2.0}

@@ -1,12 +1,10 @@
-"""Supervision decisions (pure, no I/O): what the monitor and the lifecycle do about each job.
+"""The monitor's decision (pure, no I/O): `reconcile` the facts of one run into what to do.
 
 The monitor (`functions/monitor/`) gathers facts — active jobs and their generations, the
 account's Vast instances, Vast's charges, the clock — and `reconcile` turns them into decisions:
 the spend of every job, the health verdict of every running generation
 (`functions.domain.health.classify`), the lifecycle transition to start, whether to renew the
 generation's storage credentials, which host to blame, and which labelled instances are orphans.
-The lifecycle task function (`functions/lifecycle/`) uses the helpers at the bottom: the budget
-check before a rent, the back-off while no offer qualifies, the blocklist for the planner.
 
 Everything here is deterministic in its inputs, so a monitor run that died half way and the run
 after it reach the same decisions; every action they lead to is idempotent (deterministic
@@ -15,15 +13,13 @@ execution names, destroy of a destroyed instance, set-valued host failures).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.domain.cost import OfferCost
+from functions.domain.credentials import needs_new_credentials
 from functions.domain.health import (
-    Health,
     HealthInput,
     HeartbeatView,
     InstanceView,
@@ -31,146 +27,18 @@ from functions.domain.health import (
     Verdict,
     classify,
 )
-from functions.domain.job import (
-    Generation,
-    HostReputation,
-    Job,
-    JobState,
-    StopReason,
-    TransitionRequest,
-)
-from functions.domain.jobspec import Policy
-from functions.domain.spend import (
-    GenerationPrices,
-    GenerationSpend,
-    GenerationUsage,
-    generation_spend,
-    job_spend_usd,
-)
+from functions.domain.job import Generation, Job, JobState, TransitionRequest
+from functions.domain.labels import parse_label
+from functions.domain.reasons import transition_reason
+from functions.domain.spend import job_spend_usd, spend_of
 
-LABEL_PREFIX = "tether"
-_LABEL = re.compile(r"^tether:(?P<job>[A-Za-z0-9_-]{1,64}):g(?P<gen>[0-9]{1,6})$")
 _VAST_STATUSES = frozenset(get_args(VastStatus))
 # States in which the lifecycle may be renting the next generation right now.
 RENTING_STATES = frozenset({JobState.PENDING, JobState.PROVISIONING, JobState.REPLACING})
-CREDENTIALS_TTL_MARGIN_S = 3600  # credentials outlive the longest lease by this much
-MAX_CREDENTIALS_TTL_S = 604_800  # Cloudflare's maximum (7 days)
-MIN_CREDENTIALS_TTL_S = 900
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# --- labels ---------------------------------------------------------------------------------
-
-
-def instance_label(job_id: str, generation: int) -> str:
-    """`tether:<job_id>:g<generation>` (DESIGN §3): how the monitor knows whose host it is."""
-    return f"{LABEL_PREFIX}:{job_id}:g{generation}"
-
-
-def parse_label(label: str | None) -> tuple[str, int] | None:
-    """(job id, generation) of a tether label; None for anything else (not ours)."""
-    match = _LABEL.match(label or "")
-    return (match["job"], int(match["gen"])) if match else None
-
-
-# --- transition reasons ---------------------------------------------------------------------
-
-
-def transition_reason(verdict: Verdict) -> str:
-    """`<health>: <why>`: the lifecycle reads the health back with `reason_health`."""
-    return f"{verdict.health.value}: {verdict.reason}"
-
-
-def reason_health(reason: str) -> Health | None:
-    head = reason.split(":", 1)[0].strip()
-    try:
-        return Health(head)
-    except ValueError:
-        return None
-
-
-def stop_reason_for(reason: str) -> StopReason:
-    """The terminal outcome a stop transition's reason asks for (cancel is the default)."""
-    health = reason_health(reason)
-    if health is Health.FINISHED:
-        return "finished"
-    if health is Health.FAILED:
-        return "failed"
-    if health is Health.OVER_BUDGET or reason.startswith("over_budget"):
-        return "over_budget"
-    return "cancelled"
-
-
-# --- spend ----------------------------------------------------------------------------------
-
-
-def prices_record(prices: GenerationPrices) -> dict[str, float]:
-    """The prices as stored on the generation item (`Generation.prices`)."""
-    return prices.model_dump()
-
-
-def generation_prices(generation: Generation) -> GenerationPrices:
-    """The stored prices; a generation without them is billed at its $/h, traffic free."""
-    try:
-        return GenerationPrices.model_validate(generation.prices)
-    except ValueError:
-        return GenerationPrices(gpu_usd_per_hour=generation.usd_per_hour, storage_usd_per_hour=0)
-
-
-def spend_of(
-    generation: Generation, now: float, *, vast_charged_usd: float | None = None
-) -> GenerationSpend:
-    """What one generation has cost by `now` (or by its end): $/h × seconds since the rent,
-    plus the agent's traffic at the offer's prices; Vast's charges win when larger."""
-    end = generation.ended_at if generation.ended_at is not None else now
-    seconds = max(0.0, min(end, now) - generation.created_at)
-    heartbeat = generation.heartbeat
-    usage = GenerationUsage(
-        running_s=seconds,
-        existed_s=seconds,
-        bytes_downloaded=heartbeat.bytes_downloaded if heartbeat else 0,
-        bytes_uploaded=heartbeat.bytes_uploaded if heartbeat else 0,
-    )
-    return generation_spend(generation_prices(generation), usage, vast_charged_usd=vast_charged_usd)
-
-
-def charges_by_instance(charges: Iterable[Mapping[str, object]]) -> dict[int, float]:
-    """`GET /api/v0/charges/` rows → $ per instance id (rows without both are skipped)."""
-    totals: dict[int, float] = {}
-    for row in charges:
-        metadata = row.get("metadata")
-        instance_id = metadata.get("instance_id") if isinstance(metadata, Mapping) else None
-        amount = row.get("amount")
-        if isinstance(instance_id, int) and isinstance(amount, int | float):
-            totals[instance_id] = totals.get(instance_id, 0.0) + float(amount)
-    return totals
-
-
-# --- credentials ----------------------------------------------------------------------------
-
-
-def credentials_ttl_s(policy: Policy) -> int:
-    """Storage credentials outlive the longest lease, so an agent whose lease runs out can
-    still upload its last checkpoint."""
-    ttl = policy.lease_window_s + CREDENTIALS_TTL_MARGIN_S
-    return int(min(MAX_CREDENTIALS_TTL_S, max(MIN_CREDENTIALS_TTL_S, ttl)))
-
-
-def needs_new_credentials(
-    generation: Generation, policy: Policy, now: float, interval_s: float
-) -> bool:
-    """Renew once the credentials would no longer outlive a lease granted now (plus two monitor
-    runs of slack, so one failed run never lets them lapse)."""
-    if generation.credentials is None:
-        return True
-    remaining = generation.credentials.expires_at - now
-    return remaining < policy.lease_window_s + 2 * interval_s
-
-
-# --- the monitor's view ---------------------------------------------------------------------
 
 
 class InstanceFacts(_Frozen):
@@ -458,56 +326,3 @@ def reconcile(
         else ()
     )
     return MonitorPlan(decisions=decisions, orphans=orphans)
-
-
-# --- the lifecycle's decisions --------------------------------------------------------------
-
-CAPACITY_FIRST_WAIT_S = 60
-CAPACITY_MAX_WAIT_S = 600
-
-
-def capacity_wait_s(attempt: int) -> int:
-    """Back-off while no offer qualifies: 60 s, 120 s, 240 s, … at most 10 minutes."""
-    return int(min(CAPACITY_MAX_WAIT_S, CAPACITY_FIRST_WAIT_S * 2 ** max(0, attempt - 1)))
-
-
-def capacity_attempt(waited_s: float) -> int:
-    """Which attempt comes after `waited_s` seconds of back-off (inverse of the schedule)."""
-    attempt, total = 1, 0.0
-    while total + capacity_wait_s(attempt) <= waited_s + 1e-9:
-        total += capacity_wait_s(attempt)
-        attempt += 1
-    return attempt
-
-
-def startup_cost_usd(choice: OfferCost, interval_min: float | None) -> float:
-    """What the next host costs before it has saved its first checkpoint: start-up plus one
-    checkpoint interval at its $/h, and the start-up download."""
-    interval = interval_min if interval_min is not None else choice.checkpoint_interval_min
-    hours = (choice.startup_min + interval) / 60
-    return choice.usd_per_hour * hours + choice.breakdown.download_usd
-
-
-def budget_allows_rent(job: Job, choice: OfferCost) -> tuple[bool, str]:
-    """Rent only if the remaining budget covers start-up and one checkpoint interval."""
-    needed = startup_cost_usd(choice, job.spec.checkpoint.interval_min)
-    remaining = job.remaining_budget_usd
-    if remaining < needed:
-        return False, (
-            f"remaining budget ${remaining:.2f} does not cover start-up and one checkpoint "
-            f"interval on the best offer (${needed:.2f} at ${choice.usd_per_hour:.3f}/h)"
-        )
-    return True, f"remaining budget ${remaining:.2f} covers ${needed:.2f}"
-
-
-def blocklist(
-    generations: Iterable[Generation],
-    reputations: Mapping[int, HostReputation],
-    *,
-    now: float,
-) -> set[int]:
-    """Machines the planner must skip: those this job died or hung on, and any machine whose
-    reputation says to avoid it still."""
-    blocked = {g.machine_id for g in generations if g.host_blamed and g.machine_id is not None}
-    blocked |= {m for m, rep in reputations.items() if rep.avoid_until > now}
-    return blocked

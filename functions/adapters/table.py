@@ -1,0 +1,359 @@
+"""The tether table: one table, on demand, point-in-time recovery (the single-table layout).
+
+- job — `pk=JOB#<id> sk=JOB`: the `Job` record (spec as a map, state, budget, spend, current
+  generation); `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"`
+  only while the job is active.
+- generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
+  id, $/h, prices, agent token sha256 (`token_hash`), status, `is_current`, `lease_expires_at`,
+  `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
+  bytes down/up), `credentials` (R2 key, secret, session token, expiry, endpoint, bucket,
+  prefix).
+- timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
+- idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
+  TTL removes it after a day).
+- host reputation — `pk=HOST#<machine_id> sk=REP`: `failures` (a string set of `<job>:g<n>`, so
+  a repeated write counts once), `dead_failures`, `hung_failures`, `last_failure_at`,
+  `avoid_until` (written by the monitor, read by the lifecycle's planner as the blocklist).
+- supervisor pulse — `pk=SUPERVISOR sk=PULSE`: `at` (epoch s), written by the monitor on every
+  run; the heartbeat renews leases only while it is fresh.
+
+Indexes (both project all attributes):
+- `ActiveJobs` — partition `active_pk`, sort `created_key` (`<iso created>#<id>`). Sparse: the
+  attribute is removed when a job becomes terminal, so the monitor reads only live jobs.
+- `AllJobs` — partition `list_pk`, sort `created_key`: `GET /jobs` newest first without a scan.
+
+`functions/adapters/store.py` (JobStore) is the only reader and writer of the table; this module
+holds what it needs below the level of jobs and generations: how keys are spelled, how values
+become DynamoDB attributes, how a page cursor is encoded, and a thin client (`Table`) that turns
+a failed condition into `False` instead of an exception.
+
+`TABLE_DEFINITION` is the one definition of keys and indexes; the CDK construct
+(`infra/constructs/data.py`), the tests and the local stack all create the table from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, cast
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from functions.domain.job import Generation, HostReputation, Job, JobState, TimelineEvent
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+else:
+    DynamoDBClient = Any
+
+ACTIVE_INDEX = "ActiveJobs"
+ALL_JOBS_INDEX = "AllJobs"
+ACTIVE_PARTITION = "ACTIVE"
+JOBS_PARTITION = "JOB"
+TTL_ATTRIBUTE = "expires_at_ttl"
+
+TABLE_DEFINITION: dict[str, Any] = {
+    "KeySchema": [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ],
+    "AttributeDefinitions": [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+        {"AttributeName": "active_pk", "AttributeType": "S"},
+        {"AttributeName": "list_pk", "AttributeType": "S"},
+        {"AttributeName": "created_key", "AttributeType": "S"},
+    ],
+    "GlobalSecondaryIndexes": [
+        {
+            "IndexName": ACTIVE_INDEX,
+            "KeySchema": [
+                {"AttributeName": "active_pk", "KeyType": "HASH"},
+                {"AttributeName": "created_key", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        },
+        {
+            "IndexName": ALL_JOBS_INDEX,
+            "KeySchema": [
+                {"AttributeName": "list_pk", "KeyType": "HASH"},
+                {"AttributeName": "created_key", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        },
+    ],
+    "BillingMode": "PAY_PER_REQUEST",
+}
+
+INDEX_KEYS = {
+    ACTIVE_INDEX: frozenset({"pk", "sk", "active_pk", "created_key"}),
+    ALL_JOBS_INDEX: frozenset({"pk", "sk", "list_pk", "created_key"}),
+}
+_KEY_ATTRIBUTES = frozenset({"pk", "sk", "active_pk", "list_pk", "created_key", TTL_ATTRIBUTE})
+
+
+def create_table(client: DynamoDBClient, table_name: str) -> None:
+    """Create the table from TABLE_DEFINITION (tests, local stack) and switch its TTL on."""
+    client.create_table(TableName=table_name, **TABLE_DEFINITION)
+    client.get_waiter("table_exists").wait(TableName=table_name)
+    client.update_time_to_live(
+        TableName=table_name,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+    )
+
+
+# --- keys ---------------------------------------------------------------------------------
+
+
+def job_partition(job_id: str) -> str:
+    return f"JOB#{job_id}"
+
+
+def job_key(job_id: str) -> dict[str, str]:
+    return {"pk": job_partition(job_id), "sk": "JOB"}
+
+
+def generation_key(job_id: str, generation: int) -> dict[str, str]:
+    return {"pk": job_partition(job_id), "sk": f"GEN#{generation:04d}"}
+
+
+def event_key(event: TimelineEvent) -> dict[str, str]:
+    return {
+        "pk": job_partition(event.job_id),
+        "sk": f"EVT#{iso(event.at)}#{event.seq:03d}#{event.event_id}",
+    }
+
+
+def idempotency_key(key: str) -> dict[str, str]:
+    return {"pk": f"IDEM#{key}", "sk": "IDEM"}
+
+
+def host_key(machine_id: int) -> dict[str, str]:
+    return {"pk": f"HOST#{machine_id}", "sk": "REP"}
+
+
+PULSE_KEY = {"pk": "SUPERVISOR", "sk": "PULSE"}
+
+
+def iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="microseconds")
+
+
+# --- (de)serialisation --------------------------------------------------------------------
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def _to_dynamo_value(value: Any) -> Any:
+    # DynamoDB numbers are Decimals; str() keeps 0.95 as 0.95 instead of binary noise.
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, Mapping):
+        return {k: _to_dynamo_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_dynamo_value(v) for v in value]
+    return value
+
+
+def _from_dynamo_value(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, Mapping):
+        return {k: _from_dynamo_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_dynamo_value(v) for v in value]
+    return value
+
+
+def serialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _serializer.serialize(_to_dynamo_value(v)) for k, v in item.items()}
+
+
+def deserialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _from_dynamo_value(_deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def serialize_value(value: Any) -> dict[str, Any]:
+    return dict(_serializer.serialize(_to_dynamo_value(value)))
+
+
+# --- items ⇄ records ----------------------------------------------------------------------
+
+
+def job_item(job: Job) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        **job_key(job.job_id),
+        **job.model_dump(mode="json"),
+        "list_pk": JOBS_PARTITION,
+        "created_key": f"{iso(job.created_at)}#{job.job_id}",
+    }
+    if job.active:
+        item["active_pk"] = ACTIVE_PARTITION
+    return item
+
+
+def generation_item(generation: Generation) -> dict[str, Any]:
+    return {
+        **generation_key(generation.job_id, generation.generation),
+        **generation.model_dump(mode="json", exclude_none=True),
+    }
+
+
+def event_item(event: TimelineEvent) -> dict[str, Any]:
+    return {**event_key(event), **event.model_dump(mode="json")}
+
+
+def strip_keys(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's own fields: the item without its keys and index attributes."""
+    return {k: v for k, v in item.items() if k not in _KEY_ATTRIBUTES}
+
+
+def as_job(item: Mapping[str, Any]) -> Job:
+    return Job.model_validate(strip_keys(item))
+
+
+def as_generation(item: Mapping[str, Any]) -> Generation:
+    return Generation.model_validate(strip_keys(item))
+
+
+def as_event(item: Mapping[str, Any]) -> TimelineEvent:
+    return TimelineEvent.model_validate(strip_keys(item))
+
+
+def as_reputation(item: Mapping[str, Any]) -> HostReputation:
+    """The string sets of failures, counted."""
+    return HostReputation(
+        machine_id=int(item["machine_id"]),
+        failures=len(item.get("failures", ())),
+        dead_failures=len(item.get("dead_failures", ())),
+        hung_failures=len(item.get("hung_failures", ())),
+        last_failure_at=float(item.get("last_failure_at", 0)),
+        avoid_until=float(item.get("avoid_until", 0)),
+    )
+
+
+# --- page cursors -------------------------------------------------------------------------
+
+
+class BadPageToken(ValueError):
+    """A `next` token that this store did not hand out."""
+
+
+def encode_page_token(last_key: Mapping[str, Any]) -> str:
+    plain = deserialize(last_key)
+    return base64.urlsafe_b64encode(json.dumps(plain, sort_keys=True).encode()).decode()
+
+
+def decode_page_token(token: str, index: str) -> dict[str, Any]:
+    try:
+        plain = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    except (ValueError, binascii.Error, UnicodeError) as exc:
+        raise BadPageToken("is not a token returned by this API") from exc
+    if (
+        not isinstance(plain, dict)
+        or set(plain) != INDEX_KEYS[index]
+        or not all(isinstance(v, str) and 0 < len(v) <= 256 for v in plain.values())
+    ):
+        raise BadPageToken("is not a token returned by this API for this filter")
+    return serialize(plain)
+
+
+# --- the client ---------------------------------------------------------------------------
+
+
+def is_condition_failure(exc: ClientError) -> bool:
+    code = exc.response.get("Error", {}).get("Code", "")
+    return code in {"ConditionalCheckFailedException", "TransactionCanceledException"}
+
+
+def set_clause(fields: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """`SET #u0 = :u0, …` with its names and (plain) values."""
+    names = {f"#u{i}": name for i, name in enumerate(fields)}
+    values = {f":u{i}": value for i, value in enumerate(fields.values())}
+    clause = ", ".join(f"#u{i} = :u{i}" for i in range(len(fields)))
+    return f"SET {clause}", names, values
+
+
+def state_in(expected: Iterable[JobState], values: dict[str, Any]) -> str:
+    """`#state IN (:e0, …)`, adding the placeholders' values to `values`."""
+    placeholders = []
+    for i, state in enumerate(expected):
+        values[f":e{i}"] = state.value
+        placeholders.append(f":e{i}")
+    return f"#state IN ({', '.join(placeholders)})"
+
+
+class Table:
+    """One DynamoDB table, read and written with plain (deserialized) items."""
+
+    def __init__(self, name: str, client: DynamoDBClient) -> None:
+        self.name = name
+        self.client = client
+
+    def get(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
+        reply = self.client.get_item(TableName=self.name, Key=serialize(key), ConsistentRead=True)
+        item = reply.get("Item")
+        return deserialize(item) if item else None
+
+    def put(self, item: Mapping[str, Any]) -> None:
+        self.client.put_item(TableName=self.name, Item=serialize(item))
+
+    def query_all(self, **kwargs: Any) -> Sequence[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        start: Any = None
+        while True:
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            reply = self.client.query(TableName=self.name, **kwargs)
+            items.extend(deserialize(i) for i in reply.get("Items", []))
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return items
+
+    def set_fields(
+        self, key: Mapping[str, Any], fields: Mapping[str, Any], *, only_if_current: bool = False
+    ) -> bool:
+        """SET `fields` on an existing item; False when it does not exist (or, with
+        `only_if_current`, is no longer a current generation)."""
+        if not fields:
+            return True
+        expression, names, values = set_clause(fields)
+        condition = "attribute_exists(pk)"
+        if only_if_current:
+            condition += " AND is_current = :true"
+            values[":true"] = True
+        return self.update(
+            key,
+            UpdateExpression=expression,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=serialize(values),
+        )
+
+    def update(self, key: Mapping[str, Any], **kwargs: Any) -> bool:
+        """One conditional UpdateItem; False when its condition fails."""
+        try:
+            self.client.update_item(TableName=self.name, Key=serialize(key), **kwargs)
+        except ClientError as exc:
+            if is_condition_failure(exc):
+                return False
+            raise
+        return True
+
+    def transact(self, items: Sequence[Mapping[str, Any]]) -> bool:
+        """One TransactWriteItems; False when a condition in it fails."""
+        try:
+            self.client.transact_write_items(TransactItems=cast(Any, list(items)))
+        except ClientError as exc:
+            if is_condition_failure(exc):
+                return False
+            raise
+        return True

@@ -1,0 +1,235 @@
+"""The provision step, in the monitor's shape: gather → decide (pure) → apply → record.
+
+1. gather: the job, stray instances of an earlier attempt of this step, the market, the job's
+   generations and the reputations of the offered hosts;
+2. decide: `functions.domain.rent.plan_rent` — the offers to try, best expected total first, or
+   a refusal (no offer qualifies → wait for capacity; the budget would not cover start-up and
+   one checkpoint → stop the job);
+3. rent down the plan: mint the job's credentials once, then per offer a fresh agent token and
+   host environment; an offer taken meanwhile → the next one; none left → wait;
+4. record the generation with a conditional write; a lost race destroys what was rented.
+"""
+
+from __future__ import annotations
+
+from functions.adapters.cloudflare import mint_job_credentials
+from functions.adapters.vast import OfferGone, RentResult, VastClient, VastUnavailable
+from functions.domain.agent_token import hash_token, new_agent_token
+from functions.domain.credentials import credentials_ttl_s
+from functions.domain.heartbeat import StorageCredentials
+from functions.domain.job import Generation, Job, JobState
+from functions.domain.job_events import JobTransitionEvent
+from functions.domain.labels import instance_label
+from functions.domain.onstart import build_host_env, build_onstart, ensure_no_account_secrets
+from functions.domain.rent import (
+    Refusal,
+    RentCandidate,
+    RentPlan,
+    capacity_attempt,
+    capacity_wait_s,
+    plan_rent,
+)
+from functions.domain.spend import prices_record
+from functions.lifecycle.steps import (
+    RENTING,
+    LifecycleDeps,
+    ProvisionInput,
+    ProvisionOutput,
+    event,
+    move,
+)
+
+PROVISION_TIMEOUT_S = 3600  # of waiting for capacity, then the job FAILS
+WHEEL_URL_TTL_S = 6 * 3600  # the onstart script may retry the download for a while
+
+
+def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
+    """Rent the job's next generation (the module docstring has the steps)."""
+    now = deps.clock()
+    job = deps.store.get_job(inp.job_id)
+    if job is None:
+        return ProvisionOutput(outcome="abandon", proceed=False, message="no such job")
+    if job.current_generation == inp.generation:  # a retried step that already recorded
+        done = deps.store.get_generation(inp.job_id, inp.generation)
+        if done is not None and done.is_current:
+            return _rented(done, "already rented", inp.waited_s)
+    if job.state not in RENTING or job.current_generation != inp.generation - 1:
+        return ProvisionOutput(
+            outcome="abandon", proceed=False, state=job.state.value,
+            message=f"job is {job.state.value}: not renting generation {inp.generation}",
+        )  # fmt: skip
+    vast = deps.vast()
+    _destroy_strays(vast, instance_label(job.job_id, inp.generation))
+    offers = vast.search_offers(job.spec.resources)
+    generations = deps.store.list_generations(job.job_id)
+    machines = [o.machine_id for o in offers if o.machine_id is not None]
+    plan = plan_rent(
+        job, offers, generation=inp.generation, generations=generations,
+        reputations=deps.store.host_reputations(machines), now=now,
+    )  # fmt: skip
+    if isinstance(plan, Refusal):
+        return _refused(deps, job, inp, now, plan)
+    return _rent_down(deps, vast, job, inp, plan, now)
+
+
+def _destroy_strays(vast: VastClient, label: str) -> None:
+    """An earlier attempt of this step may have rented and died before recording: not ours to
+    adopt (its agent token is lost), so it goes before we rent again."""
+    for stray in vast.list_instances():
+        if stray.label == label:
+            vast.destroy_instance(stray.id)
+
+
+def _refused(
+    deps: LifecycleDeps, job: Job, inp: ProvisionInput, now: float, refusal: Refusal
+) -> ProvisionOutput:
+    if refusal.outcome == "no_capacity":
+        return _no_capacity(deps, job, inp, now, refusal.reason)
+    stopped = move(
+        deps, job, JobState.STOPPING, RENTING, now, "over_budget", refusal.reason,
+        stop_reason="over_budget", state_reason=refusal.reason,
+    )  # fmt: skip
+    return ProvisionOutput(outcome="over_budget", message=refusal.reason, state=stopped.state.value)
+
+
+def _rent_down(
+    deps: LifecycleDeps, vast: VastClient, job: Job, inp: ProvisionInput, plan: RentPlan, now: float
+) -> ProvisionOutput:
+    """Try the plan's offers in order until one rents; then record it."""
+    spec = job.spec
+    cloudflare, account = deps.cloudflare()
+    storage = mint_job_credentials(
+        cloudflare, account, job.job_id, ttl_s=credentials_ttl_s(spec.policy),
+        lease_s=spec.policy.lease_window_s, endpoint=account.r2_endpoint(deps.settings.r2_endpoint),
+    )  # fmt: skip
+    onstart = build_onstart(agent_wheel_url=deps.artifacts().presign_agent_wheel(WHEEL_URL_TTL_S))
+    account_secrets = deps.account_secrets()
+    for candidate in plan.candidates:
+        offer = candidate.offer
+        token = new_agent_token()
+        env = build_host_env(
+            spec, job_id=job.job_id, generation=inp.generation, api_url=deps.settings.api_url,
+            agent_token=token, storage=storage, lease_expires_at=candidate.lease_expires_at,
+        )  # fmt: skip
+        ensure_no_account_secrets(script=onstart, env=env, account_secrets=account_secrets)
+        try:
+            result = vast.rent(
+                offer.id, image=spec.image, disk_gb=plan.disk_gb, label=plan.label, env=env,
+                onstart=onstart,
+            )  # fmt: skip
+        except OfferGone:
+            deps.store.append_event(
+                event(job.job_id, now, "offer_gone", f"offer {offer.id} was taken; next offer",
+                      offer_id=offer.id)
+            )  # fmt: skip
+            continue
+        except VastUnavailable as exc:
+            found = _rented_anyway(vast, plan.label) if exc.maybe_applied else None
+            if found is None:
+                raise
+            result = found
+        return _record(deps, vast, job, inp, candidate, hash_token(token), storage, result, now)
+    return _no_capacity(deps, job, inp, now, "every qualifying offer tried was taken")
+
+
+def _record(
+    deps: LifecycleDeps,
+    vast: VastClient,
+    job: Job,
+    inp: ProvisionInput,
+    candidate: RentCandidate,
+    token_hash: str,
+    storage: StorageCredentials,
+    result: RentResult,
+    now: float,
+) -> ProvisionOutput:
+    """Make the rented instance the job's current generation, unless someone else won."""
+    offer, prices = candidate.offer, candidate.prices
+    generation = Generation(
+        job_id=job.job_id,
+        generation=inp.generation,
+        status="provisioning",
+        token_hash=token_hash,
+        instance_id=result.instance_id,
+        offer_id=offer.id,
+        machine_id=offer.machine_id,
+        usd_per_hour=prices.usd_per_hour,
+        prices=prices_record(prices),
+        created_at=now,
+        lease_expires_at=candidate.lease_expires_at,
+        credentials=storage,
+    )
+    message = (
+        f"rented instance {result.instance_id} (offer {offer.id}, machine "
+        f"{offer.machine_id}, {offer.gpu_name}) at ${prices.usd_per_hour:.3f}/h; "
+        f"expected total ${candidate.expected_total_usd:.2f}"
+    )
+    recorded = deps.store.record_generation(
+        generation,
+        expected=RENTING,
+        now=now,
+        event=event(job.job_id, now, "rented", message, instance_id=result.instance_id),
+    )
+    if recorded:
+        # record_generation moved the job from the renting state it was checked in.
+        deps.events.publish(
+            JobTransitionEvent(
+                job_id=job.job_id, from_state=job.state, to=JobState.RUNNING,
+                reason=message, at=now, generation=inp.generation,
+            )
+        )  # fmt: skip
+        return _rented(generation, message, inp.waited_s)
+    vast.destroy_instance(result.instance_id)
+    found_job = deps.store.get_job(job.job_id)
+    lost = (
+        f"lost the race for generation {inp.generation} (job is "
+        f"{found_job.state.value if found_job else 'gone'}); destroyed instance "
+        f"{result.instance_id}"
+    )
+    deps.store.append_event(
+        event(job.job_id, now, "lost_race", lost, instance_id=result.instance_id)
+    )
+    return ProvisionOutput(outcome="lost_race", proceed=False, message=lost)
+
+
+def _rented_anyway(vast: VastClient, label: str) -> RentResult | None:
+    """After a rent that may have reached Vast: the instance with our label, if it exists."""
+    for instance in vast.list_instances():
+        if instance.label == label:
+            return RentResult(instance_id=instance.id)
+    return None
+
+
+def _rented(generation: Generation, message: str, waited_s: float) -> ProvisionOutput:
+    return ProvisionOutput(
+        outcome="rented",
+        message=message,
+        state=JobState.RUNNING.value,
+        waited_s=waited_s,
+        instance_id=generation.instance_id,
+        offer_id=generation.offer_id,
+        machine_id=generation.machine_id,
+        usd_per_hour=generation.usd_per_hour,
+    )
+
+
+def _no_capacity(
+    deps: LifecycleDeps, job: Job, inp: ProvisionInput, now: float, why: str
+) -> ProvisionOutput:
+    wait = capacity_wait_s(capacity_attempt(inp.waited_s))
+    timed_out = inp.waited_s + wait > PROVISION_TIMEOUT_S
+    message = (
+        f"{why}; gave up after waiting {inp.waited_s:.0f} s (provision timeout "
+        f"{PROVISION_TIMEOUT_S} s)"
+        if timed_out
+        else f"{why}; trying again in {wait} s"
+    )
+    deps.store.append_event(event(job.job_id, now, "no_capacity", message))
+    return ProvisionOutput(
+        outcome="no_capacity",
+        message=message,
+        wait_s=wait,
+        waited_s=inp.waited_s + wait,
+        timed_out=timed_out,
+        state=job.state.value,
+    )

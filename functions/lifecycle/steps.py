@@ -1,0 +1,152 @@
+"""The lifecycle task's contract: each step's input and output, the dependencies every step
+gets, and the move of a job's state they share (`functions/lifecycle/service.py` runs them).
+
+Inputs come from the state machine (`infra/constructs/lifecycle.py`); an input that does not
+validate is the definition's mistake, never a user's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.adapters.artifacts import Artifacts
+from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient
+from functions.adapters.notify import JobEvents
+from functions.adapters.store import JobStore, StateConflict
+from functions.adapters.vast import VastClient
+from functions.domain.job import Job, JobState, StopReason, TimelineEvent, TransitionAction
+from functions.domain.job_events import transition_event
+from functions.settings import LifecycleSettings
+
+RENTING = (JobState.PROVISIONING, JobState.REPLACING)
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BeginInput(_Input):
+    op: Literal["begin"]
+    action: TransitionAction
+    job_id: str
+    generation: int = Field(ge=1)
+    reason: str
+
+
+class DestroyInput(_Input):
+    op: Literal["destroy"]
+    job_id: str
+    below_generation: int | None = Field(
+        default=None, ge=1, description="Destroy generations below this one; None: all."
+    )
+
+
+class ProvisionInput(_Input):
+    op: Literal["provision"]
+    job_id: str
+    generation: int = Field(ge=1)
+    waited_s: float = Field(default=0, ge=0, description="Back-off waited for capacity so far.")
+
+
+class FailInput(_Input):
+    op: Literal["fail"]
+    job_id: str
+    reason: str = ""
+    error: dict[str, Any] | None = Field(default=None, description="A Catch's Error and Cause.")
+
+
+class StopBeginInput(_Input):
+    op: Literal["stop_begin"]
+    job_id: str
+    reason: str
+
+
+class FinishInput(_Input):
+    op: Literal["finish"]
+    job_id: str
+
+
+LifecycleInput = Annotated[
+    BeginInput | DestroyInput | ProvisionInput | FailInput | StopBeginInput | FinishInput,
+    Field(discriminator="op"),
+]
+
+
+class StepOutput(BaseModel):
+    proceed: bool = True
+    outcome: str
+    message: str = ""
+    state: str | None = None
+
+
+class ProvisionOutput(StepOutput):
+    outcome: Literal["rented", "no_capacity", "over_budget", "lost_race", "abandon"]
+    waited_s: float = 0
+    wait_s: int = 0
+    timed_out: bool = False
+    instance_id: int | None = None
+    offer_id: int | None = None
+    machine_id: int | None = None
+    usd_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class LifecycleDeps:
+    settings: LifecycleSettings
+    store: JobStore
+    vast: Callable[[], VastClient]
+    cloudflare: Callable[[], tuple[CloudflareClient, CloudflareAccount]]
+    artifacts: Callable[[], Artifacts]
+    account_secrets: Callable[[], list[str]]
+    clock: Callable[[], float]
+    events: JobEvents = field(default_factory=lambda: JobEvents(None))
+
+
+def event(job_id: str, now: float, kind: str, message: str, **data: Any) -> TimelineEvent:
+    return TimelineEvent(job_id=job_id, at=now, kind=kind, message=message, data=data)
+
+
+def skip(job: Job, why: str) -> StepOutput:
+    return StepOutput(
+        proceed=False,
+        outcome="abandon",
+        state=job.state.value,
+        message=f"nothing to do: job is {job.state.value} ({why})",
+    )
+
+
+def move(
+    deps: LifecycleDeps,
+    job: Job,
+    target: JobState,
+    expected: Iterable[JobState],
+    now: float,
+    kind: str,
+    message: str,
+    *,
+    state_reason: str | None = None,
+    stop_reason: StopReason | None = None,
+    restarts: int | None = None,
+) -> Job:
+    """Move the job if it still is where we think, and publish the move; else return it as
+    found (someone else — a cancel, another execution — moved it; the caller decides from its
+    state)."""
+    try:
+        moved = deps.store.transition_job(
+            job.job_id,
+            target,
+            expected=expected,
+            now=now,
+            event=event(job.job_id, now, kind, message),
+            state_reason=state_reason,
+            stop_reason=stop_reason,
+            restarts=restarts,
+        )
+    except StateConflict as exc:
+        return exc.job if exc.job is not None else job
+    deps.events.publish(transition_event(moved, reason=message, at=now))
+    return moved

@@ -1,0 +1,48 @@
+"""A monitor run's report as metrics: every name, unit and value the dashboard and the
+SpendNearBudget alarm read (`infra/constructs/observability.py`), in one place.
+
+Counts of what the run did (jobs supervised, verdicts, transitions started, credentials renewed,
+hosts blamed, orphans destroyed, errors), whether Vast could be read, the spend of all active
+jobs, and — only while there is something to measure, so an idle deployment emits no datapoint
+and costs nothing — the labelled instances on Vast, the highest budget fraction used, the oldest
+heartbeat and the work lost per replace (`functions/domain/measures.py`).
+"""
+
+from __future__ import annotations
+
+from functions.domain.measures import (
+    BUDGET_FRACTION_METRIC,
+    HEARTBEAT_AGE_METRIC,
+    INSTANCES_METRIC,
+    WORK_LOST_METRIC,
+)
+from functions.monitor.service import MonitorReport
+from functions.observability import MetricUnit, metrics
+
+
+def emit(report: MonitorReport) -> None:
+    count = MetricUnit.Count
+    metrics.add_metric(name="JobsSupervised", unit=count, value=report.jobs)
+    metrics.add_metric(name="VastListFailed", unit=count, value=int(report.instances is None))
+    metrics.add_metric(name="TransitionsStarted", unit=count, value=report.transitions_started)
+    metrics.add_metric(name="CredentialsRenewed", unit=count, value=report.credentials_renewed)
+    metrics.add_metric(name="HostsBlamed", unit=count, value=report.hosts_blamed)
+    metrics.add_metric(name="OrphansDestroyed", unit=count, value=report.orphans_destroyed)
+    metrics.add_metric(name="MonitorErrors", unit=count, value=report.errors)
+    metrics.add_metric(name="ActiveSpendUsd", unit=MetricUnit.NoUnit, value=report.spend_usd)
+    for verdict, n in sorted(report.verdicts.items()):
+        metrics.add_metric(name=f"Verdict_{verdict}", unit=count, value=n)
+    if report.tether_instances is not None:
+        metrics.add_metric(name=INSTANCES_METRIC, unit=count, value=report.tether_instances)
+    if report.budget_used_max_fraction is not None:
+        metrics.add_metric(
+            name=BUDGET_FRACTION_METRIC,
+            unit=MetricUnit.NoUnit,
+            value=report.budget_used_max_fraction,
+        )
+    if report.heartbeat_age_max_s is not None:
+        metrics.add_metric(
+            name=HEARTBEAT_AGE_METRIC, unit=MetricUnit.Seconds, value=report.heartbeat_age_max_s
+        )
+    for seconds in report.work_lost_s:
+        metrics.add_metric(name=WORK_LOST_METRIC, unit=MetricUnit.Seconds, value=seconds)

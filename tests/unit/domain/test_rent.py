@@ -1,0 +1,138 @@
+"""The lifecycle's pure rent decision (functions/domain/rent.py): which offers to try, in which
+order, with which lease, or why not to rent now; and the back-off while waiting for capacity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from functions.domain.job import HostReputation
+from functions.domain.offer import Offer
+from functions.domain.rent import (
+    Refusal,
+    RentPlan,
+    blocklist,
+    capacity_attempt,
+    capacity_wait_s,
+    plan_rent,
+)
+from tests.unit.domain.builders import NOW, gen, job
+
+
+def offer(offer_id: int, usd_per_hour: float, **fields: Any) -> Offer:
+    """A qualifying offer for the builders' job (1 GPU, 40 GB disk, reliable, fast), machine
+    id = offer id × 10, priced `usd_per_hour` all in."""
+    values: dict[str, Any] = {
+        "id": offer_id, "machine_id": offer_id * 10, "gpu_name": "RTX 4090", "num_gpus": 1,
+        "gpu_ram": 24_000, "disk_space": 100, "dph_base": usd_per_hour, "storage_cost": 0,
+        "inet_down": 500, "inet_up": 500, "reliability2": 0.99, "rentable": True,
+    }  # fmt: skip
+    values.update(fields)
+    return Offer.model_validate(values)
+
+
+MARKET = [offer(1, 0.5), offer(2, 0.3), offer(3, 0.4)]
+
+
+def plan(offers: list[Offer] = MARKET, **kwargs: Any) -> RentPlan | Refusal:
+    values: dict[str, Any] = {
+        "generation": 2, "generations": (), "reputations": {}, "now": NOW, "max_offers": 5
+    }  # fmt: skip
+    values.update(kwargs)
+    the_job = values.pop("job", job())
+    return plan_rent(the_job, offers, **values)
+
+
+@pytest.mark.parametrize(
+    ("case", "kwargs", "tried"),
+    [
+        ("cheapest expected total first", {}, [2, 3, 1]),
+        ("at most max_offers per attempt", {"max_offers": 2}, [2, 3]),
+        (
+            "a host this job died or hung on is skipped",
+            {"generations": (gen(1, machine_id=20, host_blamed=True),)},
+            [3, 1],
+        ),
+        (
+            "a host replaced for another cause is not",
+            {"generations": (gen(1, machine_id=20, host_blamed=False),)},
+            [2, 3, 1],
+        ),
+        (
+            "a host still avoided is skipped; one whose avoidance ended is not",
+            {
+                "reputations": {
+                    20: HostReputation(machine_id=20, avoid_until=NOW + 1),
+                    30: HostReputation(machine_id=30, avoid_until=NOW - 1),
+                }
+            },
+            [3, 1],
+        ),
+    ],
+)
+def test_the_plan_tries_qualifying_offers_in_order(
+    case: str, kwargs: dict[str, Any], tried: list[int]
+) -> None:
+    decided = plan(**kwargs)
+    assert isinstance(decided, RentPlan), case
+    assert [c.offer.id for c in decided.candidates] == tried, case
+
+
+@pytest.mark.parametrize(
+    ("case", "offers", "kwargs", "outcome", "reason"),
+    [
+        ("no offers", [], {}, "no_capacity", "no offer qualifies: no offers to consider"),
+        (
+            "every offer on a blocked host",
+            [offer(2, 0.3)],
+            {"reputations": {20: HostReputation(machine_id=20, avoid_until=NOW + 60)}},
+            "no_capacity",
+            "no offer qualifies: none of 1 offers qualifies; blocklist excluded the most (1 of 1)",
+        ),
+        (
+            "a budget that cannot pay for start-up and one checkpoint",
+            MARKET,
+            {"job": job(spent_usd=9.99)},
+            "over_budget",
+            "remaining budget $0.01 does not cover start-up and one checkpoint interval on the "
+            "best offer ($0.06 at $0.300/h)",
+        ),
+    ],
+)
+def test_the_plan_is_refused_with_its_reason(
+    case: str, offers: list[Offer], kwargs: dict[str, Any], outcome: str, reason: str
+) -> None:
+    assert plan(offers, **kwargs) == Refusal(outcome=outcome, reason=reason), case
+
+
+def test_each_candidate_carries_its_prices_label_and_lease() -> None:
+    decided = plan(job=job(spent_usd=9.0))  # $1 left
+    assert isinstance(decided, RentPlan)
+    assert (decided.job_id, decided.generation, decided.label) == (
+        "t-0123abcd",
+        2,
+        "tether:t-0123abcd:g2",
+    )
+    assert decided.disk_gb == 40
+    best = decided.candidates[0]
+    assert best.prices.usd_per_hour == pytest.approx(0.3)
+    # min(3 h window, $1 / $0.30 per hour = 3.33 h) → the window
+    assert best.lease_expires_at == NOW + 3 * 3600
+    slowest = decided.candidates[-1]  # $0.50/h: $1 lasts 2 h, less than the window
+    assert slowest.lease_expires_at == pytest.approx(NOW + 2 * 3600)
+    assert best.expected_total_usd < slowest.expected_total_usd
+
+
+def test_capacity_backoff_doubles_to_ten_minutes_and_inverts() -> None:
+    assert [capacity_wait_s(a) for a in range(1, 7)] == [60, 120, 240, 480, 600, 600]
+    assert capacity_attempt(0) == 1 and capacity_attempt(180) == 3 and capacity_attempt(179) == 2
+
+
+def test_blocklist_holds_blamed_machines_and_hosts_still_avoided() -> None:
+    generations = [gen(1, machine_id=1, host_blamed=True), gen(2, machine_id=2)]
+    reputations = {
+        3: HostReputation(machine_id=3, avoid_until=NOW + 1),
+        4: HostReputation(machine_id=4, avoid_until=NOW - 1),
+    }
+    assert blocklist(generations, reputations, now=NOW) == {1, 3}
