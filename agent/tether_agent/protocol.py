@@ -17,7 +17,17 @@ Command = Literal["continue", "stop", "superseded"]
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# Upper bounds keep every number storable (DynamoDB holds 38 digits up to 1e125) and sane;
+# past them a heartbeat is a client mistake (400), never a failed write (500).
+MAX_GENERATION = 1_000_000
+MAX_STEP = 10**15
+MAX_BYTES = 10**18
+MAX_EPOCH_S = 1e11  # year 5138: a clock off by centuries still fits
+MAX_MB = 1e9
+MAX_SECONDS = 1e9
 
 
 class GpuProbe(_Wire):
@@ -26,32 +36,34 @@ class GpuProbe(_Wire):
     )
     responsive: bool = True
     utilization_pct: float | None = Field(default=None, ge=0, le=100)
-    memory_used_mb: float | None = Field(default=None, ge=0)
-    memory_total_mb: float | None = Field(default=None, ge=0)
-    unresponsive_s: float = Field(default=0, ge=0)
+    memory_used_mb: float | None = Field(default=None, ge=0, le=MAX_MB)
+    memory_total_mb: float | None = Field(default=None, ge=0, le=MAX_MB)
+    unresponsive_s: float = Field(default=0, ge=0, le=MAX_SECONDS)
     error: str | None = Field(default=None, max_length=1024)
 
 
 class CheckpointRef(_Wire):
-    step: int = Field(ge=0)
-    generation: int = Field(ge=1)
+    step: int = Field(ge=0, le=MAX_STEP)
+    generation: int = Field(ge=1, le=MAX_GENERATION)
     manifest_key: str = Field(min_length=1, max_length=1024)
 
 
 class HeartbeatRequest(_Wire):
     job_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    generation: int = Field(ge=1)
+    generation: int = Field(ge=1, le=MAX_GENERATION)
     phase: Phase
-    step: int | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=MAX_STEP)
     last_checkpoint: CheckpointRef | None = None
     restored_checkpoint: CheckpointRef | None = None
     gpu: GpuProbe
-    exit_code: int | None = None
-    bytes_downloaded: int = Field(default=0, ge=0)
-    bytes_uploaded: int = Field(default=0, ge=0)
-    agent_time: float = Field(gt=0)
+    exit_code: int | None = Field(default=None, ge=-255, le=255)
+    bytes_downloaded: int = Field(default=0, ge=0, le=MAX_BYTES)
+    bytes_uploaded: int = Field(default=0, ge=0, le=MAX_BYTES)
+    agent_time: float = Field(gt=0, le=MAX_EPOCH_S)
     credentials_expire_at: float | None = Field(
         default=None,
+        ge=0,
+        le=MAX_EPOCH_S,
         description="Expiry of the storage credentials the agent holds; newer ones come back.",
     )
 
