@@ -58,6 +58,7 @@ class SimInstance:
     gpu_util: float | None = None
     disk_usage: float | None = None
     status_msg: str | None = None
+    pull_error: str | None = None  # the image cannot be pulled: stays loading (see fail_pull)
 
     def container_env(self) -> dict[str, str]:
         """The environment Vast gives the container: the rent's env plus Vast's own."""

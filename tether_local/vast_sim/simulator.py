@@ -139,6 +139,16 @@ class VastSimulator:
                 "container exited" if status == "exited" else "host is not responding"
             )
 
+    def fail_pull(self, instance_id: int, message: str) -> None:
+        """The host cannot pull the instance's image (the local stack has no stand-in for it):
+        as on Vast, the instance never reaches `running`; it stays `loading` with `message` as
+        its `status_msg` until it is destroyed. Billing goes on as for any loading instance."""
+        with self._lock:
+            self._accrue()
+            instance = self._live(instance_id)
+            instance.pull_error = message
+            instance.status_msg = message
+
     def set_metrics(
         self,
         instance_id: int,
@@ -466,6 +476,8 @@ class VastSimulator:
             return instance.killed
         if instance.intended_status == "stopped":
             return "stopped"
+        if instance.pull_error is not None:
+            return "loading"
         booted = now - instance.boot_started_at
         if booted >= instance.boot_s:
             return "running"

@@ -1,1 +1,0 @@
-"""Example training scripts shipped with the agent (the demo job uses `tiny_train`)."""
