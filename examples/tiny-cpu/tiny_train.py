@@ -1,12 +1,16 @@
-"""A tiny deterministic training script for the demo and the resume test.
+"""A tiny deterministic training script: the demo's job (examples/tiny-cpu.yaml).
 
-    python -m tether_agent.examples.tiny_train --steps N --checkpoint-every K
+    python -m tiny_train --steps N --checkpoint-every K
 
 Linear regression by SGD with momentum in numpy. Each checkpoint holds the FULL state (weights,
 momentum, step, the RNG's bit-generator state), resumes from the newest marked checkpoint in
 `$TETHER_CHECKPOINT_DIR`, and the marker is written after the save is complete. At the end the
 sha256 of the final weights goes to `<checkpoint dir>/final_sha256.txt`, so an interrupted and
-resumed run can be compared with an uninterrupted one bit for bit. Needs numpy (extra `demo`).
+resumed run can be compared with an uninterrupted one bit for bit.
+
+Needs numpy (this project's only dependency) and `tether_hooks`, which the tether agent puts on
+the training command's PYTHONPATH; to run it outside tether, put the agent's `tether_agent/_hooks`
+directory on PYTHONPATH yourself.
 """
 
 from __future__ import annotations
@@ -23,8 +27,6 @@ from types import FrameType
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "_hooks"))
 import tether_hooks
 
 DIM = 32

@@ -1,10 +1,15 @@
 """The demo's job: the tiny training command, its spec with second-scale timers, and the
-configuration of the stack it runs on (see the package docstring for why those timers are safe)."""
+configuration of the stack it runs on (see the package docstring for why those timers are safe).
+
+The job is `examples/tiny-cpu.yaml`: `python -m tiny_train …` on the image
+`tether-examples/tiny-cpu:0.1.0` (`examples/tiny-cpu/`: the script as a small project plus the
+Dockerfile that builds the image). Locally that image is a stand-in (`tether_local.images`)."""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,7 @@ from tether_local.stack import LocalStackConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_JOB = ROOT / "examples" / "tiny-cpu.yaml"
+TRAIN_MODULE = "tiny_train"  # examples/tiny-cpu/tiny_train.py, installed in the job's image
 MONITOR_INTERVAL_S = 1.0
 PULSE_MAX_AGE_S = 4.0
 # A signed-looking header: the local front checks SigV4's shape, not its signature.
@@ -44,7 +50,7 @@ class TrainArgs:
 
     def argv(self, *, steps: int | None = None) -> list[str]:
         return [
-            "-m", "tether_agent.examples.tiny_train",
+            "-m", TRAIN_MODULE,
             "--steps", str(steps if steps is not None else self.steps),
             "--checkpoint-every", str(self.checkpoint_every),
             "--seed", str(self.seed),
@@ -57,6 +63,13 @@ class TrainArgs:
         if self.ballast_mb:
             extra += ["--ballast-mb", str(self.ballast_mb)]
         return shlex.join(["python", *self.argv(), *extra])
+
+
+@cache
+def demo_image() -> str:
+    """The image of the demo's job (examples/tiny-cpu.yaml)."""
+    spec: dict[str, Any] = yaml.safe_load(EXAMPLE_JOB.read_text())
+    return str(spec["image"])
 
 
 def demo_job(train: TrainArgs, **overrides: Any) -> dict[str, Any]:
@@ -96,7 +109,9 @@ __all__ = [
     "DEMO_POLICY",
     "MONITOR_INTERVAL_S",
     "SIGNED",
+    "TRAIN_MODULE",
     "TrainArgs",
+    "demo_image",
     "demo_job",
     "demo_stack_config",
 ]

@@ -1,14 +1,12 @@
 """The demo's verdict: the summary it prints, and how it is reached from the evidence
 (`tether_local.invariants` checks DESIGN §6 on it). Invariant 8 compares the weights of the
 highest verified checkpoint with an uninterrupted reference run of the same command to the same
-step, run directly (no stack) in a temporary directory."""
+step, run directly (no stack) in the job image's stand-in, in a temporary directory."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
-import sys
 import tempfile
 import time
 from functools import cache
@@ -16,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from tether_agent.agent import HOOKS_DIR
 
 from functions.adapters.store import JobView
 from functions.domain.job import JobState
@@ -26,8 +25,10 @@ from tether_local.demo.evidence import (
     ledger_facts,
     s3_root,
 )
-from tether_local.demo.job import MONITOR_INTERVAL_S, TrainArgs
+from tether_local.demo.job import MONITOR_INTERVAL_S, TrainArgs, demo_image
 from tether_local.demo.run import DemoError, DemoRun
+from tether_local.hosts import SYSTEM_PATH
+from tether_local.images import stand_in
 from tether_local.invariants import Evidence, Incident
 
 VERDICT_KINDS = frozenset({"dead", "hung", "crashed", "failed", "over_budget"})
@@ -63,11 +64,18 @@ class DemoSummary(BaseModel):
 @cache
 def reference_weights_sha256(train: TrainArgs, step: int) -> str:
     """The weights of an uninterrupted run of the same command, stopped at `step`: the script
-    run directly, no stack, no sleeps (they do not change the arithmetic)."""
+    run directly in the job image's stand-in (no stack, no sleeps: they do not change the
+    arithmetic), with the hooks on PYTHONPATH as the agent puts them."""
+    image = stand_in(demo_image())
     with tempfile.TemporaryDirectory(prefix="tether-reference-") as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+        env = {
+            "PATH": f"{image.bin}:{SYSTEM_PATH}",
+            "HOME": tmp,
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": str(HOOKS_DIR),
+        }
         done = subprocess.run(
-            [sys.executable, *train.argv(steps=step), "--checkpoint-dir", tmp],
+            [str(image.python), *train.argv(steps=step), "--checkpoint-dir", tmp],
             env=env,
             capture_output=True,
             text=True,

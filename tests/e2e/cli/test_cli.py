@@ -33,7 +33,7 @@ def test_cli_submits_watches_and_reads_the_log(
 ) -> None:
     monkeypatch.setenv(api_client.LOCAL_STATE_ENV, str(tmp_path / "local-stack.json"))
     api_client.write_local_state(stack.api_url)
-    run = "python -m tether_agent.examples.tiny_train --steps 20 --checkpoint-every 10"
+    run = "python -m tiny_train --steps 20 --checkpoint-every 10"
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec(name="cli-e2e", run=run)))
     code, out, err = cli(capsys, "submit", str(spec), "--local", "--json")

@@ -15,7 +15,7 @@ TERMINAL = {"FINISHED", "FAILED", "CANCELLED", "OVER_BUDGET"}
 
 
 def test_submitted_job_is_provisioned_trains_and_finishes(stack: LocalStack) -> None:
-    run = "python -m tether_agent.examples.tiny_train --steps 30 --checkpoint-every 10"
+    run = "python -m tiny_train --steps 30 --checkpoint-every 10"
     created = api(stack, "POST", "/jobs", json=tiny_spec(name="end-to-end", run=run))
     assert created.status_code == 201, created.text
     job_id = created.json()["job_id"]

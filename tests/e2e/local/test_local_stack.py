@@ -27,7 +27,7 @@ from tether_local.stack import R2_BUCKET, LocalStack
 
 pytestmark = pytest.mark.slow
 
-TRAIN = "python -m tether_agent.examples.tiny_train --steps 30 --checkpoint-every 10"
+TRAIN = "python -m tiny_train --steps 30 --checkpoint-every 10"
 HOLD = "sleep 600"  # a training command that just runs, for chaos tests
 CONCURRENCY = 16
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from tests.integration.agent.conftest import (
     make_storage,
     start_agent,
 )
+from tether_local.images import TINY_CPU_IMAGE, stand_in
 from tether_local.s3server import S3Server
 
 
@@ -193,8 +193,8 @@ def test_gpu_probe_hang_reported_in_heartbeat(
 def test_interrupted_and_resumed_equals_uninterrupted(
     tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
 ) -> None:
-    tiny = [sys.executable, "-m", "tether_agent.examples.tiny_train", "--steps", "60",
-            "--checkpoint-every", "10"]  # fmt: skip
+    python = str(stand_in(TINY_CPU_IMAGE).python)  # the demo image: numpy and tiny_train
+    tiny = [python, "-m", "tiny_train", "--steps", "60", "--checkpoint-every", "10"]
     straight = tmp_path / "straight"
     env0 = agent_env(straight, s3_server, bucket + "x", control_plane)
     s3_server.create_bucket(bucket + "x")
