@@ -1,24 +1,39 @@
 """Local "hosts": what renting on the Vast simulator starts on this machine.
 
 A rent (`VastSimulator.on_rent`) becomes, after the simulator's start-up delay, a process group
-running the real agent (`tether-agent run`) installed from the same wheel the onstart script
-installs (`infra.synth.build_agent_wheel`), in its own directory as its disk. A host is a little
-container: every process it starts carries a marker variable, so stopping or destroying the host
-kills all of them, the training process too (the agent puts that in its own process group).
+running the real agent (`tether-agent run`, started by absolute path from its own venv as the
+onstart script does) installed from the same wheel the onstart script installs
+(`infra.synth.build_agent_wheel`). A host is a little container: every process it starts carries
+a marker variable, so stopping or destroying the host kills all of them, the training process too
+(the agent puts that in its own process group).
+
+A host is not kinder than a rented machine:
+- The image. The training command runs with the job's image, not the agent's venv: `PATH` is the
+  image stand-in's `bin` (`tether_local.images`: `python` has exactly the packages the image
+  carries) then `/usr/local/bin:/usr/bin:/bin`. An image with no stand-in fails the start as Vast
+  fails an image it cannot pull: the instance stays `loading` with a status message naming the
+  image and the known ones (`VastSimulator.fail_pull`), and no process starts.
+- The disk. `<root>/<instance id>/disk` is the container's disk: a Vast stop keeps it (a restart
+  finds it as it was), a destroy deletes it, whoever destroys (the lifecycle or a user's cancel
+  through `DELETE /instances/{id}`, or the chaos `destroy`). Next to it, and not on it, are what
+  the harness keeps of the machine: the console log (`host.log`, kept after a destroy for
+  diagnosis, as Vast's logs are not) and the fake GPU probe's file.
 
 The environment: `LocalHost.received_env` is exactly what Vast gives the container, the rent's
 `env` plus Vast's own variables (`CONTAINER_ID`, `CONTAINER_API_KEY`, ...); tests check it for
 account secrets. The process environment adds what the container image and the disk would
 provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR` and `TETHER_PROGRESS_FILE`
-are mapped into the host's disk directory (`/workspace/ckpt` → `<disk>/workspace/ckpt`), `PATH`
-starts with the agent's venv (so `python` has numpy for the demo script), the GPU probe is the
-scriptable fake (`TETHER_GPU_PROBE=fake:<disk>/gpu-probe`), and `TETHER_VAST_URL` points at the
-simulator when the rent did not set it.
+are mapped into the host's disk (`/workspace/ckpt` → `<disk>/workspace/ckpt`), `HOME` is the
+disk, `PATH` is the image's (above), the GPU probe is the scriptable fake
+(`TETHER_GPU_PROBE=fake:<machine>/gpu-probe`), and `TETHER_VAST_URL` points at the simulator
+when the rent did not set it. Nothing else is mapped: any other absolute path a job names is this
+machine's, so job commands should use the `TETHER_*` paths or paths relative to the disk.
 
 Chaos: `destroy` (the machine dies: processes killed, disk gone, Vast shows it offline),
 `hang_gpu` / `heal_gpu` (the fake probe hangs), `freeze` / `thaw` (SIGSTOP / SIGCONT),
-`zombie` (a destroyed host comes back and runs its old agent again). Cutting heartbeats is the
-API front's switch (`ApiFront.cut_heartbeats`); API faults are `VastSimulator.inject`.
+`zombie` (a destroyed host comes back and runs its old agent again, on an empty disk). Cutting
+heartbeats is the API front's switch (`ApiFront.cut_heartbeats`); API faults are
+`VastSimulator.inject`.
 """
 
 from __future__ import annotations
@@ -40,6 +55,7 @@ from typing import Literal
 
 from functions.domain import agent_env
 from infra.synth import BUILD, build_agent_wheel
+from tether_local import images
 from tether_local.vast_sim import SimInstance, VastSimulator
 
 LOG = logging.getLogger(__name__)
@@ -47,7 +63,8 @@ LOG = logging.getLogger(__name__)
 HOST_MARKER = "TETHER_LOCAL_HOST"  # on every process of a local host: "<stack id>:<instance id>"
 _MAPPED_PATHS = (agent_env.CHECKPOINT_DIR, agent_env.WORK_DIR, agent_env.PROGRESS_FILE)
 _DEFAULT_WORK_DIR = "/var/lib/tether"
-HostState = Literal["booting", "running", "stopped", "destroyed"]
+HostState = Literal["booting", "running", "stopped", "destroyed", "pull_failed"]
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"  # after the image's bin on the host's PATH
 
 
 # --- the agent install (once, shared by every host) --------------------------------------------
@@ -57,8 +74,9 @@ def agent_venv() -> Path:
     """A venv under build/ with the agent wheel installed (built once per wheel, reused).
 
     The wheel is installed with pip `--no-deps`; its dependencies (boto3, httpx, pydantic,
-    watchdog, and numpy for the demo script) come from this interpreter's site-packages through
-    a `.pth` line, because tests may not reach PyPI. The agent's own code is the wheel's."""
+    watchdog) come from this interpreter's site-packages through a `.pth` line, because tests
+    may not reach PyPI. The agent's own code is the wheel's. None of it reaches the training
+    command: that runs with the image's interpreter (`tether_local.images`)."""
     wheel_dir = build_agent_wheel(bundle=True)
     wheels = sorted(wheel_dir.glob("*.whl"))
     if not wheels:
@@ -134,25 +152,36 @@ def _signal_all(pids: list[int], signum: int) -> None:
 
 @dataclass
 class LocalHost:
-    """One rented instance's local machine. `received_env`: what Vast gave the container."""
+    """One rented instance's local machine. `received_env`: what Vast gave the container;
+    `machine`: its directory, holding the `disk` and what is not on it (log, GPU probe)."""
 
     instance_id: int
     label: str | None
+    image: str
     received_env: dict[str, str]
-    disk: Path
+    machine: Path
     marker: str
     state: HostState = "booting"
     frozen: bool = False
     starts: int = 0
+    stand_in: images.StandIn | None = field(default=None, repr=False)
+    pull_error: str | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
+    def disk(self) -> Path:
+        """The container's disk: kept by a stop, deleted by a destroy."""
+        return self.machine / "disk"
+
+    @property
     def gpu_probe_file(self) -> Path:
-        return self.disk / "gpu-probe"
+        return self.machine / "gpu-probe"
 
     @property
     def log_file(self) -> Path:
-        return self.disk / "host.log"
+        """The console (the agent's stdout and stderr): the harness's record, kept after a
+        destroy."""
+        return self.machine / "host.log"
 
     @property
     def job_id(self) -> str | None:
@@ -229,18 +258,19 @@ class LocalHosts:
         with self._lock:
             if self._closed:
                 return
-            disk = self.root / str(instance.id)
-            disk.mkdir(parents=True, exist_ok=True)
             host = LocalHost(
                 instance_id=instance.id,
                 label=instance.label,
+                image=instance.image,
                 received_env=instance.container_env(),
-                disk=disk,
+                machine=self.root / str(instance.id),
                 marker=f"{self.stack_id}:{instance.id}",
             )
+            host.disk.mkdir(parents=True, exist_ok=True)
             host.gpu_probe_file.write_text("responsive\n")
             self._hosts[instance.id] = host
-            self._boot_later(host, instance.boot_s)
+            if self._image_known(host):
+                self._boot_later(host, instance.boot_s)
 
     def _on_start(self, instance: SimInstance) -> None:
         with self._lock:
@@ -248,14 +278,15 @@ class LocalHosts:
             if host is None or self._closed or host.state == "destroyed":
                 return
             host.state = "booting"
-            self._boot_later(host, instance.boot_s)
+            if self._image_known(host):
+                self._boot_later(host, instance.boot_s)
 
     def _on_stop(self, instance: SimInstance) -> None:
         host = self._hosts.get(instance.id)
         if host is not None:
             self._cancel_boot(host.instance_id)
             self._terminate(host)
-            host.state = "stopped"
+            host.state = "stopped"  # the disk stays, as a stopped instance's storage does
 
     def _on_destroy(self, instance: SimInstance) -> None:
         host = self._hosts.get(instance.id)
@@ -263,6 +294,27 @@ class LocalHosts:
             self._cancel_boot(host.instance_id)
             self._kill(host)
             host.state = "destroyed"
+            self._wipe_disk(host)
+
+    # the image
+
+    def _image_known(self, host: LocalHost) -> bool:
+        """Fail the start at once for an image with no stand-in (as a failed pull)."""
+        try:
+            images.recipe_for(host.image)
+        except images.UnknownImage as exc:
+            self._fail_pull(host, str(exc))
+            return False
+        return True
+
+    def _fail_pull(self, host: LocalHost, message: str) -> None:
+        host.state = "pull_failed"
+        host.pull_error = message
+        with host.log_file.open("a") as log:
+            log.write(f"tether-local: {message}\n")
+        LOG.warning("host %s: %s", host.instance_id, message)
+        with contextlib.suppress(KeyError):  # destroyed meanwhile
+            self.sim.fail_pull(host.instance_id, message)
 
     # booting
 
@@ -282,14 +334,26 @@ class LocalHosts:
     def _boot(self, host: LocalHost) -> None:
         with self._lock:
             self._timers.pop(host.instance_id, None)
-            if self._closed or host.state not in ("booting",):
+            if self._closed or host.state != "booting":
                 return
+        try:  # built once per image and cached: seconds the first time, outside the lock
+            stand_in = images.stand_in(host.image)
+        except images.ImageError as exc:
+            with self._lock:
+                if not self._closed and host.state == "booting":
+                    self._fail_pull(host, str(exc))
+            return
+        with self._lock:
+            if self._closed or host.state != "booting":
+                return
+            host.stand_in = stand_in
             self._spawn(host)
             host.state = "running"
 
     def _spawn(self, host: LocalHost) -> None:
         assert self._venv is not None, "attach() first"
         env = self.process_env(host)
+        host.disk.mkdir(parents=True, exist_ok=True)
         work_dir = Path(env[agent_env.WORK_DIR])
         work_dir.mkdir(parents=True, exist_ok=True)
         log = host.log_file.open("ab")  # the child gets its own copy; closed below
@@ -310,10 +374,10 @@ class LocalHosts:
 
     def process_env(self, host: LocalHost) -> dict[str, str]:
         """The agent's process environment: `received_env` plus what the image and disk give
-        (see the module docstring)."""
-        assert self._venv is not None
+        (see the module docstring). The agent passes it on to the training command."""
+        assert host.stand_in is not None, "the image's stand-in first (_boot)"
         env = {
-            "PATH": f"{self._venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"{host.stand_in.bin}:{SYSTEM_PATH}",
             "HOME": str(host.disk),
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
@@ -342,6 +406,12 @@ class LocalHosts:
             time.sleep(0.05)
         self._kill(host)
 
+    @staticmethod
+    def _wipe_disk(host: LocalHost) -> None:
+        """A destroyed instance's storage is gone (its processes are dead by now)."""
+        shutil.rmtree(host.disk, ignore_errors=True)
+        LOG.info("host %s: disk deleted", host.instance_id)
+
     def _kill(self, host: LocalHost) -> None:
         for _ in range(50):  # processes forked while we kill: repeat until none is left
             pids = marked_processes(host.marker)
@@ -363,16 +433,16 @@ class LocalHosts:
         self._cancel_boot(instance_id)
         self._kill(host)
         host.state = "destroyed"
-        shutil.rmtree(host.disk, ignore_errors=True)
-        host.disk.mkdir(parents=True, exist_ok=True)
+        self._wipe_disk(host)
         with contextlib.suppress(KeyError):  # already destroyed through the API
             self.sim.kill(instance_id, status)
 
     def zombie(self, instance_id: int) -> LocalHost:
-        """A destroyed host comes back: its old agent (old generation, old token) runs again."""
+        """A destroyed host comes back: its old agent (old generation, old token) runs again,
+        on an empty disk (the destroy deleted it)."""
         host = self.get(instance_id)
-        if host.state != "destroyed":
-            raise ValueError(f"host {instance_id} is {host.state}, not destroyed")
+        if host.state != "destroyed" or host.stand_in is None:
+            raise ValueError(f"host {instance_id} is {host.state}, not destroyed after running")
         host.gpu_probe_file.write_text("responsive\n")
         with self._lock:
             self._spawn(host)
