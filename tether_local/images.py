@@ -125,7 +125,11 @@ def stand_in(image: str) -> StandIn:
         with (IMAGES / ".lock").open("w") as lock:  # xdist workers and stacks build it once
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (target / ".complete").exists():
-                _build(recipe, target)
+                try:
+                    _build(recipe, target)
+                except BaseException:
+                    shutil.rmtree(target, ignore_errors=True)
+                    raise
     return StandIn(image, recipe, target)
 
 

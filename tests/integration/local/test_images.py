@@ -1,0 +1,95 @@
+"""Image stand-ins hold exactly what their recipe says: built from this interpreter, with the
+standard library, pip and the recipe's distributions and projects, and nothing of the dev or
+agent environments (tether_local.images)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy
+import pytest
+
+from tether_local import images
+from tether_local.images import TINY_CPU, TINY_CPU_IMAGE, ImageError, Recipe, StandIn, stand_in
+
+# Installed here (the dev venv, and the agent's venv) but in neither image.
+NOT_IN_ANY_IMAGE = ("boto3", "httpx", "pydantic", "watchdog", "yaml", "tether_agent", "pytest")
+
+
+def _inside(image: StandIn, code: str) -> object:
+    done = subprocess.run(
+        [str(image.python), "-I", "-c", code],
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def _distributions(image: StandIn) -> object:
+    return _inside(
+        image,
+        "import json, importlib.metadata as m; "
+        "print(json.dumps(sorted(d.metadata['Name'].lower() for d in m.distributions())))",
+    )
+
+
+def _importable(image: StandIn, modules: tuple[str, ...]) -> object:
+    return _inside(
+        image,
+        "import json, importlib.util as u; "
+        f"print(json.dumps({{m: u.find_spec(m) is not None for m in {list(modules)!r}}}))",
+    )
+
+
+def test_python_slim_holds_the_standard_library_and_pip_only() -> None:
+    image = stand_in("python:3.12-slim")
+    assert _distributions(image) == ["pip"]
+    assert _importable(image, ("json", "venv", "numpy", *NOT_IN_ANY_IMAGE)) == {
+        "json": True,
+        "venv": True,
+        "numpy": False,
+        **dict.fromkeys(NOT_IN_ANY_IMAGE, False),
+    }
+    assert _inside(image, "import json, sys; print(json.dumps(sys.prefix))") == str(image.root)
+
+
+def test_the_demo_image_holds_numpy_and_the_example_project_only() -> None:
+    image = stand_in(TINY_CPU_IMAGE)
+    assert _distributions(image) == ["numpy", "pip", "tiny-cpu-train"]
+    assert _importable(image, ("numpy", "tiny_train", *NOT_IN_ANY_IMAGE)) == {
+        "numpy": True,
+        "tiny_train": True,
+        **dict.fromkeys(NOT_IN_ANY_IMAGE, False),
+    }
+    # This interpreter's numpy, linked (no index needed), and the project as installed.
+    assert _inside(image, "import json, numpy; print(json.dumps(numpy.__version__))") == (
+        numpy.__version__
+    )
+    origin = _inside(
+        image,
+        "import json, importlib.util as u; print(json.dumps(u.find_spec('tiny_train').origin))",
+    )
+    assert Path(str(origin)).is_relative_to(image.root)  # installed, not the source tree
+
+
+@pytest.mark.parametrize("image", ["python:3.11-slim", "python:3.12-slim", "python:3.13"])
+def test_every_python_slim_tag_shares_one_stand_in(image: str) -> None:
+    assert stand_in(image).root == stand_in("python:3.12-slim").root
+
+
+def test_a_recipe_missing_a_dependency_of_what_it_installs_does_not_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The example project needs numpy: a recipe that installs it without numpy fails its
+    `pip check` instead of running with a borrowed numpy."""
+    incomplete = Recipe("incomplete-tiny-cpu", "incomplete:1", projects=TINY_CPU.projects)
+    monkeypatch.setattr(images, "CATALOGUE", ((re.compile("^incomplete:1$"), incomplete),))
+    with pytest.raises(ImageError, match="pip check") as refused:
+        stand_in("incomplete:1")
+    assert "numpy" in str(refused.value)
+    assert not list(images.IMAGES.glob("incomplete-tiny-cpu-*"))  # nothing half-built left

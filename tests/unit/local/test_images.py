@@ -1,0 +1,51 @@
+"""The image catalogue: which names the local stack stands in for, and the refusal for the
+rest (pure: no stand-in is built here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether_local.images import PYTHON_SLIM, TINY_CPU, UnknownImage, recipe_for
+
+
+@pytest.mark.parametrize(
+    ("image", "recipe"),
+    [
+        ("python:3.12-slim", PYTHON_SLIM),
+        ("python:3.11", PYTHON_SLIM),
+        ("python:3.12.7-slim-bookworm", PYTHON_SLIM),
+        ("docker.io/library/python:3.13-slim", PYTHON_SLIM),
+        ("tether-examples/tiny-cpu:0.1.0", TINY_CPU),
+        ("docker.io/tether-examples/tiny-cpu:0.1.0", TINY_CPU),
+    ],
+)
+def test_known_images_have_a_recipe(image: str, recipe: object) -> None:
+    assert recipe_for(image) == recipe
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",  # examples/qlora-7b.yaml
+        "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+        "python:latest",
+        "python:3.12-alpine",
+        "python:2.7-slim",
+        "tether-examples/tiny-cpu:0.2.0",
+        "tether-examples/tiny-cpu",
+        "evil/python:3.12-slim",
+    ],
+)
+def test_other_images_are_refused_naming_the_image_and_the_known_ones(image: str) -> None:
+    with pytest.raises(UnknownImage) as refused:
+        recipe_for(image)
+    message = str(refused.value)
+    assert f"image {image!r} cannot be pulled" in message
+    assert "python:3.N[.P][-slim]" in message
+    assert "tether-examples/tiny-cpu:0.1.0" in message
+
+
+def test_the_recipes_say_what_their_images_carry() -> None:
+    assert PYTHON_SLIM.distributions == () and PYTHON_SLIM.projects == ()
+    assert TINY_CPU.distributions == ("numpy",)
+    assert [p.name for p in TINY_CPU.projects] == ["tiny-cpu"]
