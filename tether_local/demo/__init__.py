@@ -1,12 +1,13 @@
 """`tether demo`: a deterministic CPU training job on the local stack, with faults injected.
 
-A scenario submits the tiny numpy job (`tether_agent.examples.tiny_train`: it checkpoints its
-full state, RNG included) through the real API, lets the real monitor and state machine supervise
+A scenario submits the tiny numpy job (`python -m tiny_train` on the image
+`tether-examples/tiny-cpu:0.1.0`, both from `examples/tiny-cpu/`: it checkpoints its full
+state, RNG included) through the real API, lets the real monitor and state machine supervise
 it, injects its faults through the stack's chaos controls, and then judges the run from stored
 state only: DynamoDB (job, generations, timeline), the S3 stand-in (checkpoints and manifests)
 and the Vast simulator's ledger (`tether_local.invariants`). Invariant 8 compares the weights of
 the highest verified checkpoint with an uninterrupted reference run of the same command to the
-same step, run directly (no stack) in a temporary directory.
+same step, run directly (no stack) on the same image stand-in, in a temporary directory.
 
 Timers. Everything runs on real time (agents compare leases with the wall clock), so the demo's
 job uses second-scale timers: a 1 s heartbeat, a 6 s heartbeat timeout, 3 s of GPU
