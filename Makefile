@@ -26,7 +26,7 @@ test: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy functions infra tether_cli tether_local agent/tether_agent tests bench
+	$(VENV)/bin/mypy functions infra tether_cli tether_local agent/tether_agent examples/tiny-cpu tests bench
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

@@ -60,7 +60,8 @@ class Machines:
         return self.hosts.get(int(reply.json()["new_contract"]))
 
     def booted(self, host: LocalHost) -> LocalHost:
-        return wait_for(f"host {host.instance_id} to boot", lambda: host.starts > 0 and host)
+        wait_for(f"host {host.instance_id} to boot", lambda: host.starts > 0)
+        return host
 
     def record(self, host: LocalHost) -> dict[str, Any]:
         reply = self.api.get(f"/api/v0/instances/{host.instance_id}/")
@@ -160,7 +161,7 @@ def test_the_agent_runs_from_its_venv_with_the_images_path(machines: Machines) -
     image = stand_in(TINY_CPU_IMAGE)
     assert env["PATH"] == f"{image.bin}:{SYSTEM_PATH}"
     assert "PYTHONPATH" not in env and "VIRTUAL_ENV" not in env
-    assert host.process is not None
+    assert host.process is not None and isinstance(host.process.args, list)
     agent = Path(str(host.process.args[0]))
     assert agent.name == "tether-agent" and agent.is_absolute()
     assert not agent.is_relative_to(image.root)
