@@ -285,16 +285,23 @@ class LocalHosts:
         host = self._hosts.get(instance.id)
         if host is not None:
             self._cancel_boot(host.instance_id)
-            self._terminate(host)
-            host.state = "stopped"  # the disk stays, as a stopped instance's storage does
+            with self._lock:  # a boot under way spawns before this, or not at all
+                host.state = "stopped"
+            self._terminate(host)  # the disk stays, as a stopped instance's storage does
 
     def _on_destroy(self, instance: SimInstance) -> None:
         host = self._hosts.get(instance.id)
         if host is not None:
-            self._cancel_boot(host.instance_id)
+            self._end(host)
+
+    def _end(self, host: LocalHost) -> None:
+        """Destroyed: every process killed, then the disk deleted. Under the lock, so no boot
+        can spawn in between; `state` says "destroyed" only once the disk is gone."""
+        self._cancel_boot(host.instance_id)
+        with self._lock:
             self._kill(host)
-            host.state = "destroyed"
             self._wipe_disk(host)
+            host.state = "destroyed"
 
     # the image
 
@@ -429,11 +436,7 @@ class LocalHosts:
     def destroy(self, instance_id: int, status: Literal["exited", "offline"] = "offline") -> None:
         """The machine dies: every process killed, its disk (and local checkpoints) gone, and
         Vast shows the instance `status` until someone destroys it."""
-        host = self.get(instance_id)
-        self._cancel_boot(instance_id)
-        self._kill(host)
-        host.state = "destroyed"
-        self._wipe_disk(host)
+        self._end(self.get(instance_id))
         with contextlib.suppress(KeyError):  # already destroyed through the API
             self.sim.kill(instance_id, status)
 
