@@ -3,8 +3,10 @@ heartbeats and records Vast stop calls, and helpers to run the agent as a real p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -192,6 +194,24 @@ def start_agent(
         text=True,
         start_new_session=True,
     )
+
+
+def kill_host(agent: subprocess.Popen[str]) -> None:
+    """SIGKILL the agent and its training command, as a dying host does. The training command
+    runs in a session of its own, so killing the agent's process group alone leaves it running
+    (and, with `--hold`, running forever after the test)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == agent.pid:  # fields[1]: the parent's pid
+            children.append(int(stat.parent.name))
+    os.killpg(agent.pid, signal.SIGKILL)
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child, signal.SIGKILL)
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from tests.integration.agent.conftest import (
     agent_env,
     fake_train,
     finish,
+    kill_host,
     make_storage,
     start_agent,
 )
@@ -140,7 +140,7 @@ def test_agent_killed_mid_upload_leaves_no_manifest_and_restore_ignores_it(
     try:
         control_plane.wait_for(lambda hb: (hb.get("last_checkpoint") or {}).get("step") == 1)
         control_plane.wait_for(lambda hb: hb["bytes_uploaded"] > 6 * 1024 * 1024)
-        os.killpg(agent.pid, signal.SIGKILL)  # the agent and its training, mid-upload
+        kill_host(agent)  # the agent and its training, mid-upload
         finish(agent)
         assert storage.read_manifest(RemoteCheckpointId(2, 1)) is None
         restored = restore_latest(storage, generation=2, checkpoint_dir=tmp_path / "next")
@@ -184,6 +184,9 @@ def test_gpu_probe_hang_reported_in_heartbeat(
         probe_file.write_text("responsive")
         hb = control_plane.wait_for(lambda hb: hb["gpu"]["utilization_pct"] == 97.0)
         assert hb["gpu"]["unresponsive_s"] == 0
+        # The agent forwards SIGTERM only once training runs (before, it dies of it): a loaded
+        # machine can still be restoring when the probe reading above arrives.
+        control_plane.wait_for(lambda hb: hb["phase"] == "training")
     finally:
         agent.send_signal(signal.SIGTERM)  # forwarded to training, which exits 143
         code, out = finish(agent)
