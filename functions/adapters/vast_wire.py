@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from functions.domain.jobspec import Resources
 from functions.domain.offer import Offer
@@ -110,7 +110,7 @@ class Instance(BaseModel):
     def _readable(cls, data: object) -> object:
         return normalise(data, cls) if isinstance(data, dict) else data
 
-    id: int
+    id: int = Field(strict=True, gt=0)  # strict: `true` is no id (lax pydantic would read 1)
     actual_status: str | None = None  # created, loading, running, stopped, exited, offline, …
     intended_status: str | None = None
     cur_state: str | None = None

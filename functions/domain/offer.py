@@ -21,7 +21,7 @@ from functions.domain.records import normalise
 class Offer(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    id: int
+    id: int = Field(strict=True, gt=0)  # strict: `true` is no id (lax pydantic would read 1)
     machine_id: int | None = None
     host_id: int | None = None
     gpu_name: str = ""

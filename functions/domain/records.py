@@ -10,7 +10,7 @@ expects:
 - text that means "no value" ("", "n/a", "none", "null", …) in a number field → the field is
   missing (its default applies);
 - "" in a text field → missing;
-- a number written as text → the number (an int field takes only whole numbers);
+- a number written as text → the number (an int field takes only whole numbers, `3.0` as 3);
 - an ISO date in an epoch field → epoch seconds (a date without a zone is UTC);
 - a number in a text field (a label `12345`) → its text.
 
@@ -88,6 +88,8 @@ def _normalised(value: Any, kind: Kind, epoch: bool) -> Any:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
         return value
+    if kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
     if kind not in ("int", "float") or not isinstance(value, str):
         return value
     text = value.strip()
