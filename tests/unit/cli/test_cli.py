@@ -383,3 +383,22 @@ def test_deploy_finds_the_clone_from_any_folder_inside_it(tmp_path) -> None:
         (clone / marker).write_text("")
     (clone / "examples").mkdir()
     assert deploy.source_root(clone / "examples") == clone
+
+
+def test_startup_min_reaches_the_recommended_interval(capsys) -> None:
+    intervals = []
+    for minutes in ("1", "30"):
+        code, out, _ = run(
+            capsys,
+            "plan",
+            str(ROOT / "examples" / "tiny-cpu.yaml"),
+            "--offers",
+            str(ROOT / "tests" / "fixtures" / "offers_small.json"),
+            "--startup-min",
+            minutes,
+            "--json",
+        )
+        assert code == 0
+        intervals.append(json.loads(out)["checkpoint_interval_min"])
+    # One lost interval must cost less than one start-up: a longer start-up allows a longer one.
+    assert intervals[1] > intervals[0] + 20

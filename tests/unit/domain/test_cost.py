@@ -362,3 +362,31 @@ def test_ties_rank_by_price_then_id_and_plan_accepts_any_iterable():
     plan = plan_job(job, offers)
     assert [c.offer.id for c in plan.ranking] == [3, 5, 7]
     assert plan.naive_choice is not None and plan.naive_choice.offer.id == 3
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"gpu_ram": 24000},  # exactly 24 GB as Vast counts it
+        {"disk_space": 60},
+        {"reliability2": 0.95},
+        {"inet_down": 200},
+        {"dph_base": 0.5},
+    ],
+)
+def test_an_offer_exactly_at_the_users_limit_qualifies(fields):
+    job = make_job(resources=STRICT)
+    assert cost.unmet_constraints(job, make_offer(1, **{"reliability2": 0.99, **fields})) == []
+
+
+def test_the_startup_override_moves_the_interval_cap():
+    # The cap is one start-up's worth of the host: 5 min, then 9 min when start-up is 9 min.
+    job = make_job(
+        expected_startup_min=5,
+        data={"download_gb": 0, "upload_gb_per_checkpoint": 1},
+        checkpoint={"interval_min": None},
+    )
+    offer = make_offer(1, inet_up=80)
+    assert cost.recommend_checkpoint_interval(job, offer) == pytest.approx(5)
+    assert cost.recommend_checkpoint_interval(job, offer, startup_min=9) == pytest.approx(9)
+    assert cost.cost_offer(job, offer, startup_min=9).checkpoint_interval_min == pytest.approx(9)

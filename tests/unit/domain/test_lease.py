@@ -17,6 +17,9 @@ from functions.domain.lease import lease_expires_at, lease_s
         (10_800, 10, 12, 1.0, 0),  # past the cap
         (10_800, 10, 0, 0.0, 10_800),  # a free host
         (10_800, 10, 10, 0.0, 0),  # a free host, but nothing left: stop now
+        (10_800, 1, 0.9, 0.2, 1800),  # a cheap host: $0.10 left at $0.20/h is half an hour
+        (10_800, 1, 0, 0.25, 10_800),  # a cheap host with 4 h of money: the window
+        (600, 1, 0.99, 0.05, 600),  # 12 min of money, a 10 min window: the window
     ],
 )
 def test_lease(window: float, budget: float, spent: float, rate: float, expected: float) -> None:

@@ -1,0 +1,84 @@
+"""Rules a bug in the agent could break unseen: path safety of manifests, retention counts.
+
+Every weakening of `is_safe_relative` lets a crafted manifest write outside the restore
+directory; every retention count other than the user's deletes the wrong checkpoints.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from tether_agent.checkpoints import (
+    Manifest,
+    ManifestFile,
+    RemoteCheckpointId,
+    is_safe_relative,
+    manifest_problem,
+    retention_victims,
+)
+
+C = RemoteCheckpointId
+SHA = "0" * 64
+
+
+@pytest.mark.parametrize(
+    ("path", "safe"),
+    [
+        ("model.npz", True),
+        ("sub/dir/optimizer.pt", True),
+        ("a..b/c", True),  # dots inside a name are a name
+        ("", False),
+        ("/etc/passwd", False),
+        ("../escape", False),
+        ("a/../../escape", False),
+        ("a/..", False),
+        ("..", False),
+        ("a\\..\\b", False),
+        ("//double", False),
+    ],
+)
+def test_manifest_paths_stay_inside_the_checkpoint(path: str, safe: bool) -> None:
+    assert is_safe_relative(path) is safe
+
+
+@pytest.mark.parametrize("path", ["../x", "/abs", "a/../../b"])
+def test_a_manifest_with_an_unsafe_path_is_never_restorable(path: str) -> None:
+    manifest = Manifest(
+        step=100,
+        generation=2,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        files=[
+            ManifestFile(path="ok.bin", size=1, sha256=SHA),
+            ManifestFile(path=path, size=1, sha256=SHA),
+        ],
+    )
+    problem = manifest_problem(manifest, C(100, 2))
+    assert problem is not None and path in problem
+
+
+def test_a_manifest_for_another_directory_is_refused() -> None:
+    manifest = Manifest(
+        step=100, generation=2, created_at=datetime(2026, 1, 1, tzinfo=UTC), files=[]
+    )
+    assert manifest_problem(manifest, C(100, 2)) is None
+    assert manifest_problem(manifest, C(200, 2)) is not None
+    assert manifest_problem(manifest, C(100, 3)) is not None
+
+
+STEPS = [C(s, 1) for s in (10, 20, 30, 40, 50)]
+
+
+@pytest.mark.parametrize(
+    ("keep_last", "victims"),
+    [
+        (1, [10, 20, 30, 40]),
+        (2, [10, 20, 30]),
+        (3, [10, 20]),
+        (5, []),
+        (6, []),  # fewer complete than asked: delete nothing
+    ],
+)
+def test_retention_keeps_exactly_the_newest_keep_last(keep_last: int, victims: list[int]) -> None:
+    found = retention_victims(STEPS, set(STEPS), own_generation=1, keep_last=keep_last)
+    assert [c.step for c in found] == victims
