@@ -103,10 +103,15 @@ def _client(host_price: float) -> float:
 
 def price_for_storage(offer: dict[str, Any], allocated_gb: float) -> dict[str, Any]:
     """A copy of `offer` priced for `allocated_gb` of disk, as a search with that
-    `allocated_storage` would return it (storage_total_cost, dph_total and the summaries)."""
+    `allocated_storage` would return it (storage_total_cost, dph_total and the summaries).
+    A record without a numeric `dph_base` is returned as it is: priced from storage alone it
+    would look nearly free."""
     priced = dict(offer)
-    storage_hour = float(offer.get("storage_cost") or 0.0) * allocated_gb / HOURS_PER_MONTH
-    base = float(offer.get("dph_base") or 0.0)
+    base = offer.get("dph_base")
+    storage_cost = offer.get("storage_cost") or 0.0
+    if not isinstance(base, int | float) or not isinstance(storage_cost, int | float):
+        return priced
+    storage_hour = float(storage_cost) * allocated_gb / HOURS_PER_MONTH
     total = base + storage_hour
     priced["storage_total_cost"] = storage_hour
     priced["dph_total"] = total

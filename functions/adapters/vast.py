@@ -10,6 +10,12 @@ Every call retries 429, 5xx and connection failures with jittered exponential ba
 overall deadline, then raises a typed error. Renting is not idempotent, so a rent is retried only
 when the request surely did not reach Vast (429, connection refused).
 
+Listings (offers, instances, charges) are read one record at a time and come back as a `Listing`:
+the records that were read, and `issues` naming those that were not (id as sent, fields). Odd
+values ("n/a", numbers as text, ISO dates) are normalised first; one bad record never fails the
+listing. A missing instance is None whether Vast answers 404 or 200 `{"instances": null}` (what it
+really sends).
+
 The errors, records and request checks are `vast_wire.py`; they are importable from here too, the
 adapter's one public face.
 """
@@ -23,25 +29,33 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
 
 from functions.adapters.vast_wire import (
     GONE_INSTANCE_CODES,
     MIN_DISK_GB,
     NO_SUCH_ASK,
+    RESOURCES_UNAVAILABLE,
     AuthFailed,
     Instance,
     InstanceGone,
+    Listing,
     OfferGone,
     RateLimited,
+    RecordIssue,
     RentResult,
+    ResourcesUnavailable,
     VastError,
     VastUnavailable,
+    check_charge,
     check_id,
     check_label,
     check_rent_args,
+    describe_issues,
     error_fields,
     offer_query,
+    parse_instance,
+    parse_offer,
+    parse_records,
     success_false,
     typed_error,
 )
@@ -58,12 +72,16 @@ __all__ = [
     "AuthFailed",
     "Instance",
     "InstanceGone",
+    "Listing",
     "OfferGone",
     "RateLimited",
+    "RecordIssue",
     "RentResult",
+    "ResourcesUnavailable",
     "VastClient",
     "VastError",
     "VastUnavailable",
+    "describe_issues",
     "offer_query",
 ]
 
@@ -98,10 +116,11 @@ class VastClient:
 
     def search_offers(
         self, resources: Resources, *, disk_gb: float | None = None, limit: int = 256
-    ) -> list[Offer]:
+    ) -> Listing[Offer]:
         """On-demand offers that meet `resources`, cheapest `dph_total` first, priced for
-        `disk_gb` of storage (default `resources.min_disk_gb`). Records that do not parse are
-        skipped, never fatal: one odd host must not hide the market."""
+        `disk_gb` of storage (default `resources.min_disk_gb`). Records that do not parse (an
+        offer without a price among them) are skipped and named in `issues`, never fatal: one
+        odd host must not hide the market."""
         disk = resources.min_disk_gb if disk_gb is None else disk_gb
         if disk < MIN_DISK_GB:
             raise ValueError(f"disk_gb must be at least {MIN_DISK_GB} (Vast's minimum), got {disk}")
@@ -111,13 +130,7 @@ class VastClient:
         records = body.get("offers") if isinstance(body, dict) else None
         if not isinstance(records, list):
             raise VastError("search answered without an `offers` list", status=200)
-        offers: list[Offer] = []
-        for record in records:
-            try:
-                offers.append(Offer.model_validate(record))
-            except ValidationError:
-                continue
-        return offers
+        return parse_records(records, parse_offer)
 
     # -- renting --------------------------------------------------------------------------
 
@@ -171,16 +184,19 @@ class VastClient:
 
     # -- instances ------------------------------------------------------------------------
 
-    def list_instances(self) -> list[Instance]:
-        """Every instance of the account, following `next_token` through all pages."""
-        return [
-            Instance.model_validate(record)
-            for record in self._pages("/api/v1/instances/", "instances", INSTANCES_PAGE_LIMIT, {})
-            if isinstance(record, dict) and isinstance(record.get("id"), int)
-        ]
+    def list_instances(self) -> Listing[Instance]:
+        """Every instance of the account, following `next_token` through all pages. A record
+        whose id, label or status cannot be read is skipped; one whose other fields cannot be
+        read is kept without them; both are named in `issues`."""
+        return parse_records(
+            self._pages("/api/v1/instances/", "instances", INSTANCES_PAGE_LIMIT, {}),
+            parse_instance,
+        )
 
     def show_instance(self, instance_id: int) -> Instance | None:
-        """One instance, or None when Vast says it does not exist."""
+        """One instance, or None when Vast says it does not exist: 200 `{"instances": null}` is
+        how it says so (a 404 or 410 counts too). Raises VastError when the record it sends
+        cannot be read."""
         check_id(instance_id, "instance_id")
         try:
             body = self._json("GET", f"/api/v0/instances/{instance_id}/")
@@ -192,13 +208,19 @@ class VastClient:
         if not isinstance(record, dict) or not record:
             return None
         record.setdefault("id", instance_id)
-        return Instance.model_validate(record)
+        instance, issue = parse_instance(record)
+        if instance is None:
+            fields = ", ".join(issue.fields) if issue else "record"
+            raise VastError(f"instance {instance_id} cannot be read ({fields})", status=200)
+        return instance
 
     def stop_instance(self, instance_id: int) -> None:
         """Stop (GPU billing ends, storage goes on). Raises InstanceGone if it does not exist."""
         self._manage(instance_id, {"state": "stopped"})
 
     def start_instance(self, instance_id: int) -> None:
+        """Start a stopped instance. Raises ResourcesUnavailable when its machine's GPUs were
+        taken meanwhile (it stays stopped), InstanceGone if it does not exist."""
         self._manage(instance_id, {"state": "running"})
 
     def set_label(self, instance_id: int, label: str) -> None:
@@ -226,26 +248,27 @@ class VastClient:
 
     def charges(
         self, *, since: float | None = None, until: float | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> Listing[dict[str, Any]]:
         """Raw per-contract charge items (GET /api/v0/charges/), default the last 7 days.
 
-        Best effort, for reconciling spend: the item types are gpu, disk, bwd, bwu.
+        Best effort, for reconciling spend (`functions.domain.spend.charges_by_instance`): each
+        names its instance in `source` ("instance-<id>") and lists gpu, disk, bwd and bwu items.
+        An item that should be an instance's but cannot be read is skipped and named in `issues`.
         """
         end = time.time() if until is None else until
         start = end - 7 * 86_400 if since is None else since
         if start > end:
             raise ValueError("since must not be after until")
         filters = {"day": {"gte": int(start), "lte": int(end) + 1}}
-        return [
-            item
-            for item in self._pages(
+        return parse_records(
+            self._pages(
                 "/api/v0/charges/",
                 "results",
                 CHARGES_PAGE_LIMIT,
                 {"select_filters": json.dumps(filters, separators=(",", ":"))},
-            )
-            if isinstance(item, dict)
-        ]
+            ),
+            check_charge,
+        )
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -256,6 +279,8 @@ class VastClient:
             code, message = error_fields(body)
             if code in GONE_INSTANCE_CODES:
                 raise InstanceGone(message, status=200, code=code)
+            if code == RESOURCES_UNAVAILABLE:
+                raise ResourcesUnavailable(message, status=200, code=code)
             raise VastError(f"change {change} was refused: {message}", status=200, code=code)
 
     def _pages(

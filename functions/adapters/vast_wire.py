@@ -4,18 +4,29 @@ Its errors, typed from the answer (status, `{success: false, error, msg}` JSON o
 the `no_such_ask` token that marks an offer gone whatever the status), its records (offers are
 `functions/domain/offer.py`), the offer search body, and the checks that refuse a request before
 it is sent when Vast would refuse it. Facts: shared/reference/vast-api.md.
+
+Records are read one at a time (`parse_instance`, `parse_offer`, `check_charge`): odd values are
+normalised first (`functions.domain.records`); a record that still cannot be read is left out of
+its `Listing` and named in `Listing.issues` (kind, id as sent, fields), so one bad host never
+fails a whole listing. An instance keeps its place when only a field nothing decides on is
+unreadable (that field is dropped): hiding an instance would hide an orphan that bills.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from functions.domain.jobspec import Resources
+from functions.domain.offer import Offer
+from functions.domain.records import normalise
+from functions.domain.spend import UnreadableCharge, instance_charge
 
 MIN_DISK_GB = 8
 MAX_LABEL_CHARS = 256
@@ -23,6 +34,9 @@ MAX_ONSTART_CHARS = 4048
 NO_SUCH_ASK = re.compile(r"\bno_such_ask\b")
 _RUNTYPES = frozenset({"args", "ssh", "ssh_direc", "ssh_proxy", "jupyter", "jupyter_direc"})
 GONE_INSTANCE_CODES = frozenset({"no_such_instance", "no_such_contract", "not_found"})
+RESOURCES_UNAVAILABLE = "resources_unavailable"
+# The instance fields the monitor decides on: a record without a readable one is skipped.
+INSTANCE_ESSENTIAL_FIELDS = frozenset({"id", "label", "actual_status"})
 
 
 class VastError(Exception):
@@ -76,16 +90,27 @@ class InstanceGone(VastError):
     """The instance does not exist (any more)."""
 
 
+class ResourcesUnavailable(VastError):
+    """A start was refused: the machine's GPUs are taken (by someone else, while ours was
+    stopped). The instance stays stopped; destroy it and rent again."""
+
+
 class Instance(BaseModel):
     """An instance record from `GET /api/v0/instances/…` or `/api/v1/instances/`.
 
     Only `id` is required: records right after a rent lack most fields (actual_status is null).
-    Unknown fields are kept.
+    Unknown fields are kept. Odd values are normalised first (`functions.domain.records`): an id
+    or a number as text, "n/a" or "" for a missing number, an ISO `start_date`, a numeric label.
     """
 
     model_config = ConfigDict(extra="allow")
 
-    id: int
+    @model_validator(mode="before")
+    @classmethod
+    def _readable(cls, data: object) -> object:
+        return normalise(data, cls) if isinstance(data, dict) else data
+
+    id: int = Field(strict=True, gt=0)  # strict: `true` is no id (lax pydantic would read 1)
     actual_status: str | None = None  # created, loading, running, stopped, exited, offline, …
     intended_status: str | None = None
     cur_state: str | None = None
@@ -114,7 +139,119 @@ class Instance(BaseModel):
 
 class RentResult(BaseModel):
     instance_id: int
-    instance_api_key: str | None = None
+    instance_api_key: str | None = None  # Vast leaves it out of some answers: never rely on it
+
+
+# --- records, one at a time ---------------------------------------------------------------------
+
+T = TypeVar("T")
+RecordKind = Literal["offer", "instance", "charge"]
+
+
+@dataclass(frozen=True)
+class RecordIssue:
+    """One record of a listing that could not be read whole.
+
+    `action` "skipped": the record is not in the listing; "trimmed": it is, without `fields`.
+    `record_id` is the id as Vast sent it ("?" when it sent none)."""
+
+    kind: RecordKind
+    record_id: str
+    fields: tuple[str, ...]
+    action: Literal["skipped", "trimmed"]
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.record_id} {self.action} ({', '.join(self.fields) or 'record'})"
+
+
+class Listing(list[T], Generic[T]):
+    """A list of the records that were read, plus `issues`: those that were not (or not whole)."""
+
+    def __init__(self, items: Iterable[T] = (), issues: Iterable[RecordIssue] = ()) -> None:
+        super().__init__(items)
+        self.issues: tuple[RecordIssue, ...] = tuple(issues)
+
+    @property
+    def skipped(self) -> tuple[RecordIssue, ...]:
+        return tuple(i for i in self.issues if i.action == "skipped")
+
+    @property
+    def trimmed(self) -> tuple[RecordIssue, ...]:
+        return tuple(i for i in self.issues if i.action == "trimmed")
+
+
+def describe_issues(issues: Iterable[RecordIssue]) -> str:
+    """One line for a log: every issue with the record's id and its fields."""
+    return "; ".join(issue.describe() for issue in issues)
+
+
+def parse_records(
+    records: Iterable[Any], parse: Callable[[Any], tuple[T | None, RecordIssue | None]]
+) -> Listing[T]:
+    items: list[T] = []
+    issues: list[RecordIssue] = []
+    for record in records:
+        item, issue = parse(record)
+        if item is not None:
+            items.append(item)
+        if issue is not None:
+            issues.append(issue)
+    return Listing(items, issues)
+
+
+def parse_instance(record: Any) -> tuple[Instance | None, RecordIssue | None]:
+    """One instance record: (the instance, None), (the instance without the unreadable fields,
+    "trimmed"), or (None, "skipped") when its id, label or status cannot be read."""
+    if not isinstance(record, dict):
+        return None, RecordIssue("instance", "?", (), "skipped")
+    try:
+        return Instance.model_validate(record), None
+    except ValidationError as exc:
+        bad = _failed_fields(exc)
+    record_id = _record_id(record)
+    if not bad or bad & INSTANCE_ESSENTIAL_FIELDS:
+        return None, RecordIssue("instance", record_id, tuple(sorted(bad)), "skipped")
+    try:
+        kept = Instance.model_validate({k: v for k, v in record.items() if k not in bad})
+    except ValidationError:
+        return None, RecordIssue("instance", record_id, tuple(sorted(bad)), "skipped")
+    return kept, RecordIssue("instance", record_id, tuple(sorted(bad)), "trimmed")
+
+
+def parse_offer(record: Any) -> tuple[Offer | None, RecordIssue | None]:
+    """One offer record, or (None, "skipped"): an offer is only worth ranking whole (and one
+    without a price is no offer at all)."""
+    if not isinstance(record, dict):
+        return None, RecordIssue("offer", "?", (), "skipped")
+    try:
+        return Offer.model_validate(record), None
+    except ValidationError as exc:
+        fields = tuple(sorted(_failed_fields(exc)))
+        return None, RecordIssue("offer", _record_id(record), fields, "skipped")
+
+
+def check_charge(record: Any) -> tuple[dict[str, Any] | None, RecordIssue | None]:
+    """One item of `GET /api/v0/charges/`, kept raw; skipped when it should be an instance's
+    charge but its instance or amount cannot be read (`functions.domain.spend.instance_charge`).
+    Charges of volumes and serverless endpoints are kept: they are not ours to judge."""
+    if not isinstance(record, dict):
+        return None, RecordIssue("charge", "?", (), "skipped")
+    try:
+        instance_charge(record)
+    except UnreadableCharge as exc:
+        source = record.get("source")
+        name = json.dumps(source) if source is not None else _record_id(record)
+        return None, RecordIssue("charge", name, (exc.field,), "skipped")
+    return record, None
+
+
+def _failed_fields(exc: ValidationError) -> set[str]:
+    return {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
+
+
+def _record_id(record: dict[str, Any]) -> str:
+    value = record.get("id")
+    return "?" if value is None else json.dumps(value, default=str)[:40]
 
 
 def offer_query(resources: Resources, disk_gb: float, limit: int) -> dict[str, Any]:
@@ -183,6 +320,8 @@ def typed_error(response: httpx.Response) -> VastError:
         return VastUnavailable(message, status=status, code=code)
     if status == 404 or code in GONE_INSTANCE_CODES:
         return InstanceGone(message, status=status, code=code)
+    if code == RESOURCES_UNAVAILABLE:
+        return ResourcesUnavailable(message, status=status, code=code)
     return VastError(message, status=status, code=code)
 
 

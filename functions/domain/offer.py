@@ -4,17 +4,24 @@ Only the fields tether uses are modelled; every other field is kept (extra="allo
 API never breaks parsing. Units follow the real records (shared/fixtures/vast/README.md):
 `gpu_ram` MB, `disk_space` GB, `inet_down`/`inet_up` Mbit/s, `inet_*_cost` $/GB,
 `dph_*` $/hour, `storage_cost` $/GB/month.
+
+Odd values are made readable first (`functions.domain.records.normalise`: "n/a" and "" are
+missing, numbers written as text are numbers). An offer without a price (`dph_total` and
+`dph_base` both missing) is refused: it is not an offer, and ranked as one it would look nearly
+free.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from functions.domain.records import normalise
 
 
 class Offer(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    id: int
+    id: int = Field(strict=True, gt=0)  # strict: `true` is no id (lax pydantic would read 1)
     machine_id: int | None = None
     host_id: int | None = None
     gpu_name: str = ""
@@ -22,7 +29,9 @@ class Offer(BaseModel):
     gpu_ram: float = 0  # MB per GPU
     disk_space: float = 0  # GB available
     dph_base: float | None = None  # GPU + machine $/h
-    dph_total: float | None = None  # dph_base + storage for the searched disk size, $/h
+    dph_total: float | None = Field(  # dph_base + storage for the searched disk size, $/h
+        default=None, validate_default=True
+    )
     storage_cost: float = 0  # $/GB/month
     inet_down: float = 0  # Mbit/s measured
     inet_up: float = 0  # Mbit/s measured
@@ -39,15 +48,21 @@ class Offer(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _fill_missing_prices(cls, data: object) -> object:
+    def _readable_and_priced(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        data = normalise(data, cls)
         # Some exports (e.g. 500.farm) lack dph_total; the price is then GPU only.
-        if (
-            isinstance(data, dict)
-            and data.get("dph_total") is None
-            and data.get("dph_base") is not None
-        ):
+        if data.get("dph_total") is None and data.get("dph_base") is not None:
             data = {**data, "dph_total": data["dph_base"]}
         return data
+
+    @field_validator("dph_total")
+    @classmethod
+    def _has_a_price(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None and info.data.get("dph_base") is None:
+            raise ValueError("an offer without a price (dph_total and dph_base missing)")
+        return value
 
     @property
     def reliability_score(self) -> float:

@@ -10,6 +10,7 @@ spend with the supervisor dead is `functions/domain/lease.py`.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -134,13 +135,104 @@ def spend_of(
     return generation_spend(generation_prices(generation), usage, vast_charged_usd=vast_charged_usd)
 
 
+# --- Vast's charges ---------------------------------------------------------------------------
+
+# `source` names what a charge is for: "instance-<id>", "volume-<id>", and in the tree format
+# "endpoint-<id>" / "workergroup-<id>" for serverless. Case and the separator are taken loosely.
+_SOURCE = re.compile(r"^\s*([a-z]+)[-_: ]?\s*(\d+)\s*$", re.IGNORECASE)
+_NOT_INSTANCE_TYPES = frozenset({"volume", "serverless", "endpoint", "workergroup"})
+
+
+class UnreadableCharge(ValueError):
+    """A charge that should be an instance's, but whose `field` cannot be read."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InstanceCharge(_Frozen):
+    instance_id: int
+    amount_usd: float
+    start: float | None = None  # epoch s
+    end: float | None = None
+
+
+def instance_charge(row: Mapping[str, object]) -> InstanceCharge | None:
+    """One item of `GET /api/v0/charges/` as an instance's charge; None for a charge that is not
+    an instance's (a volume, a serverless endpoint). Raises UnreadableCharge when the item is (or
+    may be) an instance's but its instance or its amount cannot be read.
+
+    The real shape, from the official client and Vast's API spec: items carry `start` and `end`
+    (epoch s), `type` ("instance", "volume", "serverless"), `source` ("instance-<id>"),
+    `description`, `amount` ($), `metadata` (an object: label, template, endpoint ids) and
+    `items` (the same shape, one per line: gpu, disk, bwd, bwu). Sources:
+    vast-ai/vast-cli `vastai/cli/commands/billing.py` (`format_invoices_charges_results` splits
+    `source` at "-" into the type and the id; `create_rich_table_for_charges` and
+    `create_charges_tree` read start, end, type, source, description, amount, metadata, items)
+    and vast-ai/docs `api-reference/openapi/yaml/auto_get_api_v0_charges_cfa131.yaml` ("Charge
+    entries with start, end, type, source, description, amount, metadata, and items fields").
+
+    Read in this order: `source` "instance-<id>"; a bare id in `source` when `type` is
+    "instance"; `metadata.instance_id` (this project's simulator sent only that before).
+    """
+    kind = row.get("type")
+    kind = kind.strip().lower() if isinstance(kind, str) else None
+    source = row.get("source")
+    instance_id: int | None = None
+    if isinstance(source, str) and (match := _SOURCE.match(source)):
+        prefix = match.group(1).lower()
+        if prefix != "instance":
+            return None
+        instance_id = int(match.group(2))
+    elif kind in _NOT_INSTANCE_TYPES:
+        return None
+    elif kind == "instance":
+        instance_id = _whole_number(source)
+    if instance_id is None:
+        metadata = row.get("metadata")
+        if isinstance(metadata, Mapping):
+            instance_id = _whole_number(metadata.get("instance_id"))
+    if instance_id is None or instance_id <= 0:
+        raise UnreadableCharge("source", f"no instance id in source {source!r}")
+    amount = _number(row.get("amount"))
+    if amount is None:
+        raise UnreadableCharge("amount", f"amount {row.get('amount')!r} is not a number")
+    return InstanceCharge(
+        instance_id=instance_id,
+        amount_usd=amount,
+        start=_number(row.get("start")),
+        end=_number(row.get("end")),
+    )
+
+
 def charges_by_instance(charges: Iterable[Mapping[str, object]]) -> dict[int, float]:
-    """`GET /api/v0/charges/` rows → $ per instance id (rows without both are skipped)."""
+    """`GET /api/v0/charges/` items → $ per instance id (`instance_charge` reads each; items of
+    volumes and endpoints, and items that cannot be read, add nothing)."""
     totals: dict[int, float] = {}
     for row in charges:
-        metadata = row.get("metadata")
-        instance_id = metadata.get("instance_id") if isinstance(metadata, Mapping) else None
-        amount = row.get("amount")
-        if isinstance(instance_id, int) and isinstance(amount, int | float):
-            totals[instance_id] = totals.get(instance_id, 0.0) + float(amount)
+        try:
+            charge = instance_charge(row)
+        except UnreadableCharge:
+            continue
+        if charge is not None:
+            totals[charge.instance_id] = totals.get(charge.instance_id, 0.0) + charge.amount_usd
     return totals
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _whole_number(value: object) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None and number.is_integer() else None

@@ -37,6 +37,7 @@ from functions.lifecycle.steps import (
     ProvisionOutput,
     event,
     move,
+    read,
 )
 
 PROVISION_TIMEOUT_S = 3600  # of waiting for capacity, then the job FAILS
@@ -60,7 +61,7 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
         )  # fmt: skip
     vast = deps.vast()
     _destroy_strays(vast, instance_label(job.job_id, inp.generation))
-    offers = vast.search_offers(job.spec.resources)
+    offers = read(vast.search_offers(job.spec.resources), "offer search")
     generations = deps.store.list_generations(job.job_id)
     machines = [o.machine_id for o in offers if o.machine_id is not None]
     plan = plan_rent(
@@ -75,7 +76,7 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
 def _destroy_strays(vast: VastClient, label: str) -> None:
     """An earlier attempt of this step may have rented and died before recording: not ours to
     adopt (its agent token is lost), so it goes before we rent again."""
-    for stray in vast.list_instances():
+    for stray in read(vast.list_instances(), "stray instances"):
         if stray.label == label:
             vast.destroy_instance(stray.id)
 
@@ -194,7 +195,7 @@ def _record(
 
 def _rented_anyway(vast: VastClient, label: str) -> RentResult | None:
     """After a rent that may have reached Vast: the instance with our label, if it exists."""
-    for instance in vast.list_instances():
+    for instance in read(vast.list_instances(), "instances after an unsure rent"):
         if instance.label == label:
             return RentResult(instance_id=instance.id)
     return None

@@ -40,6 +40,7 @@ from functions.lifecycle.steps import (
     StopBeginInput,
     event,
     move,
+    read,
     skip,
 )
 
@@ -109,7 +110,7 @@ def destroy(deps: LifecycleDeps, inp: DestroyInput) -> StepOutput:
         for g in deps.store.list_generations(inp.job_id)
         if inp.below_generation is None or g.generation < inp.below_generation
     ]
-    targets = {i.id for i in vast.list_instances() if doomed(i.label)}
+    targets = {i.id for i in read(vast.list_instances(), "destroy") if doomed(i.label)}
     targets |= {g.instance_id for g in generations if g.instance_id is not None}
     for instance_id in sorted(targets):
         vast.destroy_instance(instance_id)  # idempotent: gone counts as done

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,12 +17,14 @@ from functions.adapters.artifacts import Artifacts
 from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient
 from functions.adapters.notify import JobEvents
 from functions.adapters.store import JobStore, StateConflict
-from functions.adapters.vast import VastClient
+from functions.adapters.vast import Listing, VastClient, describe_issues
 from functions.domain.job import Job, JobState, StopReason, TimelineEvent, TransitionAction
 from functions.domain.job_events import transition_event
+from functions.observability import logger
 from functions.settings import LifecycleSettings
 
 RENTING = (JobState.PROVISIONING, JobState.REPLACING)
+T = TypeVar("T")
 
 
 class _Input(BaseModel):
@@ -150,3 +152,14 @@ def move(
         return exc.job if exc.job is not None else job
     deps.events.publish(transition_event(moved, reason=message, at=now))
     return moved
+
+
+def read(listing: Listing[T], what: str) -> Listing[T]:
+    """A Vast listing, after one warning naming the records it could not read (never fatal)."""
+    if listing.issues:
+        logger.warning(
+            "lifecycle: %s: Vast records that could not be read: %s",
+            what,
+            describe_issues(listing.issues),
+        )
+    return listing

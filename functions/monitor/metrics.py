@@ -2,10 +2,12 @@
 SpendNearBudget alarm read (`infra/constructs/observability.py`), in one place.
 
 Counts of what the run did (jobs supervised, verdicts, transitions started, credentials renewed,
-hosts blamed, orphans destroyed, errors), whether Vast could be read, the spend of all active
-jobs, and — only while there is something to measure, so an idle deployment emits no datapoint
-and costs nothing — the labelled instances on Vast, the highest budget fraction used, the oldest
-heartbeat and the work lost per replace (`functions/domain/measures.py`).
+hosts blamed, orphans destroyed, errors), whether Vast could be read, how many of Vast's records
+could not be read (`VastRecordsSkipped`: left out; `VastFieldsDropped`: fields dropped from
+instances that were kept), the spend of all active jobs, and — only while there is something to
+measure, so an idle deployment emits no datapoint and costs nothing — the labelled instances on
+Vast, the highest budget fraction used, the oldest heartbeat and the work lost per replace
+(`functions/domain/measures.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from functions.domain.measures import (
 from functions.monitor.service import MonitorReport
 from functions.observability import MetricUnit, metrics
 
+RECORDS_SKIPPED_METRIC = "VastRecordsSkipped"
+FIELDS_DROPPED_METRIC = "VastFieldsDropped"
+
 
 def emit(report: MonitorReport) -> None:
     count = MetricUnit.Count
@@ -29,6 +34,8 @@ def emit(report: MonitorReport) -> None:
     metrics.add_metric(name="HostsBlamed", unit=count, value=report.hosts_blamed)
     metrics.add_metric(name="OrphansDestroyed", unit=count, value=report.orphans_destroyed)
     metrics.add_metric(name="MonitorErrors", unit=count, value=report.errors)
+    metrics.add_metric(name=RECORDS_SKIPPED_METRIC, unit=count, value=report.vast_records_skipped)
+    metrics.add_metric(name=FIELDS_DROPPED_METRIC, unit=count, value=report.vast_fields_dropped)
     metrics.add_metric(name="ActiveSpendUsd", unit=MetricUnit.NoUnit, value=report.spend_usd)
     for verdict, n in sorted(report.verdicts.items()):
         metrics.add_metric(name=f"Verdict_{verdict}", unit=count, value=n)

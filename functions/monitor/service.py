@@ -4,6 +4,10 @@ Order matters for safety, not for correctness: the pulse is written first (the h
 renews leases only while it is fresh), then spend and observations, then transitions, renewals
 and the orphan sweep. Each action is idempotent and each job is handled on its own, so a run that
 dies half way leaves nothing inconsistent and the next run finishes the work.
+
+Vast records that cannot be read (an instance without a readable id, a charge without a readable
+instance) are left out and counted, never fatal to the run: one warning per run names each with
+its id and fields, and the report counts them (`VastRecordsSkipped`, `VastFieldsDropped`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from functions.adapters.cloudflare import (
 from functions.adapters.factory import SecretNotSet
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
-from functions.adapters.vast import VastClient, VastError
+from functions.adapters.vast import RecordIssue, VastClient, VastError, describe_issues
 from functions.domain.credentials import credentials_ttl_s
 from functions.domain.job import Generation, Job, TimelineEvent
 from functions.domain.measures import (
@@ -72,6 +76,8 @@ class MonitorReport:
     budget_used_max_fraction: float | None = None
     heartbeat_age_max_s: float | None = None
     work_lost_s: list[float] = field(default_factory=list)  # one per replace started
+    vast_records_skipped: int = 0  # records Vast sent that could not be read: left out
+    vast_fields_dropped: int = 0  # instance records kept without a field that could not be read
 
 
 def run_monitor(deps: MonitorDeps) -> MonitorReport:
@@ -83,11 +89,13 @@ def run_monitor(deps: MonitorDeps) -> MonitorReport:
         JobSnapshot(job=j, generations=tuple(deps.store.list_generations(j.job_id))) for j in jobs
     ]
     report.jobs = len(snapshots)
-    instances = _list_instances(deps)
+    issues: list[RecordIssue] = []
+    instances = _list_instances(deps, issues)
     report.instances = None if instances is None else len(instances)
     report.tether_instances = None if instances is None else tether_instances(instances)
     report.heartbeat_age_max_s = heartbeat_age_max_s(snapshots, now)
-    charges = _charges(deps, snapshots) if instances is not None and snapshots else None
+    charges = _charges(deps, snapshots, issues) if instances is not None and snapshots else None
+    _count_issues(issues, report)
     plan = reconcile(
         snapshots,
         instances,
@@ -121,13 +129,14 @@ def run_monitor(deps: MonitorDeps) -> MonitorReport:
     return report
 
 
-def _list_instances(deps: MonitorDeps) -> list[InstanceFacts] | None:
+def _list_instances(deps: MonitorDeps, issues: list[RecordIssue]) -> list[InstanceFacts] | None:
     """The account's instances, all pages; None when Vast could not be read this run."""
     try:
         listed = deps.vast().list_instances()
     except (VastError, SecretNotSet) as exc:
         logger.warning("monitor: Vast instance list failed; no instance rule this run: %s", exc)
         return None
+    issues.extend(listed.issues)
     return [
         InstanceFacts(
             id=i.id, label=i.label, actual_status=i.actual_status, start_date=i.start_date
@@ -136,16 +145,39 @@ def _list_instances(deps: MonitorDeps) -> list[InstanceFacts] | None:
     ]
 
 
-def _charges(deps: MonitorDeps, snapshots: list[JobSnapshot]) -> dict[int, float] | None:
-    """Vast's own charges per instance, best effort (spend falls back to our estimate)."""
+def _charges(
+    deps: MonitorDeps, snapshots: list[JobSnapshot], issues: list[RecordIssue]
+) -> dict[int, float] | None:
+    """Vast's own charges per instance, read from each item's `source`, best effort (spend
+    falls back to our estimate)."""
     since = min((g.created_at for s in snapshots for g in s.generations), default=None)
     if since is None:
         return None
     try:
-        return charges_by_instance(deps.vast().charges(since=since - 86_400))
+        listed = deps.vast().charges(since=since - 86_400)
     except (VastError, ValueError) as exc:
         logger.info("monitor: Vast charges unavailable: %s", exc)
         return None
+    issues.extend(listed.issues)
+    return charges_by_instance(listed)
+
+
+def _count_issues(issues: list[RecordIssue], report: MonitorReport) -> None:
+    """Count the records this run could not read, and name them all in one warning."""
+    report.vast_records_skipped = sum(1 for i in issues if i.action == "skipped")
+    report.vast_fields_dropped = sum(len(i.fields) for i in issues if i.action == "trimmed")
+    if issues:
+        logger.warning(
+            "monitor: Vast records that could not be read: %s",
+            describe_issues(issues),
+            extra={
+                "vast_records": [
+                    {"kind": i.kind, "id": i.record_id, "fields": list(i.fields),
+                     "action": i.action}
+                    for i in issues
+                ]
+            },
+        )  # fmt: skip
 
 
 def _apply(
@@ -261,4 +293,6 @@ def report_fields(report: MonitorReport) -> dict[str, Any]:
         "budget_used_max_fraction": report.budget_used_max_fraction,
         "heartbeat_age_max_s": report.heartbeat_age_max_s,
         "work_lost_s": report.work_lost_s,
+        "vast_records_skipped": report.vast_records_skipped,
+        "vast_fields_dropped": report.vast_fields_dropped,
     }

@@ -20,6 +20,7 @@ from tether_agent.checkpoints import (
 )
 
 from functions.domain.labels import parse_label
+from functions.domain.spend import instance_charge
 from functions.domain.storage_layout import job_prefix
 from tether_local.demo.job import SIGNED
 from tether_local.invariants import CheckpointFacts, LedgerFacts
@@ -99,7 +100,10 @@ def ledger_facts(stack: LocalStack, job_id: str) -> list[LedgerFacts]:
         parsed = parse_label(metadata.get("label"))
         if parsed is None or parsed[0] != job_id:
             continue
-        ledger = stack.vast.ledger(int(metadata["instance_id"]))
+        named = instance_charge(charge)  # the instance is named in `source`, as on Vast
+        if named is None:
+            continue
+        ledger = stack.vast.ledger(named.instance_id)
         found.append(
             LedgerFacts(
                 instance_id=ledger.instance_id,

@@ -55,6 +55,7 @@ class SimInstance:
     boot_s: float = 0.0  # how long this start takes to reach running
     restarted: bool = False  # a restart skips the first ("created") phase
     killed: Literal["exited", "offline"] | None = None
+    holds_machine: bool = True  # False while stopped: its GPUs are back on the market
     gpu_util: float | None = None
     disk_usage: float | None = None
     status_msg: str | None = None
@@ -181,9 +182,13 @@ def render(instance: SimInstance, ledger: Ledger, status: str | None, now: float
     return record
 
 
-def list_page(records: list[dict[str, Any]], params: httpx.QueryParams) -> httpx.Response:
+def list_page(
+    records: list[dict[str, Any]],
+    params: httpx.QueryParams,
+    present: Callable[[dict[str, Any]], dict[str, Any]] = dict,
+) -> httpx.Response:
     """`GET /api/v1/instances/`: `records` filtered, a page of at most `PAGE_LIMIT` after the
-    token's id."""
+    token's id, each record as `present` shows it (filters and pages use the true record)."""
     try:
         limit = int(params.get("limit", str(PAGE_LIMIT)))
     except ValueError:
@@ -207,7 +212,7 @@ def list_page(records: list[dict[str, Any]], params: httpx.QueryParams) -> httpx
         200,
         {
             "success": True,
-            "instances": page,
+            "instances": [present(r) for r in page],
             "next_token": encode_token(page[-1]["id"]) if more else None,
             "total_instances": len(matching),
         },

@@ -1,5 +1,9 @@
 """The offer search (`/api/v0/bundles/`) and the filter language it shares with the instance
-list: Vast's `{"field": {"op": value}}` filters and `[["field", "asc"|"desc"], …]` orders."""
+list: Vast's `{"field": {"op": value}}` filters and `[["field", "asc"|"desc"], …]` orders.
+
+Numbers may arrive as text: the official client's query parser (vastai `parse_query`) sends
+`num_gpus=1` as `{"num_gpus": {"eq": "1"}}`, and the API compares them as numbers. So does this.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from tether_local.offers import price_for_storage
 from tether_local.vast_sim.wire import error, json_response
 
 _FILTER_IGNORED = frozenset({"order", "limit", "type", "allocated_storage"})
+_OPERATORS = frozenset({"eq", "neq", "in", "notin", "gt", "gte", "lt", "lte"})
 
 
 def search(offers: Iterable[dict[str, Any]], query: dict[str, Any]) -> httpx.Response:
@@ -19,11 +24,11 @@ def search(offers: Iterable[dict[str, Any]], query: dict[str, Any]) -> httpx.Res
     storage, in its order."""
     if isinstance(query.get("q"), dict):  # the newer client wraps the filters in "q"
         query = query["q"]
-    storage = query.get("allocated_storage", 8.0)
-    if not isinstance(storage, int | float) or storage < 0:
+    storage = _as_number(query.get("allocated_storage", 8.0))
+    if storage is None or storage < 0:
         raise error(400, "invalid_args", "allocated_storage must be a number ≥ 0")
-    limit = query.get("limit", 64)
-    if not isinstance(limit, int) or limit < 1:
+    limit = _as_number(query.get("limit", 64))
+    if limit is None or not limit.is_integer() or limit < 1:
         raise error(400, "invalid_args", "limit must be a positive integer")
     order = query.get("order", [["score", "desc"]])
     if not (isinstance(order, list) and all(isinstance(o, list) and len(o) == 2 for o in order)):
@@ -31,7 +36,7 @@ def search(offers: Iterable[dict[str, Any]], query: dict[str, Any]) -> httpx.Res
     priced = [price_for_storage(o, float(storage)) for o in offers]
     found = [o for o in priced if matches(o, query)]
     found.sort(key=sort_key(order))
-    return json_response(200, {"offers": found[:limit]})
+    return json_response(200, {"offers": found[: int(limit)]})
 
 
 def matches(record: dict[str, Any], filters: dict[str, Any]) -> bool:
@@ -50,29 +55,55 @@ def matches(record: dict[str, Any], filters: dict[str, Any]) -> bool:
 
 
 def _compare(value: Any, op: str, wanted: Any) -> bool:
+    if op not in _OPERATORS:
+        raise error(400, "invalid_args", f"unknown filter operator {op!r}")
+    if op in ("in", "notin"):
+        if not isinstance(wanted, list):
+            return False
+        found = value in [_like(value, w) for w in wanted]
+        return found if op == "in" else not found
+    wanted = _like(value, wanted)
     if op == "eq":
         return bool(value == wanted) or (wanted is False and value is None)
     if op == "neq":
         return bool(value != wanted)
-    if op == "in":
-        return isinstance(wanted, list) and value in wanted
-    if op == "notin":
-        return isinstance(wanted, list) and value not in wanted
-    if value is None or not isinstance(wanted, int | float):
-        return False
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
+    limit, number = _as_number(wanted), _as_number(value)
+    if limit is None or number is None:
         return False
     if op == "gte":
-        return number >= wanted
+        return number >= limit
     if op == "gt":
-        return number > wanted
+        return number > limit
     if op == "lte":
-        return number <= wanted
-    if op == "lt":
-        return number < wanted
-    raise error(400, "invalid_args", f"unknown filter operator {op!r}")
+        return number <= limit
+    return number < limit
+
+
+def _like(value: Any, wanted: Any) -> Any:
+    """`wanted` as the kind `value` is, where it is text for one: "1" for a number, "true" for a
+    bool. Anything else as it came."""
+    if not isinstance(wanted, str):
+        return wanted
+    if isinstance(value, bool):
+        lowered = wanted.strip().lower()
+        return {"true": True, "false": False}.get(lowered, wanted)
+    if isinstance(value, int | float):
+        number = _as_number(wanted)
+        return wanted if number is None else number
+    return wanted
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
 
 
 def sort_key(order: list[list[str]]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:

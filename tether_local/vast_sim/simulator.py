@@ -38,8 +38,22 @@ from tether_local.vast_sim.wire import (
     request_body,
 )
 
-FaultKind = Literal["rate_limit", "server_error", "offer_gone", "connection_error"]
-FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "offer_gone", "connection_error")
+FaultKind = Literal[
+    "rate_limit",
+    "server_error",
+    "offer_gone",
+    "connection_error",
+    "resources_unavailable",
+    "no_instance_api_key",
+]
+FAULT_KINDS: tuple[str, ...] = (
+    "rate_limit",
+    "server_error",
+    "offer_gone",
+    "connection_error",
+    "resources_unavailable",
+    "no_instance_api_key",
+)
 _MANAGE_PATH = re.compile(r"^/api/v0/instances/(\d+)/?$")
 _ASK_PATH = re.compile(r"^/api/v0/asks/(\d+)/?$")
 
@@ -80,12 +94,14 @@ class VastSimulator:
         self.on_destroy = on_destroy
         book = offers if offers is not None else generate_offers(200, seed)
         self._book: dict[int, dict[str, Any]] = {int(o["id"]): dict(o) for o in book}
-        self._rented_offers: dict[int, dict[str, Any]] = {}  # offer id → record, while rented
+        # offer id → record, while a live instance holds the machine (a stopped one does not)
+        self._rented_offers: dict[int, dict[str, Any]] = {}
         self._instances: dict[int, SimInstance] = {}
         self._ledgers: dict[int, Ledger] = {}
         self._instance_keys: dict[str, int] = {}
         self._next_id = 30_000_000 + self._rng.randint(0, 9_999_999)
         self._faults: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
+        self._garbled: dict[int, dict[str, Any]] = {}  # instance id → fields Vast sends oddly
         self._last_accrued = self._clock()
         self.request_log: list[tuple[str, str]] = []  # (method, full URL), for tests
 
@@ -105,14 +121,18 @@ class VastSimulator:
                 self._book[int(record["id"])] = dict(record)
 
     def remove_offer(self, offer_id: int) -> None:
-        """The offer is taken by someone else (renting it then answers no_such_ask)."""
+        """The offer is taken by someone else (renting it then answers no_such_ask; starting a
+        stopped instance on that machine answers resources_unavailable)."""
         with self._lock:
             self._book.pop(offer_id, None)
 
     def inject(self, kind: FaultKind, count: int = 1) -> None:
         """Make the next `count` matching requests fail: `rate_limit` (429, plain text),
         `server_error` (502), `connection_error` (httpx.ConnectError) on any request;
-        `offer_gone` on rents (404 no_such_ask, and the offer leaves the book)."""
+        `offer_gone` on rents (404 no_such_ask, and the offer leaves the book);
+        `resources_unavailable` on starts (400 `resources_unavailable`, the instance stays
+        stopped); `no_instance_api_key` on rents (the reply leaves out `instance_api_key`, as
+        some real replies do; the container still gets its key)."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"kind must be one of {', '.join(FAULT_KINDS)}, got {kind!r}")
         if count < 0:
@@ -134,6 +154,8 @@ class VastSimulator:
             self._accrue()
             instance = self._live(instance_id)
             instance.killed = status
+            if status == "offline" and not instance.holds_machine:
+                self._book.pop(int(instance.offer["id"]), None)  # a dead host offers nothing
             instance.gpu_util = None
             instance.status_msg = (
                 "container exited" if status == "exited" else "host is not responding"
@@ -148,6 +170,15 @@ class VastSimulator:
             instance = self._live(instance_id)
             instance.pull_error = message
             instance.status_msg = message
+
+    def garble(self, instance_id: int, **fields: Any) -> None:
+        """Chaos for parsers: from now on, what the HTTP API sends for this instance has these
+        fields replaced by the values given, as odd as real records get (`gpu_util="n/a"`, an
+        ISO `start_date`, a numeric `label`, the `id` as text) or worse. The Python view
+        (`instance()`, `instances()`) keeps the true record; filters and pages use it too."""
+        with self._lock:
+            self._live(instance_id)
+            self._garbled.setdefault(instance_id, {}).update(fields)
 
     def set_metrics(
         self,
@@ -263,10 +294,10 @@ class VastSimulator:
             return self._rent(int(match.group(1)), request_body(request), hooks)
         if path.rstrip("/") == "/api/v0/instances" and method == "GET":
             self._require_account(caller)
-            return json_response(200, {"instances": self.instances()})
+            return json_response(200, {"instances": [self._sent(r) for r in self.instances()]})
         if path.rstrip("/") == "/api/v1/instances" and method == "GET":
             self._require_account(caller)
-            return list_page(self.instances(), request.url.params)
+            return list_page(self.instances(), request.url.params, self._sent)
         if path.rstrip("/") == "/api/v0/charges" and method == "GET":
             self._require_account(caller)
             return charges_page(self._ledgers.values(), request.url.params, self._clock())
@@ -274,8 +305,11 @@ class VastSimulator:
             instance_id = int(match.group(1))
             if method == "GET":
                 self._require_account(caller)
-                instance = self._existing(instance_id)
-                return json_response(200, {"instances": self._render(instance)})
+                live = self._instances.get(instance_id)
+                # Vast answers a missing instance with 200 and null, not 404 (the official
+                # client's `show instance` returns None on it).
+                shown = self._sent(self._render(live)) if live else None
+                return json_response(200, {"instances": shown})
             if method == "PUT":
                 return self._manage(caller, instance_id, request_body(request), hooks)
             if method == "DELETE":
@@ -378,10 +412,10 @@ class VastSimulator:
             opened_at=now,
         )
         hooks.append((self.on_rent, instance))
-        return json_response(
-            200,
-            {"success": True, "new_contract": instance_id, "instance_api_key": instance.api_key},
-        )
+        reply: dict[str, Any] = {"success": True, "new_contract": instance_id}
+        if not self._take_fault("no_instance_api_key"):
+            reply["instance_api_key"] = instance.api_key
+        return json_response(200, reply)
 
     def _manage(
         self,
@@ -409,9 +443,11 @@ class VastSimulator:
                 instance.intended_status = "stopped"
                 instance.gpu_util = None
                 instance.status_msg = "stopped by request"
+                self._release_machine(instance)
                 hooks.append((self.on_stop, instance))
         elif state == "running":
             if instance.intended_status != "running" or instance.killed == "exited":
+                self._claim_machine(instance)
                 instance.intended_status = "running"
                 instance.boot_started_at = self._clock()
                 instance.boot_s = self.restart_s
@@ -425,6 +461,38 @@ class VastSimulator:
         return json_response(200, {"success": True})
 
     # -- state ----------------------------------------------------------------------------
+
+    def _release_machine(self, instance: SimInstance) -> None:
+        """A stopped instance frees its machine's GPUs: the offer is back in the book, for
+        anyone to rent (a host that went offline offers nothing)."""
+        offer_id = int(instance.offer["id"])
+        if instance.holds_machine and offer_id in self._rented_offers:
+            offer = self._rented_offers.pop(offer_id)
+            if instance.killed != "offline":
+                self._book[offer_id] = offer
+        instance.holds_machine = False
+
+    def _claim_machine(self, instance: SimInstance) -> None:
+        """A start takes the machine back, or fails with resources_unavailable when someone
+        else rented it meanwhile (or a fault says so); the instance then stays stopped."""
+        offer_id = int(instance.offer["id"])
+        if instance.holds_machine:
+            if self._take_fault("resources_unavailable"):
+                raise self._unavailable(instance)
+            return
+        if self._take_fault("resources_unavailable") or offer_id not in self._book:
+            raise self._unavailable(instance)
+        self._rented_offers[offer_id] = self._book.pop(offer_id)
+        instance.holds_machine = True
+
+    @staticmethod
+    def _unavailable(instance: SimInstance) -> Reply:
+        machine = instance.offer.get("machine_id")
+        return error(
+            400, "resources_unavailable",
+            f"Required resources are unavailable on machine {machine}: its GPUs are rented by "
+            "another instance. Try again later, or destroy this instance and rent another.",
+        )  # fmt: skip
 
     def _take_fault(self, kind: str) -> bool:
         if self._faults[kind] > 0:
@@ -446,12 +514,11 @@ class VastSimulator:
 
     def _destroy(self, instance: SimInstance) -> None:
         del self._instances[instance.id]
+        self._garbled.pop(instance.id, None)
         self._instance_keys.pop(instance.api_key, None)
         self._ledgers[instance.id].closed_at = self._clock()
-        offer_id = int(instance.offer["id"])
-        offer = self._rented_offers.pop(offer_id, None)
-        if offer is not None and instance.killed != "offline":
-            self._book[offer_id] = offer  # the machine is free again; a dead host is not
+        if instance.holds_machine:  # the machine is free again; a dead host is not
+            self._release_machine(instance)
 
     @staticmethod
     def _gpu_billed(instance: SimInstance) -> bool:
@@ -484,6 +551,10 @@ class VastSimulator:
         if not instance.restarted and booted < min(self.created_s, instance.boot_s):
             return self.first_status
         return "loading"
+
+    def _sent(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record as the HTTP API sends it: `garble()`d fields replaced."""
+        return {**record, **self._garbled.get(int(record["id"]), {})}
 
     def _render(self, instance: SimInstance) -> dict[str, Any]:
         now = self._clock()

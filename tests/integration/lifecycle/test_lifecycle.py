@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, cast
 
+import httpx
 import pytest
 
 from functions.adapters.transitions import TransitionStarter
@@ -137,3 +138,30 @@ def test_a_repeated_provision_never_rents_twice(sup: Supervised) -> None:
     assert again["status"] == "SUCCEEDED"
     assert sup.rents() == 1
     assert sup.vast.gpu_billing_instances() == [generation.instance_id]
+
+
+def test_provision_reads_around_odd_records_and_needs_no_instance_api_key(
+    sup: Supervised,
+) -> None:
+    """Vast's answers as they really come: an instance on the account whose record cannot be
+    read, one with odd values, an offer without a price, and a rent reply without
+    `instance_api_key`. The provision (and a stop's destroy) still goes through."""
+    client = httpx.Client(transport=httpx.MockTransport(sup.vast.handle))
+    rent_body = {"image": "x", "disk": 10, "label": "someone else's", "env": {}}
+    headers = {"Authorization": f"Bearer {sup.vast.api_key}"}
+    for offer in sup.vast.offers()[:2]:
+        client.put(f"https://vast.sim/api/v0/asks/{offer['id']}/", headers=headers, json=rent_body)
+    first, second = sorted(i["id"] for i in sup.vast.instances())
+    sup.vast.garble(first, id="C.unreadable")
+    sup.vast.garble(second, gpu_util="n/a", label=12345, start_date="2026-09-09T08:53:08Z")
+    unpriced = {**sup.vast.offers()[-1], "id": 99_999_999, "dph_base": "n/a", "storage_cost": 0}
+    sup.vast.add_offers([unpriced])
+    sup.vast.inject("no_instance_api_key")
+
+    job, generation = sup.provisioned()
+    stopped = sup.run("stop", job.job_id, 1, "cancelled")
+
+    assert generation.instance_id is not None and generation.offer_id != 99_999_999
+    assert stopped["status"] == "SUCCEEDED"
+    assert sup.vast.instance(generation.instance_id) is None
+    assert sup.vast.instance(first) is not None and sup.vast.instance(second) is not None

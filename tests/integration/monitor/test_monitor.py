@@ -4,6 +4,7 @@ transitions, blames hosts, sweeps orphans and keeps its hands off when Vast cann
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ from functions.domain.heartbeat import GpuProbe
 from functions.domain.job import JobState
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.supervision_harness import Supervised, supervised_stack
+from tether_local.vast_sim import BYTES_PER_GB
 
 
 @pytest.fixture(scope="module")
@@ -116,17 +118,23 @@ def test_overlapping_monitor_runs_rent_exactly_once(sup: Supervised) -> None:
     assert len(sup.vast.gpu_billing_instances()) == 1
 
 
-def test_orphan_instances_are_destroyed_after_the_grace(sup: Supervised) -> None:
-    job, generation = sup.provisioned()
+def rent_outside(sup: Supervised, label: str) -> int:
+    """An instance rented on the account by someone other than tether's lifecycle."""
     offer = sup.vast.offers()[0]
     client = httpx.Client(transport=httpx.MockTransport(sup.vast.handle))
     reply = client.put(
         f"https://console.vast.ai/api/v0/asks/{offer['id']}/",
         headers={"Authorization": f"Bearer {sup.vast.api_key}"},
-        json={"image": "x", "disk": 10, "label": "tether:gone-job-0123abcd:g1", "env": {},
-              "runtype": "args", "args": ["true"]},
+        json={"image": "x", "disk": 10, "label": label, "env": {}, "runtype": "args",
+              "args": ["true"]},
     )  # fmt: skip
-    orphan = reply.json()["new_contract"]
+    instance_id: int = reply.json()["new_contract"]
+    return instance_id
+
+
+def test_orphan_instances_are_destroyed_after_the_grace(sup: Supervised) -> None:
+    job, generation = sup.provisioned()
+    orphan = rent_outside(sup, "tether:gone-job-0123abcd:g1")
 
     young = sup.monitor()
     sup.clock.advance(61)
@@ -151,3 +159,57 @@ def test_a_vast_429_storm_kills_no_job(sup: Supervised) -> None:
     assert report["verdicts"] == {"healthy": 1}
     found = sup.store.get_job(job.job_id)
     assert found is not None and found.state == JobState.RUNNING
+
+
+def test_spend_follows_vast_charges_that_name_the_instance_only_in_source(
+    sup: Supervised,
+) -> None:
+    # Every host charges for downloads, so Vast's bill can exceed our estimate.
+    sup.vast.add_offers([{**o, "inet_down_cost": 0.02} for o in sup.vast.offers()])
+    job, generation = sup.provisioned()
+    instance_id = generation.instance_id or 0
+    sup.clock.advance(60)
+    sup.heartbeat(job.job_id, 1)
+    # The image pull: traffic the agent never reports, that only Vast's charges know.
+    sup.vast.record_traffic(instance_id, down_bytes=10 * BYTES_PER_GB)
+
+    report = sup.monitor()
+
+    (charge,) = sup.vast.charges()
+    assert charge["source"] == f"instance-{instance_id}"
+    assert "instance_id" not in charge["metadata"]  # as on Vast: `source` is the only link
+    found = sup.store.get_job(job.job_id)
+    assert report["verdicts"] == {"healthy": 1} and found is not None
+    billed = sup.vast.ledger(instance_id).total_usd
+    assert billed > 0.2  # 10 GB at $0.02 and a minute of the host
+    assert found.spent_usd == pytest.approx(billed)
+
+
+def test_one_unreadable_record_neither_stops_the_run_nor_hides_an_orphan(sup: Supervised) -> None:
+    """Odd values are read, the one record that cannot be read is skipped and counted, every
+    job is still judged, and an orphan whose id arrives as text is still destroyed."""
+    healthy_job, healthy = sup.provisioned()
+    dying_job, dying = sup.provisioned()
+    orphan = rent_outside(sup, "tether:gone-job-0123abcd:g1")
+    stranger = rent_outside(sup, "someone else's")
+    unreadable = rent_outside(sup, "someone else's too")
+    born = datetime.fromtimestamp(sup.clock(), UTC).isoformat()
+    sup.vast.garble(healthy.instance_id or 0, gpu_util="n/a", start_date=born, end_date="")
+    sup.vast.garble(orphan, id=str(orphan), dph_total="0.41")
+    sup.vast.garble(stranger, label=12345)
+    sup.vast.garble(unreadable, id="C.unreadable")
+    sup.vast.kill(dying.instance_id or 0, "offline")
+    sup.clock.advance(61)
+    sup.heartbeat(healthy_job.job_id, 1)
+
+    report = sup.monitor()
+    replaced = sup.wait_for(f"{dying_job.job_id}-replace-g2")
+
+    assert report["verdicts"] == {"healthy": 1, "dead": 1}
+    assert (report["instances"], report["vast_records_skipped"]) == (4, 1)
+    assert report["orphans_destroyed"] == 1 and sup.vast.instance(orphan) is None
+    assert report["errors"] == 0
+    assert sup.vast.instance(stranger) is not None and sup.vast.instance(unreadable) is not None
+    assert replaced["status"] == "SUCCEEDED"  # the lifecycle reads the same listing
+    found = sup.store.get_job(healthy_job.job_id)
+    assert found is not None and found.state == JobState.RUNNING and found.current_generation == 1

@@ -272,7 +272,8 @@ STRICT = {
         ({"dph_base": 0.51}, "resources.max_usd_per_hour"),
         ({"rentable": False}, "rentable"),
         ({"rented": True}, "rentable"),
-        ({"dph_base": None, "dph_total": None}, "price"),
+        # A zero price cannot be ranked; no price at all is not an offer (test_offer.py).
+        ({"dph_base": 0, "dph_total": 0}, "price"),
     ],
 )
 def test_each_constraint_excludes_on_its_own(fields, constraint):

@@ -12,8 +12,10 @@ from functions.domain.spend import (
     GenerationPrices,
     GenerationSpend,
     GenerationUsage,
+    UnreadableCharge,
     charges_by_instance,
     generation_spend,
+    instance_charge,
     job_spend_usd,
     spend_of,
 )
@@ -131,3 +133,69 @@ def test_charges_sum_per_instance() -> None:
         {"amount": 2},
     ]
     assert charges_by_instance(rows) == {9: 2.0}
+
+
+# Items of GET /api/v0/charges/ as the real API sends them: the instance is named only in
+# `source` (sources in functions/domain/spend.py::instance_charge).
+REAL_SHAPED = {
+    "start": 1_790_000_000.0,
+    "end": 1_790_086_400.0,
+    "type": "instance",
+    "source": "instance-31051696",
+    "description": "Instance 31051696 Charges - 1.00 days",
+    "amount": 3.25,
+    "metadata": {"label": "tether:job-7:g1", "template_id": None},
+    "items": [{"start": 1_790_000_000.0, "end": 1_790_086_400.0, "type": "gpu", "source": None,
+               "description": "24.000 hours at $0.130/hour", "amount": 3.12, "items": []}],
+}  # fmt: skip
+
+
+def test_charges_are_reconciled_from_source_as_vast_sends_them() -> None:
+    rows = [
+        REAL_SHAPED,
+        {**REAL_SHAPED, "amount": 0.75},  # a second row of the same contract adds up
+        {**REAL_SHAPED, "source": "instance-42", "amount": "1.5"},
+        {**REAL_SHAPED, "type": "volume", "source": "volume-7", "amount": 9.0},
+        {**REAL_SHAPED, "type": "serverless", "source": "endpoint-3", "amount": 9.0},
+    ]
+    assert charges_by_instance(rows) == {31051696: 4.0, 42: 1.5}
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"source": "Instance-5", "amount": 1.0}, 5),
+        ({"source": " instance_5 ", "amount": 1.0}, 5),
+        ({"type": "instance", "source": "5", "amount": 1.0}, 5),
+        ({"type": "instance", "source": 5, "amount": 1.0}, 5),
+        ({"amount": 1.0, "metadata": {"instance_id": "5"}}, 5),
+        ({"source": "workergroup-5", "amount": 1.0}, None),
+        ({"type": "Volume", "source": None, "amount": 1.0}, None),
+    ],
+)
+def test_each_shape_of_an_instance_charge_names_its_instance(
+    row: dict[str, Any], expected: int | None
+) -> None:
+    charge = instance_charge(row)
+    assert (charge.instance_id if charge else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"type": "instance", "source": "instance-", "amount": 1.0}, "source"),
+        ({"type": "instance", "source": None, "amount": 1.0}, "source"),
+        ({"source": "instance-0", "amount": 1.0}, "source"),
+        ({"amount": 1.0}, "source"),
+        ({"source": "instance-5", "amount": None}, "amount"),
+        ({"source": "instance-5", "amount": True}, "amount"),
+        ({"source": "instance-5", "amount": "$1"}, "amount"),
+    ],
+)
+def test_an_instance_charge_that_cannot_be_read_names_the_field(
+    row: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(UnreadableCharge) as raised:
+        instance_charge(row)
+    assert raised.value.field == field
+    assert charges_by_instance([row, REAL_SHAPED]) == {31051696: 3.25}

@@ -75,3 +75,11 @@ def test_an_idle_run_emits_no_measure_it_cannot_take(monkeypatch, capsys) -> Non
     ):
         assert name not in emitted
     assert emitted["VastListFailed"] == ([1], "Count")
+
+
+def test_records_vast_sent_that_could_not_be_read_are_counted(monkeypatch, capsys) -> None:
+    report = MonitorReport(jobs=1, instances=4, vast_records_skipped=2, vast_fields_dropped=1)
+    emitted = run_handler(monkeypatch, capsys, report)
+    assert emitted["VastRecordsSkipped"] == ([2], "Count")
+    assert emitted["VastFieldsDropped"] == ([1], "Count")
+    assert run_handler(monkeypatch, capsys, MonitorReport())["VastRecordsSkipped"] == ([0], "Count")
