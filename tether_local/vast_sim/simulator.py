@@ -5,6 +5,11 @@ outside the lock.
 What it models is in the package docstring. Its parts live next to it: `instances` (records,
 rent checks, rendering, the paged list), `billing` (the ledger and charges), `search` (offers and
 Vast's filter language) and `wire` (replies, errors, tokens).
+
+Why one file of ~560 lines: it is one object's state behind one lock (the instances, the
+machines they claim, the ledgers, the injected faults); the controls and the routes both read
+and change it, and the pure parts have already moved out. Splitting the class by caller would
+spread the lock's discipline over two files.
 """
 
 from __future__ import annotations
