@@ -30,7 +30,7 @@ SECRET_KEY = "tether-test-secret-0001"
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with start_s3_server(tmp_path_factory.mktemp("s3"), {ACCESS_KEY: SECRET_KEY}, None) as srv:
+    with start_s3_server(tmp_path_factory.mktemp("s3"), {ACCESS_KEY: SECRET_KEY}) as srv:
         yield srv
 
 
