@@ -116,6 +116,13 @@ class CloudflareSim:
         with self._lock:
             self._buckets.add(name)
 
+    def add_parent(self, parent_access_key_id: str, permission: str = "admin-read-write") -> None:
+        """Like creating an R2 API token: its access key id can parent temporary keys."""
+        if permission not in PERMISSIONS:
+            raise ValueError(f"permission must be one of {', '.join(PERMISSIONS)}")
+        with self._lock:
+            self._parents[parent_access_key_id] = permission
+
     def revoke_parent(self, parent_access_key_id: str) -> None:
         """Like deleting the parent R2 token: every child key stops working."""
         with self._lock:

@@ -10,6 +10,7 @@ The answers are R2's, from Cloudflare's error-code table (`r2/api/error-codes`),
 - `ExpiredRequest` (10018), 400: a presigned URL past `X-Amz-Date + X-Amz-Expires`.
 - `AccessDenied` (10003), 403: a live, correctly signed key outside its bucket, prefixes or
   objects, or beyond its permission.
+- `MissingContentLength` (10033), 411: a body sent chunked, without a length (the front's check).
 - At `CompleteMultipartUpload` (`check_part_sizes`): `EntityTooSmall` (10011), 400, for a part
   but the last under 5 MiB; `InvalidPart` (10048), 400, for parts but the last of unequal sizes.
 
@@ -99,6 +100,9 @@ ENTITY_TOO_SMALL = Refusal(
     400, "EntityTooSmall", "Your proposed upload is smaller than the minimum allowed object size."
 )
 INVALID_PART = Refusal(400, "InvalidPart", "All non-trailing parts must have the same length.")
+MISSING_CONTENT_LENGTH = Refusal(
+    411, "MissingContentLength", "You must provide the Content-Length HTTP header."
+)
 MALFORMED_XML = Refusal(400, "MalformedXML", "The XML you provided was not well-formed.")
 
 

@@ -18,7 +18,8 @@ private to it, whereas R2's belong to the bucket (a key rotated mid-upload may f
 a per-key auth subprocess with a five-minute answer cache is one more thing that can be stale.
 So rclone serves the data anonymously on a loopback port that only the front is told about, and
 the request is relayed to it unchanged (method, target, headers including `Host`, body), except
-`Expect: 100-continue`, which the front answers itself once the request is allowed.
+`Expect: 100-continue`, which the front answers itself once the request is allowed. A body
+without a `Content-Length` (chunked) gets R2's 411 `MissingContentLength`, as rclone would.
 
 Transfers stream both ways in 1 MiB pieces over HTTP/1.1 keep-alive connections (one upstream
 connection per client connection), so a checkpoint of hundreds of MB never sits in memory.
@@ -33,7 +34,9 @@ import socket
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -41,6 +44,7 @@ from urllib.parse import urlsplit
 
 from tether_local.r2_auth import (
     MALFORMED_XML,
+    MISSING_CONTENT_LENGTH,
     KeyLookup,
     Operation,
     Refusal,
@@ -145,6 +149,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.length < 0:
             self._refuse(Refusal(400, "InvalidArgument", "Bad Content-Length."), drain=False)
             return
+        if self.chunked:  # R2 (and rclone) want the length up front
+            self._refuse(MISSING_CONTENT_LENGTH)
+            return
         key = authenticate(request, front.lookup, front.clock())
         if isinstance(key, Refusal):
             self._refuse(key)
@@ -186,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.continued = True
 
     def _read_judged_body(self) -> bytes | None:
-        if self.chunked or self.length > MAX_JUDGED_BODY_BYTES:
+        if self.length > MAX_JUDGED_BODY_BYTES:
             self._refuse(
                 Refusal(400, "InvalidRequest", "This request needs a Content-Length body ≤ 16 MiB.")
             )
@@ -201,15 +208,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True  # the client may hold the body back: don't read it
             else:
                 _drain(self.rfile, self.length, self.buffer)
+        path = self.path.split("?", 1)[0]
         LOG.info(
             "r2 front: %s %s refused: %s %s (%s)",
             self.command,
-            self.path.split("?", 1)[0],
+            path,
             refusal.status,
             refusal.code,
             refusal.message,
         )
-        body = b"" if self.command == "HEAD" else error_xml(refusal, self.path.split("?", 1)[0])
+        self.server.front.refusals.append(Refused(self.command, path, refusal.status, refusal.code))
+        body = b"" if self.command == "HEAD" else error_xml(refusal, path)
         head = [
             f"HTTP/1.1 {refusal.status} {_reason(refusal.status)}",
             "Content-Type: application/xml",
@@ -222,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- relaying -------------------------------------------------------------------------------
 
     def _relay(self, op: Operation, body: bytes | None) -> None:
-        streamed = body is None and (self.chunked or self.length > 0)
+        streamed = body is None and self.length > 0
         response: http.client.HTTPResponse | None = None
         for attempt in (1, 2):
             try:
@@ -259,9 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
         conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
         for name, value in self.headers.items():
             lowered = name.lower()
-            if lowered == "expect" or (body is not None and lowered == "transfer-encoding"):
-                continue
-            if body is not None and lowered == "content-length":
+            if lowered == "expect" or (body is not None and lowered == "content-length"):
                 continue
             conn.putheader(name, value)
         if body is not None:
@@ -271,10 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
             conn.send(body)
         elif streamed:
             self._continue()
-            if self.chunked:
-                _relay_chunked(self.rfile, conn)
-            else:
-                _copy(self.rfile, conn, self.length, self.buffer)
+            _copy(self.rfile, conn, self.length, self.buffer)
 
     def _send_response(self, response: http.client.HTTPResponse) -> None:
         no_body = (
@@ -318,7 +322,7 @@ def _local(tag: str) -> str:
 
 
 def _reason(status: int) -> str:
-    return {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"}.get(
+    return {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 411: "Length Required"}.get(
         status, "Service Unavailable"
     )
 
@@ -342,31 +346,19 @@ def _drain(source: Any, length: int, buffer: memoryview) -> None:
         left -= n
 
 
-def _relay_chunked(source: Any, conn: http.client.HTTPConnection) -> None:
-    """Pass a chunked body through as it came, framing included."""
-    while True:
-        line = source.readline(1024)
-        if not line.endswith(b"\n"):
-            raise ConnectionError("bad chunk header")
-        conn.send(line)
-        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            while True:  # trailers, then the empty line
-                trailer = source.readline(8192)
-                conn.send(trailer)
-                if trailer in (b"\r\n", b"\n", b""):
-                    return
-        left = size + 2  # the chunk and its CRLF
-        while left:
-            data = source.read(min(left, BUFFER_BYTES))
-            if not data:
-                raise ConnectionError("chunked body cut short")
-            conn.send(data)
-            left -= len(data)
+@dataclass(frozen=True)
+class Refused:
+    """One request the front answered with an error itself (what tests count)."""
+
+    method: str
+    path: str
+    status: int
+    code: str
 
 
 class R2Front:
-    """The front; a context manager. `url` is what every S3 client of the local stack uses."""
+    """The front; a context manager. `url` is what every S3 client of the local stack uses;
+    `refusals` holds the latest requests it refused (oldest dropped past 10,000)."""
 
     def __init__(
         self,
@@ -385,6 +377,7 @@ class R2Front:
         self._thread: threading.Thread | None = None
         self._parts: dict[str, dict[int, int]] = {}  # upload id → part number → bytes
         self._parts_lock = threading.Lock()
+        self.refusals: deque[Refused] = deque(maxlen=10_000)
 
     @property
     def port(self) -> int:
@@ -449,4 +442,4 @@ class R2Front:
             return [known[n] for n in numbers]
 
 
-__all__ = ["R2Front"]
+__all__ = ["R2Front", "Refused"]
