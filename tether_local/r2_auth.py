@@ -258,13 +258,18 @@ def _uri_encode(value: str, safe: str = "") -> str:
     return quote(value, safe="-_.~" + safe)
 
 
-def canonical_request(request: Request, signed: Signed) -> str:
-    path = _uri_encode(unquote(request.raw_path), safe="/") or "/"
-    pairs = [
-        (_uri_encode(k), _uri_encode(v))
-        for k, v in request.query()
-        if not (signed.presigned and k == "X-Amz-Signature")
-    ]
+def canonical_request(request: Request, signed: Signed, *, as_sent: bool = False) -> str:
+    """SigV4's canonical request. S3 clients sign the path and query as they send them, which a
+    strict client encodes the canonical way (RFC 3986 unreserved characters left as they are);
+    `as_sent` takes them exactly as they came instead, for a client that encoded less."""
+    if as_sent:
+        path = request.raw_path or "/"
+        pairs = [p.partition("=")[::2] for p in request.raw_query.split("&") if p]
+    else:
+        path = _uri_encode(unquote(request.raw_path), safe="/") or "/"
+        pairs = [(_uri_encode(k), _uri_encode(v)) for k, v in request.query()]
+    if signed.presigned:
+        pairs = [(k, v) for k, v in pairs if unquote(k) != "X-Amz-Signature"]
     query = "&".join(f"{k}={v}" for k, v in sorted(pairs))
     lines = []
     for name in signed.signed_headers:
@@ -300,8 +305,15 @@ def authenticate(request: Request, lookup: KeyLookup, now: float) -> LiveKey | R
         return UNAUTHORIZED.because("Temporary credentials need their session token.")
     if not hmac.compare_digest(signed.session_token, key.session_token):
         return UNAUTHORIZED.because("The session token does not belong to this access key id.")
-    expected = signature(key.secret_access_key, signed, canonical_request(request, signed))
-    if not hmac.compare_digest(expected, signed.signature):
+    if not any(
+        hmac.compare_digest(
+            signature(
+                key.secret_access_key, signed, canonical_request(request, signed, as_sent=raw)
+            ),
+            signed.signature,
+        )
+        for raw in (False, True)
+    ):
         return SIGNATURE
     if signed.presigned:
         assert signed.expires_s is not None
