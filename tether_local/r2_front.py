@@ -68,6 +68,10 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 _NOT_RELAYED = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-connection"})
 
 
+class _ClientGone(Exception):
+    """The client stopped sending the body it announced (not an upstream failure)."""
+
+
 class _Upstream:
     """One keep-alive connection to rclone, owned by one client connection's thread."""
 
@@ -136,6 +140,16 @@ class _Handler(BaseHTTPRequestHandler):
     # -- one request ----------------------------------------------------------------------------
 
     def _serve(self) -> None:
+        try:
+            self._serve_one()
+        except (_ClientGone, OSError, http.client.HTTPException, ValueError) as exc:
+            # The client went away mid-request (a host destroyed mid-upload), or the stack is
+            # stopping: nothing to answer, and this connection is done.
+            LOG.debug("r2 front: %s %s ended: %s", self.command, self.path, exc)
+            self.upstream.close()
+            self.close_connection = True
+
+    def _serve_one(self) -> None:
         front = self.server.front
         raw_path, _, raw_query = self.path.partition("?")
         request = Request(self.command, raw_path, raw_query, list(self.headers.items()))
@@ -330,9 +344,12 @@ def _reason(status: int) -> str:
 def _copy(source: Any, conn: http.client.HTTPConnection, length: int, buffer: memoryview) -> None:
     left = length
     while left:
-        n = source.readinto(buffer[: min(left, len(buffer))])
+        try:
+            n = source.readinto(buffer[: min(left, len(buffer))])
+        except OSError as exc:
+            raise _ClientGone(f"client sent {length - left} of {length} body bytes") from exc
         if not n:
-            raise ConnectionError(f"client sent {length - left} of {length} body bytes")
+            raise _ClientGone(f"client sent {length - left} of {length} body bytes")
         conn.send(buffer[:n])
         left -= n
 

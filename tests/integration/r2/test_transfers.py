@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -140,3 +142,39 @@ def test_many_requests_share_one_keep_alive_connection(r2: R2) -> None:
         assert client.get(refused_url).status_code == 403
         assert client.get(url).status_code == 200  # a refusal keeps the connection usable
         assert len(sockets) == 1
+
+
+def test_a_long_listing_comes_through_whole(r2: R2) -> None:
+    """rclone sends long listings chunked; the front passes them on re-chunked."""
+    s3 = r2.client(r2.mint(prefixes=["jobs/many/"]))
+    keys = [f"jobs/many/file-{i:04d}.bin" for i in range(150)]
+    for key in keys:
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"x")
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="jobs/many/")
+    assert [o["Key"] for o in listed["Contents"]] == keys
+
+
+def test_a_client_gone_mid_upload_leaves_nothing_and_the_front_serves_on(r2: R2) -> None:
+    creds = r2.mint(prefixes=["jobs/cut/"])
+    url = f"{r2.url}/{BUCKET}/jobs/cut/half.bin"
+    request = AWSRequest(
+        method="PUT",
+        url=url,
+        headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": str(8 * MIB)},
+    )
+    SigV4Auth(
+        Credentials(creds.access_key_id, creds.secret_access_key, creds.session_token), "s3", "auto"
+    ).add_auth(request)
+    head = f"PUT /{BUCKET}/jobs/cut/half.bin HTTP/1.1\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in request.headers.items()
+    )
+    head += f"Host: 127.0.0.1:{r2.front.port}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", r2.front.port)) as sock:
+        sock.sendall(head.encode() + b"x" * MIB)  # an eighth of the body, then gone
+    s3 = r2.client(creds)
+    s3.put_object(Bucket=BUCKET, Key="jobs/cut/whole.bin", Body=b"w")
+    assert s3.get_object(Bucket=BUCKET, Key="jobs/cut/whole.bin")["Body"].read() == b"w"
+    deadline = time.monotonic() + 10  # rclone drops the cut upload once it sees the close
+    while (r2.data / "jobs/cut/half.bin").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not (r2.data / "jobs/cut/half.bin").exists()
