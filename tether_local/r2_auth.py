@@ -10,9 +10,17 @@ The answers are R2's, from Cloudflare's error-code table (`r2/api/error-codes`),
 - `ExpiredRequest` (10018), 400: a presigned URL past `X-Amz-Date + X-Amz-Expires`.
 - `AccessDenied` (10003), 403: a live, correctly signed key outside its bucket, prefixes or
   objects, or beyond its permission.
-- `MissingContentLength` (10033), 411: a body sent chunked, without a length (the front's check).
+- `MissingContentLength` (10033), 411: a body sent chunked, without a readable length.
+- `EntityTooLarge` (100100), 400: a `DeleteObjects` or `CompleteMultipartUpload` body over
+  16 MiB (the front reads those bodies to judge them); `ServiceUnavailable` (10043), 503: rclone
+  cannot be reached.
 - At `CompleteMultipartUpload` (`check_part_sizes`): `EntityTooSmall` (10011), 400, for a part
   but the last under 5 MiB; `InvalidPart` (10048), 400, for parts but the last of unequal sizes.
+
+The one answer outside R2's table is S3's 400 `MalformedXML`, for a `DeleteObjects` body the
+front cannot parse (it cannot tell which keys are named). Where the table is silent on which of
+its codes a case gets (an unknown key, a wrong session token), the front answers 401
+`Unauthorized`, the table's "invalid credentials".
 
 Why 401 for an expired or revoked key, not 403: R2's table gives `Unauthorized` for "missing or
 invalid authentication credentials … have not expired", and keeps `AccessDenied` for
@@ -103,6 +111,9 @@ INVALID_PART = Refusal(400, "InvalidPart", "All non-trailing parts must have the
 MISSING_CONTENT_LENGTH = Refusal(
     411, "MissingContentLength", "You must provide the Content-Length HTTP header."
 )
+ENTITY_TOO_LARGE = Refusal(400, "EntityTooLarge", "Your proposed upload exceeds the maximum size.")
+SERVICE_UNAVAILABLE = Refusal(503, "ServiceUnavailable", "Service is temporarily unavailable.")
+# Not in R2's table (S3's code): a DeleteObjects body the front cannot read.
 MALFORMED_XML = Refusal(400, "MalformedXML", "The XML you provided was not well-formed.")
 
 

@@ -43,12 +43,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tether_local.r2_auth import (
+    ENTITY_TOO_LARGE,
     MALFORMED_XML,
     MISSING_CONTENT_LENGTH,
+    SERVICE_UNAVAILABLE,
     KeyLookup,
     Operation,
     Refusal,
     Request,
+    Scope,
     authenticate,
     authorize,
     check_part_sizes,
@@ -161,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self.length = -1
         if self.length < 0:
-            self._refuse(Refusal(400, "InvalidArgument", "Bad Content-Length."), drain=False)
+            self._refuse(MISSING_CONTENT_LENGTH, drain=False)
             return
         if self.chunked:  # R2 (and rclone) want the length up front
             self._refuse(MISSING_CONTENT_LENGTH)
@@ -187,11 +190,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _serve
 
-    def _judge_body(self, scope: Any, op: Operation, body: bytes) -> Refusal | None:
+    def _judge_body(self, scope: Scope, op: Operation, body: bytes) -> Refusal | None:
         try:
             root = ET.fromstring(body)  # noqa: S314 - loopback, from the stack's own clients
         except ET.ParseError:
-            return MALFORMED_XML
+            # Which keys a DeleteObjects names cannot be told: refused. A Complete's part list
+            # is only needed for the part rules: rclone answers it as it is.
+            return MALFORMED_XML if op.name == "DeleteObjects" else None
         if op.name == "DeleteObjects":
             keys = [el.text or "" for el in root.iter() if _local(el.tag) == "Key"]
             return authorize(scope, op, keys)
@@ -208,9 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_judged_body(self) -> bytes | None:
         if self.length > MAX_JUDGED_BODY_BYTES:
-            self._refuse(
-                Refusal(400, "InvalidRequest", "This request needs a Content-Length body ≤ 16 MiB.")
-            )
+            self._refuse(ENTITY_TOO_LARGE.because("This request's body is at most 16 MiB here."))
             return None
         self._continue()
         return self.rfile.read(self.length)
@@ -259,7 +262,7 @@ class _Handler(BaseHTTPRequestHandler):
                     LOG.warning("r2 front: upstream failed for %s %s: %s", op.name, self.path, exc)
                     self.close_connection = True
                     self._refuse(
-                        Refusal(503, "ServiceUnavailable", "Service is temporarily unavailable."),
+                        SERVICE_UNAVAILABLE,
                         drain=False,
                     )
                     return
