@@ -44,6 +44,7 @@ def test_submitted_job_is_provisioned_trains_and_finishes(stack: LocalStack) -> 
     # The storage key the lifecycle minted for the host reaches its job and nothing else: the
     # R2 front refuses the rest as R2 would (invariant 6, tested, not only asserted).
     assert env[agent_env.S3_ENDPOINT] == stack.s3_url
+    assert stack.r2 is not None and list(stack.r2.refusals) == []  # the agent stayed in scope
     s3 = boto3.session.Session().client(
         "s3",
         endpoint_url=env[agent_env.S3_ENDPOINT],
