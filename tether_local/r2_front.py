@@ -163,7 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             self.length = -1
-        if self.length < 0:
+        if self.length < 0:  # where the body ends is unknown: answer and close
+            self.close_connection = True
             self._refuse(MISSING_CONTENT_LENGTH, drain=False)
             return
         if self.chunked:  # R2 (and rclone) want the length up front
@@ -200,7 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
         if op.name == "DeleteObjects":
             keys = [el.text or "" for el in root.iter() if _local(el.tag) == "Key"]
             return authorize(scope, op, keys)
-        numbers = [int(el.text) for el in root.iter() if _local(el.tag) == "PartNumber" and el.text]
+        texts = [(el.text or "").strip() for el in root.iter() if _local(el.tag) == "PartNumber"]
+        numbers = [int(text) for text in texts if text.isdigit()]
         sizes = self.server.front.part_sizes(op.upload_id or "", numbers)
         return check_part_sizes(sizes) if sizes is not None else None
 
