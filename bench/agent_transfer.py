@@ -1,7 +1,10 @@
-"""Agent transfer benchmark: upload and restore a checkpoint of several files on a local S3
-server (`rclone serve s3`), then the same with `s5cmd` on the same endpoint, same run.
+"""Agent transfer benchmark: upload and restore a checkpoint of several files through the local
+stack's S3 endpoint (the R2 front before `rclone serve s3`, with a key minted by the Cloudflare
+simulator), then the same with `s5cmd` on the same endpoint, same run.
 
-    python bench/agent_transfer.py [--quick]      # 1 GiB, or 128 MiB with --quick
+    python bench/agent_transfer.py [--quick] [--direct]   # 1 GiB, or 128 MiB with --quick
+
+`--direct` talks to rclone itself (static key, no front): the difference is the front's cost.
 
 Prints each side's MB/s, `upload_ratio` and `restore_ratio` (agent / s5cmd throughput), the
 agent's CPU seconds per GiB, and the idle agent's CPU use (% of one core) while it watches and
@@ -11,6 +14,7 @@ heartbeats at the default 15 s interval. Not a test: numbers depend on the machi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -20,8 +24,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,9 +39,12 @@ from tether_agent.storage import Storage  # noqa: E402
 from tether_agent.storage_credentials import Credentials, CredentialStore  # noqa: E402
 from tether_agent.uploader import CheckpointUploader  # noqa: E402
 
+from tether_local.cloudflare_sim import CloudflareSim  # noqa: E402
+from tether_local.r2_front import R2Front  # noqa: E402
 from tether_local.s3server import start_s3_server  # noqa: E402
 
 KEY, SECRET = "BENCHKEY0001", "bench-secret-0001"
+PARENT = "bench-parent"
 MIB = 1024 * 1024
 MARKER = ".tether-complete"
 
@@ -58,23 +69,59 @@ def make_checkpoint(path: Path, total_mb: int) -> int:
     return sum(p.stat().st_size for p in path.iterdir())
 
 
-def s5cmd(endpoint: str, *args: str) -> None:
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    bucket: str
+    key: str
+    secret: str
+    token: str
+
+    def credentials(self) -> Credentials:
+        return Credentials(self.key, self.secret, self.token, None, self.url, self.bucket)
+
+
+@contextlib.contextmanager
+def endpoint(root: Path, bucket: str, *, direct: bool) -> Iterator[Endpoint]:
+    """rclone over `root` with `bucket`; unless `direct`, behind the R2 front with a minted key
+    scoped to the prefixes the benchmark writes (what the local stack does)."""
+    (root / bucket).mkdir(parents=True, exist_ok=True)
+    if direct:
+        with start_s3_server(root, {KEY: SECRET}) as server:
+            yield Endpoint(server.endpoint_url, bucket, KEY, SECRET, "")
+        return
+    sim = CloudflareSim(parents={PARENT: "admin-read-write"}, buckets=(bucket,))
+    body = {"bucket": bucket, "parentAccessKeyId": PARENT, "ttlSeconds": 3600,
+            "permission": "object-read-write", "prefixes": ["jobs/", "s5/"]}  # fmt: skip
+    url = f"https://sim.invalid/client/v4/accounts/{sim.account_id}/r2/temp-access-credentials"
+    auth = {"Authorization": "Bearer local-api-token"}
+    minted = sim.handle(httpx.Request("POST", url, headers=auth, json=body)).json()["result"]
+    with (
+        start_s3_server(root, None) as server,
+        R2Front(server.endpoint_url, sim.live_key) as front,
+    ):
+        yield Endpoint(front.url, bucket, minted["accessKeyId"], minted["secretAccessKey"],
+                       minted["sessionToken"])  # fmt: skip
+
+
+def s5cmd(ep: Endpoint, *args: str) -> None:
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ep.key, "AWS_SECRET_ACCESS_KEY": ep.secret,
            "AWS_REGION": "us-east-1"}  # fmt: skip
     env.pop("AWS_SESSION_TOKEN", None)
+    if ep.token:
+        env["AWS_SESSION_TOKEN"] = ep.token
     exe = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or "s5cmd"
-    subprocess.run([exe, "--endpoint-url", endpoint, *args], env=env, check=True,
+    subprocess.run([exe, "--endpoint-url", ep.url, *args], env=env, check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
 
 
-def transfer_bench(work: Path, total_mb: int) -> dict[str, float]:
+def transfer_bench(work: Path, total_mb: int, *, direct: bool = False) -> dict[str, float]:
     src = work / "src" / "checkpoint-100"
     nbytes = make_checkpoint(src, total_mb)
     gib = nbytes / 1024**3
     results: dict[str, float] = {"bytes": nbytes}
-    with start_s3_server(work / "s3", {KEY: SECRET}, None) as server:
-        server.create_bucket("bench")
-        store = CredentialStore(Credentials(KEY, SECRET, "", None, server.endpoint_url, "bench"))
+    with endpoint(work / "s3", "bench", direct=direct) as ep:
+        store = CredentialStore(ep.credentials())
         storage = Storage(store, "jobs/bench/", concurrency=8, part_size=16 * MIB)
         uploader = CheckpointUploader(storage, src.parent, MARKER, 1, 3, file_concurrency=4)
 
@@ -87,9 +134,9 @@ def transfer_bench(work: Path, total_mb: int) -> dict[str, float]:
         storage.close()
 
         s0 = time.perf_counter()
-        s5cmd(server.endpoint_url, "cp", f"{src}/*", "s3://bench/s5/")
+        s5cmd(ep, "cp", f"{src}/*", "s3://bench/s5/")
         s1 = time.perf_counter()
-        s5cmd(server.endpoint_url, "cp", "s3://bench/s5/*", f"{work / 's5-restore'}/")
+        s5cmd(ep, "cp", "s3://bench/s5/*", f"{work / 's5-restore'}/")
         s2 = time.perf_counter()
 
     mb = nbytes / 1e6
@@ -123,18 +170,18 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def idle_bench(work: Path, seconds: float) -> float:
+def idle_bench(work: Path, seconds: float, *, direct: bool = False) -> float:
     """% of one core the agent process itself uses while training sleeps."""
     api = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
     threading.Thread(target=api.serve_forever, daemon=True).start()
-    with start_s3_server(work / "s3-idle", {KEY: SECRET}, None) as server:
-        server.create_bucket("idle")
+    with endpoint(work / "s3-idle", "idle", direct=direct) as ep:
         env = {**os.environ, "TETHER_JOB_ID": "idle", "TETHER_GENERATION": "1",
                "TETHER_API_URL": f"http://127.0.0.1:{api.server_address[1]}",
                "TETHER_AGENT_TOKEN": "t", "TETHER_CHECKPOINT_DIR": str(work / "idle-ckpt"),
-               "TETHER_S3_ENDPOINT": server.endpoint_url, "TETHER_S3_BUCKET": "idle",
-               "TETHER_S3_PREFIX": "jobs/idle/", "TETHER_S3_ACCESS_KEY_ID": KEY,
-               "TETHER_S3_SECRET_ACCESS_KEY": SECRET, "TETHER_WORK_DIR": str(work / "idle-work"),
+               "TETHER_S3_ENDPOINT": ep.url, "TETHER_S3_BUCKET": "idle",
+               "TETHER_S3_PREFIX": "jobs/idle/", "TETHER_S3_ACCESS_KEY_ID": ep.key,
+               "TETHER_S3_SECRET_ACCESS_KEY": ep.secret, "TETHER_S3_SESSION_TOKEN": ep.token,
+               "TETHER_WORK_DIR": str(work / "idle-work"),
                "CONTAINER_ID": "1", "CONTAINER_API_KEY": "k"}  # fmt: skip
         agent = subprocess.Popen(
             [sys.executable, "-m", "tether_agent", "run", "--", "sleep", str(seconds + 30)],
@@ -156,12 +203,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="128 MiB instead of 1 GiB")
     parser.add_argument("--idle-seconds", type=float, default=None)
+    parser.add_argument(
+        "--direct", action="store_true", help="rclone itself, without the R2 front (a baseline)"
+    )
     args = parser.parse_args()
     total_mb = 128 if args.quick else 1024
     idle_s = args.idle_seconds or (20.0 if args.quick else 60.0)
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
-        r = transfer_bench(Path(tmp), total_mb)
-        idle_pct = idle_bench(Path(tmp), idle_s)
+        r = transfer_bench(Path(tmp), total_mb, direct=args.direct)
+        idle_pct = idle_bench(Path(tmp), idle_s, direct=args.direct)
+    print(f"endpoint: {'rclone directly' if args.direct else 'R2 front before rclone'}")
     print(f"checkpoint: {r['bytes'] / MIB:.0f} MiB in 5 files")
     for side in ("agent", "s5cmd"):
         up, down = r[f"{side}_upload_mb_s"], r[f"{side}_restore_mb_s"]

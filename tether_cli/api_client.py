@@ -315,7 +315,11 @@ class TetherApi:
         return dict(self.request("GET", f"jobs/{_segment(job_id)}/logs", params=params).body)
 
     def fetch(self, url: str) -> bytes | None:
-        """A presigned URL's content; None when it has expired or is gone (list again)."""
+        """A presigned URL's content; None when it has expired or is gone (list again).
+
+        R2 says "expired" three ways: 400 `ExpiredRequest` (the URL's own expiry), 401
+        `Unauthorized` (the credentials that signed it expired or were revoked) and, like S3,
+        403; a fresh listing brings a URL signed with fresh credentials."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 response = self._client.get(url)
@@ -324,7 +328,7 @@ class TetherApi:
                     self._backoff(attempt)
                     continue
                 raise CliError(f"could not download a log segment: {exc}", EXIT_FAILURE) from None
-            if response.status_code in (403, 404):
+            if response.status_code in (401, 403, 404) or _expired_request(response):
                 return None
             if response.status_code in RETRY_STATUSES and attempt < ATTEMPTS:
                 self._backoff(attempt)
@@ -335,6 +339,10 @@ class TetherApi:
                 )
             return response.content
         return None
+
+
+def _expired_request(response: httpx.Response) -> bool:
+    return response.status_code == 400 and b"<Code>ExpiredRequest</Code>" in response.content
 
 
 def _segment(job_id: str) -> str:

@@ -8,9 +8,10 @@ in the `{"success": false, "errors": [{"code", "message"}]}` envelope: 400/9106 
 `Retry-After` once a token passes its limit (1200 per 5 min; then blocked for 5 min, as the real
 API does), 404/7003 unknown route.
 
-`secret_for(access_key_id)` answers only while a key is unexpired (and its parent not revoked):
-the S3 stand-in (`rclone serve s3 --auth-proxy`) asks it for each request's secret, so minted keys
-work and later stop working. `scope_for` tells which bucket and prefixes a key may touch.
+`live_key(access_key_id)` answers only while a key is unexpired and its parent not revoked:
+the R2 front (`tether_local/r2_front.py`) asks it on every S3 request for the key's secret,
+session token and scope, so minted keys work, only inside their scope, and stop working the
+moment they expire or their parent is revoked. `secret_for` and `scope_for` are its parts.
 Time comes from an injectable clock, so tests and the demo can fast-forward expiry.
 """
 
@@ -68,9 +69,11 @@ class KeyScope:
 
 
 @dataclass(frozen=True)
-class _Minted:
-    secret_access_key: str
-    session_token: str
+class MintedKey:
+    """A minted key as the simulator holds it (what the R2 front checks requests against)."""
+
+    secret_access_key: str = field(repr=False)
+    session_token: str = field(repr=False)
     scope: KeyScope
 
 
@@ -102,7 +105,7 @@ class CloudflareSim:
         self._rate_limit = rate_limit
         self._rate_window_s = rate_window_s
         self._block_s = block_s
-        self._keys: dict[str, _Minted] = {}
+        self._keys: dict[str, MintedKey] = {}
         self._callers: dict[str, _Caller] = {}
         self._lock = threading.Lock()
         self.requests_seen = 0
@@ -112,6 +115,13 @@ class CloudflareSim:
     def add_bucket(self, name: str) -> None:
         with self._lock:
             self._buckets.add(name)
+
+    def add_parent(self, parent_access_key_id: str, permission: str = "admin-read-write") -> None:
+        """Like creating an R2 API token: its access key id can parent temporary keys."""
+        if permission not in PERMISSIONS:
+            raise ValueError(f"permission must be one of {', '.join(PERMISSIONS)}")
+        with self._lock:
+            self._parents[parent_access_key_id] = permission
 
     def revoke_parent(self, parent_access_key_id: str) -> None:
         """Like deleting the parent R2 token: every child key stops working."""
@@ -124,6 +134,10 @@ class CloudflareSim:
 
     # --- lookups for the S3 stand-in ---------------------------------------------------------
 
+    def live_key(self, access_key_id: str) -> MintedKey | None:
+        """The key if it is live now (minted, unexpired, parent not revoked), else None."""
+        return self._live(access_key_id)
+
     def secret_for(self, access_key_id: str) -> str | None:
         minted = self._live(access_key_id)
         return None if minted is None else minted.secret_access_key
@@ -132,7 +146,12 @@ class CloudflareSim:
         minted = self._live(access_key_id)
         return None if minted is None else minted.scope
 
-    def _live(self, access_key_id: str) -> _Minted | None:
+    def set_clock(self, clock: Callable[[], float]) -> None:
+        """Replace the clock (tests move time forward to expire keys at once)."""
+        with self._lock:
+            self._clock = clock
+
+    def _live(self, access_key_id: str) -> MintedKey | None:
         with self._lock:
             minted = self._keys.get(access_key_id)
             if minted is None:
@@ -210,7 +229,7 @@ class CloudflareSim:
             )
         ttl = body.get("ttlSeconds", DEFAULT_TTL_S)
         access_key_id = secrets.token_hex(16)  # R2 access key ids are 32 hex characters
-        minted = _Minted(
+        minted = MintedKey(
             secret_access_key=secrets.token_hex(32),
             session_token=secrets.token_urlsafe(96),
             scope=KeyScope(

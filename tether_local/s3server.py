@@ -1,10 +1,11 @@
-"""`rclone serve s3` as a local S3/R2 stand-in with SigV4 auth, for tests, benchmarks and the
-local stack (DESIGN §7).
+"""`rclone serve s3` as a local S3 data plane, for tests, benchmarks and the local stack
+(DESIGN §7).
 
 Buckets are the top-level directories of `root` (rclone serves every directory in the root as a
-bucket and ignores files there), so `S3Server.create_bucket` is just a mkdir. With `auth_proxy`
-rclone asks that program for each access key's secret (the Cloudflare simulator's minted keys);
-`--auth-key` pairs are then ignored.
+bucket and ignores files there), so `S3Server.create_bucket` is just a mkdir. With `keys` rclone
+checks SigV4 signatures against those static pairs; without, it serves anonymously on loopback,
+which is how the local stack runs it: behind the R2 front (`tether_local/r2_front.py`), which
+checks every request against the Cloudflare simulator's minted keys.
 """
 
 from __future__ import annotations
@@ -46,13 +47,11 @@ class S3Server:
         self,
         root: Path,
         keys: dict[str, str] | None = None,
-        auth_proxy: list[str] | None = None,
         port: int = 0,
         extra_args: list[str] | None = None,
     ) -> None:
         self.root = root
         self.keys = dict(keys or {})
-        self.auth_proxy = auth_proxy
         self.port = port or free_port()
         self.extra_args = list(extra_args or [])
         self.process: subprocess.Popen[bytes] | None = None
@@ -72,15 +71,12 @@ class S3Server:
         self.root.mkdir(parents=True, exist_ok=True)
         args = [
             rclone_binary(), "serve", "s3",
-            # With --auth-proxy the proxy's answer names each key's root: no positional root.
-            *([] if self.auth_proxy else [str(self.root)]),
+            str(self.root),
             "--addr", f"127.0.0.1:{self.port}",
             "--config", "/dev/null",  # no user rclone.conf, no warning about it
             "--dir-cache-time", "1s",  # objects changed on disk show up quickly (tests do that)
             "--poll-interval", "0",
         ]  # fmt: skip
-        if self.auth_proxy:
-            args += ["--auth-proxy", " ".join(self.auth_proxy)]
         for key_id, secret in self.keys.items():
             args += ["--auth-key", f"{key_id},{secret}"]
         args += self.extra_args
@@ -138,10 +134,9 @@ class S3Server:
 def start_s3_server(
     root: Path,
     keys: dict[str, str] | None,
-    auth_proxy: list[str] | None,
     port: int = 0,
     extra_args: list[str] | None = None,
 ) -> S3Server:
     """Start `rclone serve s3` over `root` and wait until it answers; stop it with `.stop()`
     or by using the result as a context manager."""
-    return S3Server(root, keys, auth_proxy, port, extra_args).start()
+    return S3Server(root, keys, port, extra_args).start()

@@ -3,7 +3,7 @@
 
     with LocalStack(LocalStackConfig()) as stack:
         stack.api_url      # the API front (API Gateway HTTP API on loopback)
-        stack.s3_url       # rclone serve s3, the R2 stand-in
+        stack.s3_url       # the R2 front (R2's checks) before rclone serve s3, the R2 stand-in
         stack.vast         # the Vast simulator (chaos: stack.vast.inject("rate_limit", 5))
         stack.hosts        # the local hosts (chaos: destroy, hang_gpu, freeze, zombie)
         stack.tick()       # fire the monitor schedules once, now
@@ -13,11 +13,13 @@ What `start()` does, in order:
    running the real definition, SNS, Secrets Manager, Lambda handlers in process.
 2. The Vast simulator (offers from `tether_local.offers`) and the Cloudflare simulator, each
    served over loopback HTTP; renting starts a local host (`tether_local.hosts`).
-3. `rclone serve s3` over `<root>/s3` with `--auth-proxy` (`tether_local.auth_proxy`) asking the
-   Cloudflare simulator, so only keys the control plane minted work, and only until they expire.
+3. `rclone serve s3` over `<root>/s3` (anonymous, on a loopback port only the front knows) behind
+   the R2 front (`tether_local.r2_front`), which checks every request against the key the
+   Cloudflare simulator minted — signature, session token, expiry, revocation, bucket, prefixes,
+   permission — at the time of the request, and refuses with R2's errors.
 4. The account secrets (`tether/vast-api-key`, `tether/cloudflare`) get the simulators' keys,
    and every deployed function's environment is pointed away from the internet: Vast and
-   Cloudflare base URLs → the simulators, R2 endpoint → the rclone server, API URL → the front.
+   Cloudflare base URLs → the simulators, R2 endpoint → the R2 front, API URL → the API front.
 5. The API front on loopback, dispatching by the template's routes.
 6. The stack's clock: fires the template's schedules every `monitor_interval_s`.
 
@@ -39,7 +41,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions import settings as function_settings
@@ -50,16 +51,15 @@ from tether_local.cloudflare_sim import CloudflareSim
 from tether_local.hosts import LocalHosts
 from tether_local.http import ApiFront, LoopbackServer
 from tether_local.offers import generate_offers
+from tether_local.r2_front import R2Front
 from tether_local.s3server import S3Server
 from tether_local.vast_sim import VastSimulator
 
 LOG = logging.getLogger(__name__)
 
-AUTH_PROXY_SCRIPT = Path(__file__).with_name("auth_proxy.py")
 R2_BUCKET = "tether"
 CLOUDFLARE_ACCOUNT_ID = "local-account"
 CLOUDFLARE_PARENT_KEY = "local-parent-key"
-_KEY_LOOKUP_PREFIX = "/_tether_local/r2-keys"  # served next to the Cloudflare simulator
 
 
 class LocalStackConfig(BaseModel):
@@ -72,7 +72,9 @@ class LocalStackConfig(BaseModel):
     )
     keep_root: bool = Field(default=False, description="Keep a temp root after close")
     api_port: int = Field(default=0, ge=0, le=65535, description="API front port; 0: any free")
-    s3_port: int = Field(default=0, ge=0, le=65535, description="S3 stand-in port; 0: any free")
+    s3_port: int = Field(
+        default=0, ge=0, le=65535, description="S3 endpoint (the R2 front) port; 0: any free"
+    )
     offers: int = Field(default=200, ge=1, le=10_000, description="Offers in the Vast book")
     seed: int = Field(default=0, description="Seed of the offer generator and the simulator")
     time_scale: float = Field(
@@ -121,11 +123,11 @@ class LocalStack:
             parents={CLOUDFLARE_PARENT_KEY: "admin-read-write"},
             buckets=(R2_BUCKET,),
         )
-        self._lookup_token = uuid.uuid4().hex  # only the auth proxy knows the lookup path
         self.deployed: Deployed | None = None
         self.front: ApiFront | None = None
         self.hosts: LocalHosts | None = None
-        self.s3: S3Server | None = None
+        self.s3: S3Server | None = None  # rclone, the data plane: reached only by the front
+        self.r2: R2Front | None = None
         self._servers: list[LoopbackServer] = []
         self._api_server: LoopbackServer | None = None
         self._vast_server: LoopbackServer | None = None
@@ -155,9 +157,10 @@ class LocalStack:
 
     @property
     def s3_url(self) -> str:
-        if self.s3 is None:
+        """The S3/R2 endpoint every client uses: the R2 front, never rclone directly."""
+        if self.r2 is None:
             raise RuntimeError("the local stack is not started")
-        return self.s3.endpoint_url
+        return self.r2.url
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -178,8 +181,11 @@ class LocalStack:
             self.aws.start()
             self.deployed = self.aws.deploy(template, stack_name=names.STACK_NAME)
             self._vast_server = self._serve(self.vast.handle, "vast")
-            self._cloudflare_server = self._serve(self._cloudflare_handle, "cloudflare")
+            self._cloudflare_server = self._serve(self.cloudflare.handle, "cloudflare")
             self.s3 = self._start_s3()
+            self.r2 = R2Front(
+                self.s3.endpoint_url, self.cloudflare.live_key, port=self.config.s3_port
+            ).start()
             self.front = ApiFront(
                 self.deployed.http_routes,
                 endpoint_url=self.aws.endpoint_url,
@@ -221,6 +227,9 @@ class LocalStack:
         for server in reversed(self._servers):
             server.stop()
         self._servers.clear()
+        if self.r2 is not None:
+            self.r2.stop()
+            self.r2 = None
         if self.s3 is not None:
             self.s3.__exit__(None, None, None)
         factory.reset()
@@ -236,42 +245,11 @@ class LocalStack:
         self._servers.append(server)
         return server
 
-    def _cloudflare_handle(self, request: httpx.Request) -> httpx.Response:
-        """The Cloudflare API, plus the key lookup only the S3 stand-in's auth proxy uses."""
-        lookup = f"{_KEY_LOOKUP_PREFIX}/{self._lookup_token}/"
-        if not request.url.path.startswith(lookup):
-            return self.cloudflare.handle(request)
-        access_key_id = request.url.path[len(lookup) :]
-        secret = self.cloudflare.secret_for(access_key_id)
-        scope = self.cloudflare.scope_for(access_key_id)
-        if secret is None or scope is None:
-            return httpx.Response(404, json={"message": "no live key"})
-        return httpx.Response(
-            200,
-            json={
-                "secret": secret,
-                "bucket": scope.bucket,
-                "prefixes": list(scope.prefixes),
-                "permission": scope.permission,
-            },
-        )
-
     def _start_s3(self) -> S3Server:
+        """rclone over `<root>/s3`, anonymous: the R2 front in front of it does every check."""
         data = self.root / "s3"
         (data / R2_BUCKET).mkdir(parents=True, exist_ok=True)
-        lookup = _url(self._cloudflare_server) + f"{_KEY_LOOKUP_PREFIX}/{self._lookup_token}"
-        proxy = [
-            sys.executable, "-I", str(AUTH_PROXY_SCRIPT),
-            "--lookup", lookup,
-            "--root", str(data),
-            "--views", str(self.root / "s3-views"),
-        ]  # fmt: skip
-        for part in proxy:
-            if " " in part:  # rclone splits the --auth-proxy command line on spaces
-                raise ValueError(f"root: the local stack's paths may not contain spaces ({part})")
-        server = S3Server(data, auth_proxy=proxy, port=self.config.s3_port)
-        server.start()
-        return server
+        return S3Server(data).start()
 
     def _set_secrets(self) -> None:
         assert self.deployed is not None

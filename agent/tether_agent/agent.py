@@ -33,7 +33,13 @@ from tether_agent.protocol import (
 from tether_agent.restore import Restored, RestoreError, restore_latest
 from tether_agent.runner import RotatingLog, TrainingProcess
 from tether_agent.settings import AgentSettings, Tuning
-from tether_agent.storage import RateLimiter, Storage, StorageError, TransferCancelled
+from tether_agent.storage import (
+    AccessDenied,
+    RateLimiter,
+    Storage,
+    StorageError,
+    TransferCancelled,
+)
 from tether_agent.storage_credentials import Credentials, CredentialStore
 from tether_agent.uploader import CheckpointUploader
 from tether_agent.vast import stop_own_instance
@@ -106,6 +112,7 @@ class Agent:
             prune_local=tuning.prune_local,
             poll_interval_s=tuning.poll_interval_s,
             on_uploaded=self._uploaded,
+            on_refused=self._upload_refused,
         )
         self.log_shipper = LogShipper(
             self.storage,
@@ -196,6 +203,11 @@ class Agent:
 
     def _uploaded(self, ref: CheckpointRef) -> None:
         self.heartbeater.poke()
+
+    def _upload_refused(self, step: int, exc: AccessDenied) -> None:
+        """Out of scope (403): the uploader already logged it and will not retry it with these
+        credentials; say it in the shipped log too, where `tether logs` shows it."""
+        self.log_shipper.note(f"checkpoint {step} not uploaded: {exc}")
 
     def _set_phase(self, phase: Phase) -> None:
         if phase != self.phase:

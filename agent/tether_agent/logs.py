@@ -11,8 +11,10 @@ line break where there is one.
 
 Bounded: the shipper holds at most `max_buffer_bytes` in memory (when uploads fail, the oldest
 bytes are dropped and a notice says how many) and uploads at most `max_total_bytes` per
-generation. No secrets: every line is scrubbed of the agent's own secrets (agent token, storage
-keys, the container's Vast key) before it is buffered.
+generation. A segment the storage refuses as out of scope (403 `AccessDenied`) ends shipping for
+this generation, said once in the agent's log: the same credentials would be refused again, and
+the full log stays on the host. No secrets: every line is scrubbed of the agent's own secrets
+(agent token, storage keys, the container's Vast key) before it is buffered.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from tether_agent.runner import LogSink
-from tether_agent.storage import StorageError, TransferCancelled
+from tether_agent.storage import AccessDenied, StorageError, TransferCancelled
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class LogShipper:
         self.dropped_bytes = 0
         self._capped = False
         self._cancelled = False
+        self.refused: str | None = None  # why the storage refused the log (AccessDenied)
 
     # -- input (the training output pump) ------------------------------------------------------
 
@@ -144,6 +147,13 @@ class LogShipper:
                     self._storage.put_bytes(key, segment, "text/plain; charset=utf-8")
                 except TransferCancelled:
                     with self._lock:
+                        self._cancelled = True
+                        self._buffer.clear()
+                    return uploaded
+                except AccessDenied as exc:
+                    log.error("log shipping stopped; the full log stays on the host: %s", exc)
+                    with self._lock:
+                        self.refused = str(exc)
                         self._cancelled = True
                         self._buffer.clear()
                     return uploaded

@@ -1,11 +1,19 @@
 """S3/R2 adapter: credentials that can be swapped while transfers run, parallel multipart
 uploads and ranged downloads, each hashed with sha256 in the same single pass over the data.
 
-Failure handling, per request: network errors and 5xx retry with backoff; an authentication
-error (expired or rotated credentials) waits for newer credentials from a heartbeat reply and
-retries with them; `NoSuchUpload` (the server lost the multipart upload, e.g. it restarted or the
-new key is a different user) restarts that file's upload from the first part. A failed upload is
-aborted so no multipart upload is left open.
+Failure handling, per request: network errors and 5xx retry with backoff. R2 says two different
+things with 401 and 403, and they are treated as such:
+- 401 `Unauthorized` (and the other "these credentials no longer work" codes: expired token,
+  unknown key, wrong signature): the credentials expired, were revoked or rotated. The call waits
+  for newer credentials from a heartbeat reply (the store swaps them atomically) and retries with
+  them; without new ones it counts as a failed attempt.
+- 403 `AccessDenied`: the credentials work, but this operation is outside their scope (bucket,
+  prefix, permission). Retrying with credentials of the same scope cannot help, so it raises
+  `AccessDenied` at once (after one retry if newer credentials arrived meanwhile, or as a 401 when
+  the credentials have expired by the local clock), and callers report it instead of retrying.
+`NoSuchUpload` (the server lost the multipart upload) restarts that file's upload from the first
+part; 404 is "not there", never a refusal. A failed upload is aborted so no multipart upload is
+left open.
 
 The credentials themselves, and the S3 clients built from them, live in `storage_credentials`.
 """
@@ -40,18 +48,20 @@ from tether_agent.storage_credentials import Credentials, CredentialStore
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-AUTH_ERRORS = frozenset(
+# The credentials do not work (any more): wait for fresh ones from a heartbeat reply.
+CREDENTIAL_ERRORS = frozenset(
     {
-        "AccessDenied",
+        "Unauthorized",
+        "401",
         "InvalidAccessKeyId",
         "ExpiredToken",
         "InvalidToken",
         "SignatureDoesNotMatch",
         "TokenRefreshRequired",
-        "Forbidden",
-        "403",
     }
 )
+# The credentials work, the operation is out of their scope: report, do not retry.
+DENIED_ERRORS = frozenset({"AccessDenied", "Forbidden", "403"})
 NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})
 
 
@@ -61,6 +71,18 @@ class StorageError(Exception):
 
 class TransferCancelled(StorageError):
     """The agent was told to stop transferring (superseded or shutting down)."""
+
+
+class AccessDenied(StorageError):
+    """The storage refused an operation as out of the credentials' scope (R2's 403
+    AccessDenied). Not retried: credentials of the same scope would be refused the same way."""
+
+    def __init__(self, what: str, bucket: str, access_key_id: str) -> None:
+        self.what = what
+        super().__init__(
+            f"{what}: AccessDenied (out of the scope of the storage credentials for bucket "
+            f"{bucket}, key {access_key_id[:4]}…)"
+        )
 
 
 class UploadLost(StorageError):
@@ -100,6 +122,10 @@ class TransferStats:
         with self._lock:
             self.bytes_uploaded += up
             self.bytes_downloaded += down
+
+
+def _expired(creds: Credentials) -> bool:
+    return creds.expires_at is not None and creds.expires_at <= time.time()
 
 
 def _error_code(exc: ClientError) -> str:
@@ -159,8 +185,10 @@ class Storage:
     # -- retries ---------------------------------------------------------------------------
 
     def call(self, what: str, fn: Callable[[Any, Credentials], T]) -> T:
-        """Run `fn(client, credentials)` with retries; auth errors wait for new credentials."""
+        """Run `fn(client, credentials)` with retries; 401s wait for new credentials, a 403
+        AccessDenied raises `AccessDenied` (see the module docstring)."""
         attempt = 0
+        renewals = 0  # retries with newer credentials: bounded too, never a blind loop
         while True:
             if self.cancel.is_set():
                 raise TransferCancelled(what)
@@ -173,7 +201,17 @@ class Storage:
                     raise UploadLost(what) from exc
                 if code in NOT_FOUND:
                     raise
-                if code in AUTH_ERRORS:
+                newer = self.store.current().version > creds.version
+                if code in DENIED_ERRORS and not newer and not _expired(creds):
+                    denied = AccessDenied(what, creds.bucket, creds.access_key_id)
+                    log.error("storage refused %s", denied)
+                    raise denied from exc
+                if code in DENIED_ERRORS or code in CREDENTIAL_ERRORS:
+                    renewals += 1
+                    if renewals > self._max_attempts:
+                        raise StorageError(f"{what}: {code} with {renewals} credentials") from exc
+                    if newer:
+                        continue
                     log.warning(
                         "%s: %s with key %s…; waiting for new credentials",
                         what,

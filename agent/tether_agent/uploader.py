@@ -4,6 +4,11 @@ Watching uses inotify through watchdog (a polling observer where inotify is unav
 slow periodic rescan as a safety net, so an idle agent sleeps. A checkpoint directory is never
 read before its marker file exists. Files go up in parallel; the manifest (sizes and sha256 of
 the bytes actually sent) is written last, and only then are older remote checkpoints deleted.
+
+A checkpoint the storage refuses as out of scope (403 `AccessDenied`) is reported once through
+`on_refused` and not tried again with the same credentials: only newer credentials (a heartbeat
+reply) make it worth another try. Expired credentials are not a refusal: the storage layer
+waits for fresh ones.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from tether_agent.checkpoints import (
 )
 from tether_agent.progress import marked_checkpoints
 from tether_agent.protocol import CheckpointRef
-from tether_agent.storage import Storage, StorageError, TransferCancelled
+from tether_agent.storage import AccessDenied, Storage, StorageError, TransferCancelled
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,7 @@ class CheckpointUploader:
         prune_local: bool = False,
         poll_interval_s: float = 30.0,
         on_uploaded: Callable[[CheckpointRef], None] | None = None,
+        on_refused: Callable[[int, AccessDenied], None] | None = None,
     ) -> None:
         self.storage = storage
         self.checkpoint_dir = checkpoint_dir
@@ -70,7 +76,9 @@ class CheckpointUploader:
         self.poll_interval_s = poll_interval_s
         self.last: CheckpointRef | None = None
         self._on_uploaded = on_uploaded
+        self._on_refused = on_refused
         self._done_steps: set[int] = set()
+        self._refused: dict[int, int] = {}  # step → credentials version that was refused
         self._lock = threading.Lock()  # one scan at a time (watcher thread vs final flush)
         self._files = ThreadPoolExecutor(max_workers=file_concurrency, thread_name_prefix="s3-file")
         self._wake = threading.Event()
@@ -131,7 +139,17 @@ class CheckpointUploader:
             for step, path in marked_checkpoints(self.checkpoint_dir, self.marker):
                 if step in self._done_steps or (self.last and step < self.last.step):
                     continue
-                ref = self._upload_checkpoint(step, path)
+                version = self.storage.store.current().version
+                if self._refused.get(step) == version:
+                    continue  # refused with these credentials: wait for newer ones
+                try:
+                    ref = self._upload_checkpoint(step, path)
+                except AccessDenied as exc:
+                    self._refused[step] = version
+                    log.error("checkpoint %d not uploaded: %s", step, exc)
+                    if self._on_refused:
+                        self._on_refused(step, exc)
+                    break  # the next ones go to the same prefix: same answer
                 if ref is None:
                     continue
                 uploaded.append(ref)

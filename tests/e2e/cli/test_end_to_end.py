@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
 
+from functions.domain import agent_env
 from tests.e2e.conftest import api, s3_keys, tiny_spec, wait_for
 from tether_local.stack import LocalStack
 
@@ -37,6 +41,29 @@ def test_submitted_job_is_provisioned_trains_and_finishes(stack: LocalStack) -> 
     env = hosts[0].received_env
     for secret in stack.account_secrets():
         assert not [name for name, value in env.items() if secret in value]
+    # The storage key the lifecycle minted for the host reaches its job and nothing else: the
+    # R2 front refuses the rest as R2 would (invariant 6, tested, not only asserted).
+    assert env[agent_env.S3_ENDPOINT] == stack.s3_url
+    assert stack.r2 is not None and list(stack.r2.refusals) == []  # the agent stayed in scope
+    s3 = boto3.session.Session().client(
+        "s3",
+        endpoint_url=env[agent_env.S3_ENDPOINT],
+        region_name="auto",
+        aws_access_key_id=env[agent_env.S3_ACCESS_KEY_ID],
+        aws_secret_access_key=env[agent_env.S3_SECRET_ACCESS_KEY],
+        aws_session_token=env[agent_env.S3_SESSION_TOKEN],
+        config=Config(retries={"max_attempts": 1}),
+    )
+    bucket, prefix = env[agent_env.S3_BUCKET], env[agent_env.S3_PREFIX]
+    assert prefix == f"jobs/{job_id}/"
+    assert s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["KeyCount"] > 0
+    for outside in ("jobs/another-job/x.bin", "x.bin", f"jobs/{job_id}x/x.bin"):
+        with pytest.raises(ClientError) as refused:
+            s3.put_object(Bucket=bucket, Key=outside, Body=b"stray")
+        assert refused.value.response["Error"]["Code"] == "AccessDenied", outside
+    with pytest.raises(ClientError) as refused:
+        s3.list_objects_v2(Bucket=bucket, Prefix="jobs/")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
     # Finished: the host was destroyed and no instance of the job bills any more.
     wait_for("the host destroyed", lambda: hosts[0].state == "destroyed", timeout_s=20)
     assert hosts[0].instance_id not in stack.vast.gpu_billing_instances()

@@ -32,14 +32,16 @@ HOLD = "sleep 600"  # a training command that just runs, for chaos tests
 CONCURRENCY = 16
 
 
-def _mint(stack: LocalStack, prefix: str, ttl_s: int) -> dict[str, str]:
+def _mint(
+    stack: LocalStack, prefix: str, ttl_s: int, permission: str = "object-read-write"
+) -> dict[str, str]:
     reply = httpx.post(
         f"{stack.cloudflare_url}/accounts/local-account/r2/temp-access-credentials",
         headers={"Authorization": "Bearer local-api-token"},
         json={
             "bucket": R2_BUCKET,
             "parentAccessKeyId": "local-parent-key",
-            "permission": "object-read-write",
+            "permission": permission,
             "ttlSeconds": ttl_s,
             "prefixes": [prefix],
         },
@@ -156,24 +158,54 @@ def test_s3_stand_in_honours_only_live_minted_keys_in_scope(stack: LocalStack) -
     assert body == b"payload"
     assert (stack.root / "s3" / R2_BUCKET / "jobs" / "scope-a" / "x.bin").read_bytes() == body
 
-    # Another job's key cannot read it.
-    assert _error_code(lambda: other.get_object(Bucket=R2_BUCKET, Key="jobs/scope-a/x.bin")) in (  # type: ignore[attr-defined]
-        "NoSuchKey",
-        "AccessDenied",
+    # Another job's key cannot read it (R2: 403 AccessDenied, not 404).
+    assert _error_code(lambda: other.get_object(Bucket=R2_BUCKET, Key="jobs/scope-a/x.bin")) == (  # type: ignore[attr-defined]
+        "AccessDenied"
     )
     # A key nobody minted is refused.
-    forged = _s3(stack, {"accessKeyId": "f" * 32, "secretAccessKey": "x", "sessionToken": ""})
-    assert _error_code(lambda: forged.list_objects_v2(Bucket=R2_BUCKET)) == "AccessDenied"  # type: ignore[attr-defined]
+    forged = _s3(stack, {"accessKeyId": "f" * 32, "secretAccessKey": "x", "sessionToken": "t"})
+    assert _error_code(lambda: forged.list_objects_v2(Bucket=R2_BUCKET)) == "Unauthorized"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("key", ["jobs/scope-b/stray.bin", "stray.txt"])
+def test_out_of_scope_write_is_refused_and_lands_nowhere(stack: LocalStack, key: str) -> None:
+    """Before: 200, and the object landed in the key's private view (readable back by it)."""
+    mine = _s3(stack, _mint(stack, "jobs/scope-a/", 900))
+    assert _error_code(lambda: mine.put_object(Bucket=R2_BUCKET, Key=key, Body=b"x")) == (  # type: ignore[attr-defined]
+        "AccessDenied"
+    )
+    assert _error_code(lambda: mine.get_object(Bucket=R2_BUCKET, Key=key)) == "AccessDenied"  # type: ignore[attr-defined]
+    assert not list(stack.root.rglob(key.rsplit("/", 1)[-1]))
+
+
+def test_read_only_key_cannot_write_into_the_bucket(stack: LocalStack) -> None:
+    reader = _s3(stack, _mint(stack, "jobs/ro/", 900, permission="object-read-only"))
+    code = _error_code(
+        lambda: reader.put_object(Bucket=R2_BUCKET, Key="jobs/ro/w.bin", Body=b"w")  # type: ignore[attr-defined]
+    )
+    assert code == "AccessDenied"
+    assert not (stack.root / "s3" / R2_BUCKET / "jobs" / "ro" / "w.bin").exists()
+
+
+def test_wrong_session_token_is_refused(stack: LocalStack) -> None:
+    key = _mint(stack, "jobs/token/", 900)
+    wrong = _s3(stack, {**key, "sessionToken": _mint(stack, "jobs/token/", 900)["sessionToken"]})
+    code = _error_code(
+        lambda: wrong.put_object(Bucket=R2_BUCKET, Key="jobs/token/x", Body=b"x")  # type: ignore[attr-defined]
+    )
+    assert code == "Unauthorized"
 
 
 def test_expired_key_is_refused_by_the_s3_stand_in(stack: LocalStack) -> None:
-    expiring = _mint(stack, "jobs/expiring/", ttl_s=1)
-    time.sleep(1.2)  # past its expiry (the simulator's clock is real time)
+    """Refused at once, though it was in use (rclone's auth cache kept such a key for ~5 min)."""
+    expiring = _mint(stack, "jobs/expiring/", ttl_s=2)
     client = _s3(stack, expiring)
+    client.put_object(Bucket=R2_BUCKET, Key="jobs/expiring/early", Body=b"x")  # type: ignore[attr-defined]
+    time.sleep(2.2)  # past its expiry (the simulator's clock is real time)
     code = _error_code(
         lambda: client.put_object(Bucket=R2_BUCKET, Key="jobs/expiring/late", Body=b"x")  # type: ignore[attr-defined]
     )
-    assert code == "AccessDenied"
+    assert code == "Unauthorized"
     assert not (stack.root / "s3" / R2_BUCKET / "jobs" / "expiring" / "late").exists()
 
 

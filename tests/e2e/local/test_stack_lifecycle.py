@@ -19,7 +19,7 @@ def test_stack_starts_serves_and_stops_cleanly(tmp_path: Path) -> None:
     with LocalStack(config) as stack:
         urls = [stack.api_url, stack.s3_url, stack.vast_url, stack.cloudflare_url]
         assert all(url.startswith("http://127.0.0.1:") for url in urls)
-        assert httpx.get(stack.s3_url + "/").status_code == 403  # rclone answers, unsigned
+        assert httpx.get(stack.s3_url + "/").status_code == 401  # the R2 front, unsigned
         job = provision_by_hand(stack, "sleep 600")
         wait_for("the host's processes", lambda: len(stack.hosts.processes()) >= 2)  # type: ignore[union-attr]
         rclone = stack.s3.process  # type: ignore[union-attr]

@@ -32,15 +32,22 @@ SECRET_KEY = "tether-test-secret-0001"
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with start_s3_server(tmp_path_factory.mktemp("s3"), {ACCESS_KEY: SECRET_KEY}, None) as srv:
+    with start_s3_server(tmp_path_factory.mktemp("s3"), {ACCESS_KEY: SECRET_KEY}) as srv:
         yield srv
+
+
+def create_bucket(s3: S3Server, name: str) -> str:
+    """Create a bucket through the S3 API: a directory made on disk shows up only once rclone's
+    directory cache expires (1 s), and an agent that lists it before gets NoSuchBucket and
+    spends its start-up retrying (a test then signalled it before training had begun)."""
+    creds = Credentials(ACCESS_KEY, SECRET_KEY, "", None, s3.endpoint_url, name)
+    CredentialStore(creds).client(creds).create_bucket(Bucket=name)
+    return name
 
 
 @pytest.fixture
 def bucket(s3_server: S3Server) -> str:
-    name = f"b{uuid.uuid4().hex[:12]}"
-    s3_server.create_bucket(name)
-    return name
+    return create_bucket(s3_server, f"b{uuid.uuid4().hex[:12]}")
 
 
 def make_storage(endpoint: str, bucket: str, prefix: str = "jobs/j1/", **kwargs: Any) -> Storage:

@@ -13,6 +13,7 @@ from tether_agent.restore import restore_latest
 from tests.integration.agent.conftest import (
     ControlPlane,
     agent_env,
+    create_bucket,
     fake_train,
     finish,
     kill_host,
@@ -199,8 +200,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(
     python = str(stand_in(TINY_CPU_IMAGE).python)  # the demo image: numpy and tiny_train
     tiny = [python, "-m", "tiny_train", "--steps", "60", "--checkpoint-every", "10"]
     straight = tmp_path / "straight"
-    env0 = agent_env(straight, s3_server, bucket + "x", control_plane)
-    s3_server.create_bucket(bucket + "x")
+    env0 = agent_env(straight, s3_server, create_bucket(s3_server, bucket + "x"), control_plane)
     assert finish(start_agent(env0, tiny))[0] == 0
 
     # Generation 1 crashes after step 35 (last checkpoint 30); generation 2, on a fresh

@@ -145,7 +145,7 @@ def test_credentials_rotated_mid_upload_complete_the_upload(tmp_path: Path) -> N
     """The old key stops working mid-upload (server restarted knowing only the new key, which
     also loses the multipart upload); the new key arrives later, as from a heartbeat."""
     data_root = tmp_path / "s3"
-    old_server = start_s3_server(data_root, {ACCESS_KEY: SECRET_KEY}, None)
+    old_server = start_s3_server(data_root, {ACCESS_KEY: SECRET_KEY})
     port = old_server.port
     old_server.create_bucket("rot")
     storage = make_storage(
@@ -165,9 +165,7 @@ def test_credentials_rotated_mid_upload_complete_the_upload(tmp_path: Path) -> N
             time.sleep(0.01)
         assert thread.is_alive(), "upload finished before the rotation"
         old_server.stop()
-        new_server = start_s3_server(
-            data_root, {"ROTATEDKEY002": "rotated-secret-2"}, None, port=port
-        )
+        new_server = start_s3_server(data_root, {"ROTATEDKEY002": "rotated-secret-2"}, port=port)
         time.sleep(0.3)  # old key refused for a while: parts wait for new credentials
         storage.store.offer(
             Credentials("ROTATEDKEY002", "rotated-secret-2", "", time.time() + 900,

@@ -55,6 +55,9 @@ class FakeBucket:
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self.expire_once: set[str] = set()
+        # What an expired URL gets (R2: 400 ExpiredRequest past the URL's own expiry, 401
+        # Unauthorized once the credentials that signed it have expired).
+        self.expired_answer = (400, "ExpiredRequest")
 
     def put(self, job_id: str, generation: int, sequence: int, text: str) -> None:
         self.objects[f"jobs/{job_id}/logs/g{generation:04d}-{sequence:06d}.log"] = text.encode()
@@ -71,7 +74,8 @@ class FakeBucket:
         key = request.url.path.lstrip("/")
         if key in self.expire_once:
             self.expire_once.discard(key)
-            return httpx.Response(403, text="<Error><Code>AccessDenied</Code></Error>")
+            status, code = self.expired_answer
+            return httpx.Response(status, text=f"<Error><Code>{code}</Code></Error>")
         if key not in self.objects:
             return httpx.Response(404)
         return httpx.Response(200, content=self.objects[key])
@@ -279,7 +283,13 @@ def test_logs_prints_every_segment_in_order_across_generations(backend, capsys) 
     assert out == "g1 first\ng1 second\ng2 first\n"
 
 
-def test_logs_pages_and_refetches_an_expired_url(backend, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "expired_answer", [(400, "ExpiredRequest"), (401, "Unauthorized"), (403, "AccessDenied")]
+)
+def test_logs_pages_and_refetches_an_expired_url(
+    backend, capsys, monkeypatch, expired_answer
+) -> None:
+    backend.bucket.expired_answer = expired_answer
     monkeypatch.setattr(cli_jobs, "LOG_PAGE", 2)
     job_id = submit(capsys)
     for i in range(5):

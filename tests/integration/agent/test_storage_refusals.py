@@ -1,0 +1,234 @@
+"""The agent against the R2 front: a 401 (expired or revoked key) waits for the fresh key a
+heartbeat reply brings; a 403 AccessDenied (out of scope) is reported and not retried with the
+same credentials, and the agent neither hangs nor crash-loops on it."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tether_agent.agent import ExitCode
+from tether_agent.storage import AccessDenied, Storage
+from tether_agent.storage_credentials import Credentials, CredentialStore
+
+from tests.integration.agent.conftest import (
+    ControlPlane,
+    agent_env,
+    fake_train,
+    finish,
+    start_agent,
+)
+from tests.integration.r2_harness import BUCKET, R2, Minted, running_r2
+
+# Waits on the storage's own retries end well before this; past it the test failed (a hang).
+HANG_S = 60.0
+# Writes one marked checkpoint once `go` exists, then exits 0.
+WAIT_THEN_SAVE = """
+import json, os, pathlib, sys, time
+go = pathlib.Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.02)
+ckpt = pathlib.Path(os.environ["TETHER_CHECKPOINT_DIR"]) / "checkpoint-1"
+ckpt.mkdir(parents=True)
+(ckpt / "weights.bin").write_bytes(b"w" * 4096)
+(ckpt / os.environ["TETHER_MARKER"]).write_text("done")
+pathlib.Path(os.environ["TETHER_PROGRESS_FILE"]).write_text(json.dumps({"step": 1}))
+print("saved 1", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def r2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[R2]:
+    with running_r2(tmp_path_factory.mktemp("r2-agent")) as running:
+        yield running
+
+
+@pytest.fixture
+def r2(r2_server: R2) -> R2:
+    r2_server.clock.offset = 0.0
+    r2_server.front.refusals.clear()
+    return r2_server
+
+
+def credentials(r2: R2, minted: Minted, *, expires_at: float | None = None) -> Credentials:
+    return Credentials(
+        minted.access_key_id,
+        minted.secret_access_key,
+        minted.session_token,
+        expires_at,
+        r2.url,
+        BUCKET,
+    )
+
+
+def wire(r2: R2, minted: Minted, prefix: str, expires_at: float) -> dict[str, object]:
+    """The credentials as a heartbeat reply carries them."""
+    return {
+        "access_key_id": minted.access_key_id,
+        "secret_access_key": minted.secret_access_key,
+        "session_token": minted.session_token,
+        "expires_at": expires_at,
+        "endpoint": r2.url,
+        "bucket": BUCKET,
+        "prefix": prefix,
+    }
+
+
+def env_for(
+    tmp_path: Path, r2: R2, plane: ControlPlane, job_id: str, minted: Minted, **extra: str
+) -> dict[str, str]:
+    return agent_env(
+        tmp_path, r2.s3, BUCKET, plane,
+        TETHER_JOB_ID=job_id, TETHER_S3_PREFIX=f"jobs/{job_id}/", TETHER_S3_ENDPOINT=r2.url,
+        TETHER_S3_ACCESS_KEY_ID=minted.access_key_id,
+        TETHER_S3_SECRET_ACCESS_KEY=minted.secret_access_key,
+        TETHER_S3_SESSION_TOKEN=minted.session_token,
+        TETHER_S3_CREDENTIALS_EXPIRE_AT=str(time.time() + 900),
+        **extra,
+    )  # fmt: skip
+
+
+def in_thread(fn: object) -> tuple[threading.Thread, list[object]]:
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(fn())  # type: ignore[operator]
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def new_job() -> str:
+    return f"j{uuid.uuid4().hex[:10]}"
+
+
+# --- the storage layer ----------------------------------------------------------------------
+
+
+def test_access_denied_is_raised_at_once_not_waited_on(r2: R2) -> None:
+    """Before: AccessDenied waited for new credentials (a minute on a host) and tried again."""
+    minted = r2.mint(prefixes=["jobs/A/"])
+    storage = Storage(
+        CredentialStore(credentials(r2, minted)), "jobs/B/", credential_wait_s=3600, backoff_s=0.01
+    )
+    try:
+        thread, outcome = in_thread(lambda: storage.put_bytes("jobs/B/x.bin", b"x"))
+        thread.join(HANG_S)
+        assert not thread.is_alive(), "an out-of-scope write waited for new credentials"
+    finally:
+        storage.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], AccessDenied)
+    assert minted.secret_access_key not in str(outcome[0])
+    assert [(r.method, r.code) for r in r2.front.refusals] == [("PUT", "AccessDenied")]
+    assert "jobs/B/x.bin" not in r2.on_disk()
+
+
+def test_expired_key_waits_for_the_fresh_one_then_succeeds(r2: R2) -> None:
+    old = r2.mint(prefixes=["jobs/E/"], ttl_s=60)
+    store = CredentialStore(credentials(r2, old, expires_at=time.time() + 60))
+    storage = Storage(store, "jobs/E/", credential_wait_s=HANG_S, backoff_s=0.01)
+    try:
+        storage.put_bytes("jobs/E/before.bin", b"b")
+        r2.clock.advance(61)
+        thread, outcome = in_thread(lambda: storage.put_bytes("jobs/E/after.bin", b"a"))
+        deadline = time.monotonic() + HANG_S
+        while not r2.front.refusals and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [(r.status, r.code) for r in r2.front.refusals] == [(401, "Unauthorized")]
+        assert thread.is_alive(), "gave up instead of waiting for fresh credentials"
+        fresh = r2.mint(prefixes=["jobs/E/"])
+        store.offer(credentials(r2, fresh, expires_at=time.time() + 900))
+        thread.join(HANG_S)
+    finally:
+        storage.close()
+    assert outcome == [None]
+    assert (r2.data / "jobs/E/after.bin").read_bytes() == b"a"
+
+
+# --- the agent process ------------------------------------------------------------------------
+
+
+def test_refused_uploads_are_reported_and_not_retried_forever(
+    tmp_path: Path, r2: R2, control_plane: ControlPlane
+) -> None:
+    """A read-only key (a control-plane bug would look like this): restore can list, every
+    upload and log segment is refused; the agent reports it, finishes training, and exits."""
+    job_id = new_job()
+    minted = r2.mint(prefixes=[f"jobs/{job_id}/"], permission="object-read-only")
+    env = env_for(tmp_path, r2, control_plane, job_id, minted)
+    code, out = finish(start_agent(env, fake_train("--steps", "3")), timeout=HANG_S)
+    assert code == 0, out
+    assert "AccessDenied" in out and "checkpoint 1 not uploaded" in out
+    assert "log shipping stopped" in out
+    for secret in (minted.secret_access_key, minted.session_token):
+        assert secret not in out
+    puts = [r for r in r2.front.refusals if r.method in ("PUT", "POST")]
+    assert all(r.code == "AccessDenied" for r in puts)
+    # Each checkpoint (three files, marker included) tried once with these credentials, and
+    # one log segment: refusals are not retried.
+    assert 0 < len(puts) <= 3 * 3 + 1, puts
+    assert not [k for k in r2.on_disk() if k.startswith(f"jobs/{job_id}/")]
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "finished" and last["last_checkpoint"] is None
+
+
+def test_refused_restore_fails_the_generation_once(
+    tmp_path: Path, r2: R2, control_plane: ControlPlane
+) -> None:
+    job_id = new_job()
+    minted = r2.mint(prefixes=[f"jobs/{job_id}/logs/"])  # cannot list the checkpoints
+    env = env_for(tmp_path, r2, control_plane, job_id, minted)
+    code, out = finish(start_agent(env, fake_train("--steps", "1")), timeout=HANG_S)
+    assert code == ExitCode.STORAGE_FAILED, out
+    assert "restore failed" in out and "AccessDenied" in out
+    lists = [r for r in r2.front.refusals if r.method == "GET"]
+    assert len(lists) == 1 and lists[0].code == "AccessDenied"
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "failed"
+
+
+def test_expired_key_is_replaced_by_the_heartbeat_and_the_upload_succeeds(
+    tmp_path: Path, r2: R2, control_plane: ControlPlane
+) -> None:
+    job_id = new_job()
+    prefix = f"jobs/{job_id}/"
+    old = r2.mint(prefixes=[prefix], ttl_s=300)
+    go = tmp_path / "go"
+    script = tmp_path / "wait_then_save.py"
+    script.write_text(WAIT_THEN_SAVE)
+    env = env_for(tmp_path, r2, control_plane, job_id, old)
+    agent = start_agent(env, [sys.executable, str(script), str(go)])
+    try:
+        control_plane.wait_for(lambda hb: hb["phase"] == "training")
+        r2.clock.advance(301)  # the key the agent holds has expired
+        go.touch()
+
+        def checkpoint_refused() -> bool:
+            return any(r.status == 401 and "/checkpoints/" in r.path for r in r2.front.refusals)
+
+        deadline = time.monotonic() + HANG_S
+        while time.monotonic() < deadline and not checkpoint_refused():
+            time.sleep(0.02)
+        assert checkpoint_refused(), list(r2.front.refusals)
+        fresh = r2.mint(prefixes=[prefix])  # what the monitor's renewal mints
+        control_plane.credentials = wire(r2, fresh, prefix, time.time() + 1800)
+        code, out = finish(agent, timeout=HANG_S)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert code == 0, out
+    assert "storage credentials rotated" in out
+    manifest = f"jobs/{job_id}/checkpoints/000000000001-g1/manifest.json"
+    assert manifest in r2.on_disk()
+    assert not [r for r in r2.front.refusals if r.status == 403]
+    last = control_plane.last()
+    assert last is not None and last["last_checkpoint"]["step"] == 1
