@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 import traceback
@@ -43,6 +42,18 @@ def _send(out: IO[bytes], message: dict[str, Any]) -> None:
 def _log(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _peak_rss_mb() -> int:
+    """This process's peak resident memory (VmHWM: reset at exec, unlike ru_maxrss)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def serve(source: IO[bytes], out: IO[bytes]) -> int:
@@ -78,7 +89,7 @@ def serve(source: IO[bytes], out: IO[bytes]) -> int:
             sys.stderr.flush()
             payload, errored, _ = exception_result(exc)
         duration_ms = (time.perf_counter() - began) * 1000
-        used_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        used_mb = _peak_rss_mb()
         report = (
             f"REPORT RequestId: {request_id}\tDuration: {duration_ms:.2f} ms\t"
             f"Billed Duration: {int(duration_ms) + 1} ms\tMemory Size: {memory_mb} MB\t"

@@ -27,5 +27,5 @@ def tether_template() -> dict[str, Any]:
 
 @pytest.fixture
 def local_aws() -> Iterator[LocalAws]:
-    with LocalAws(time_scale=TIME_SCALE) as aws:
+    with LocalAws(time_scale=TIME_SCALE, runtime="in_process") as aws:
         yield aws

@@ -230,7 +230,7 @@ class Supervised:
 
 
 def supervised_stack(template: dict[str, Any], time_scale: float) -> Iterator[Supervised]:
-    with LocalAws(time_scale=time_scale) as aws:
+    with LocalAws(time_scale=time_scale, runtime="in_process") as aws:
         deployed = aws.deploy(template)
         try:
             yield Supervised(aws=aws, deployed=deployed, template=template)
