@@ -10,7 +10,7 @@ import pytest
 
 from functions.adapters.transitions import TransitionStarter
 from functions.api import job_service
-from functions.domain.job import JobState, TimelineEvent
+from functions.domain.job import JobState, TimelineEvent, TransitionRequest
 from functions.domain.labels import instance_label
 from functions.settings import JobsApiSettings
 from tests.integration.conftest import TIME_SCALE
@@ -137,3 +137,15 @@ def test_a_repeated_provision_never_rents_twice(sup: Supervised) -> None:
     assert again["status"] == "SUCCEEDED"
     assert sup.rents() == 1
     assert sup.vast.gpu_billing_instances() == [generation.instance_id]
+
+
+def test_a_transition_started_twice_is_started_once(sup: Supervised) -> None:
+    """Step Functions answers a start with the name and input of a RUNNING execution with
+    that execution: two overlapping monitor runs must not both count (and record) it."""
+    job = sup.submit(resources={"gpu_names": ["NoSuchGPU"]})  # waits for capacity: RUNNING
+    starter = TransitionStarter(sup.state_machine_arn, client=sup.sfn)
+    request = TransitionRequest(action="provision", job_id=job.job_id, generation=1, reason="x")
+
+    assert starter.start(request) is True
+    assert starter.start(request) is False
+    assert sup.wait_for(request.execution_name)["status"] == "SUCCEEDED"
