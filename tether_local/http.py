@@ -349,4 +349,10 @@ def _event(
     return event
 
 
-__all__ = ["API_GATEWAY_TIMEOUT_S", "HEARTBEAT_PATH", "ApiFront", "DropConnection", "LoopbackServer"]
+__all__ = [
+    "API_GATEWAY_TIMEOUT_S",
+    "HEARTBEAT_PATH",
+    "ApiFront",
+    "DropConnection",
+    "LoopbackServer",
+]

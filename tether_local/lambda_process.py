@@ -190,25 +190,25 @@ class _Pool:
                     self._starting += 1
                     break
                 self._changed.wait()
-        environment: _Environment | None = None
+        fresh: _Environment | None = None
         try:
-            environment = _Environment.start(self.runtime, self.config)
-            environment.wait_ready()
+            fresh = _Environment.start(self.runtime, self.config)  # a cold start
+            fresh.wait_ready()
         except _InitFailed:
-            if environment is not None:
-                environment.discard()
+            if fresh is not None:
+                fresh.discard()
             raise
         finally:
             with self._changed:
                 self._starting -= 1
                 closed = self._closed
-                if environment is not None and environment.alive and not closed:
-                    self._busy.add(environment)
+                if fresh is not None and fresh.alive and not closed:
+                    self._busy.add(fresh)
                 self._changed.notify_all()
         if closed:
-            environment.discard()
+            fresh.discard()
             raise _Closed
-        return environment
+        return fresh
 
     def prewarm(self) -> None:
         with contextlib.suppress(_Closed, _InitFailed):

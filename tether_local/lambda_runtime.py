@@ -187,7 +187,8 @@ def error_result(error_type: str, message: str, trace: list[str] | None = None) 
 def timeout_result(request_id: str, timeout_s: float) -> InvokeResult:
     """What Lambda answers for an invocation past its timeout (Sandbox.Timedout)."""
     return error_result(
-        TIMEOUT_ERROR_TYPE, f"RequestId: {request_id} Error: Task timed out after {timeout_s:.2f} seconds"
+        TIMEOUT_ERROR_TYPE,
+        f"RequestId: {request_id} Error: Task timed out after {timeout_s:.2f} seconds",
     )
 
 
@@ -253,7 +254,7 @@ def wrap_handlers(wrap: Callable[[Handler], Handler]) -> Callable[[], None]:
 # --- in process -----------------------------------------------------------------------------
 
 
-class SandboxKilled(BaseException):  # noqa: N818 (what happens, not an error kind)
+class SandboxKilled(BaseException):
     """Raised inside a timed-out in-process handler: its sandbox is gone, it must stop."""
 
 

@@ -23,6 +23,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import IO, Any
 
 from tether_local.lambda_runtime import (
@@ -47,7 +48,7 @@ def _log(text: str) -> None:
 def _peak_rss_mb() -> int:
     """This process's peak resident memory (VmHWM: reset at exec, unlike ru_maxrss)."""
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
+        with Path("/proc/self/status").open(encoding="ascii") as status:
             for line in status:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) // 1024

@@ -28,9 +28,7 @@ class ListingGate:
     flight at once (then lets every one through), so overlapping monitor runs provably
     overlap. `patience_s` bounds the wait for a broken run; it is not a timing assertion."""
 
-    def __init__(
-        self, handle: Callable[[httpx.Request], httpx.Response], parties: int = 2
-    ) -> None:
+    def __init__(self, handle: Callable[[httpx.Request], httpx.Response], parties: int = 2) -> None:
         self._handle = handle
         self.parties = parties
         self.patience_s = 30.0
@@ -91,9 +89,11 @@ def test_overlapping_monitor_runs_overlap_and_rent_once(
     # Invariant 7: one rent per generation, however many runs decided to replace.
     wait_for(
         "no lifecycle execution running",
-        lambda: not stack.aws.client("stepfunctions").list_executions(
-            stateMachineArn=stack.state_machine_arn(), statusFilter="RUNNING"
-        )["executions"],
+        lambda: (
+            not stack.aws.client("stepfunctions").list_executions(
+                stateMachineArn=stack.state_machine_arn(), statusFilter="RUNNING"
+            )["executions"]
+        ),
         timeout_s=60,
     )
     rents = Counter(h.generation for h in hosts.for_job(job_id))

@@ -182,7 +182,9 @@ class SampleStack(cdk.Stack):
             retry_on_service_exceptions=False,
             result_path="$.slow",
         )
-        slow.add_retry(errors=["Sandbox.Timedout"], interval=cdk.Duration.seconds(1), max_attempts=1)
+        slow.add_retry(
+            errors=["Sandbox.Timedout"], interval=cdk.Duration.seconds(1), max_attempts=1
+        )
         slow.add_catch(
             sfn.Pass(self, "TimedOut").next(sfn.Succeed(self, "GaveUp")),
             errors=["Sandbox.Timedout"],
