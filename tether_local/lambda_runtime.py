@@ -396,11 +396,6 @@ def _restore(saved: Mapping[str, str | None]) -> None:
             os.environ[key] = value
 
 
-def invoke_in_process(fn: Any, event: Any) -> InvokeResult:
-    """Run moto function `fn`'s handler in this process (`InProcessRuntime`)."""
-    return InProcessRuntime().invoke(FunctionConfig.from_moto(fn), event)
-
-
 __all__ = [
     "INVOCATION_LOCK_TIMEOUT_S",
     "RUNTIME_KINDS",
@@ -416,7 +411,6 @@ __all__ = [
     "SandboxKilled",
     "error_result",
     "exception_result",
-    "invoke_in_process",
     "load_handler",
     "response_result",
     "runtime_variables",
