@@ -88,3 +88,10 @@ def count(event: dict[str, Any], context: Any) -> dict[str, Any]:
         "together": int(arrived) >= together,
         "pid": os.getpid(),
     }
+
+
+def crash(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """End the execution environment's process without answering (as a segfault would)."""
+    if event.get("crash"):
+        os._exit(3)
+    return {"alive": True}

@@ -275,3 +275,35 @@ def test_the_execution_timeout_counts_on_the_scaled_clock(
     assert execution["status"] == status
     timed_out = [e for e in local_aws.execution_history(arn) if e["type"] == "ExecutionTimedOut"]
     assert len(timed_out) == (status == "TIMED_OUT")
+
+
+# --- environments that cannot serve ---------------------------------------------------------
+
+
+def _functions_only(**handlers: str) -> dict[str, Any]:
+    return {
+        "Resources": {
+            name: {"Type": "AWS::Lambda::Function", "Properties": {"Handler": handler}}
+            for name, handler in handlers.items()
+        }
+    }
+
+
+def test_an_import_error_or_a_dead_environment_is_lambdas_error(tmp_path: Path) -> None:
+    template = _functions_only(
+        Missing="tests.integration.local.no_such_module.handler",
+        Crash=f"{stack.HANDLERS}.crash",
+    )
+    with LocalAws(time_scale=TIME_SCALE, log_dir=tmp_path) as aws:
+        deployed = aws.deploy(template, stack_name="Broken")
+
+        with pytest.raises(LambdaInvocationError) as missing:
+            aws.invoke(deployed.function_name("Missing"), {})
+        with pytest.raises(LambdaInvocationError) as crashed:
+            aws.invoke(deployed.function_name("Crash"), {"crash": True})
+        again = aws.invoke(deployed.function_name("Crash"), {})  # a new environment
+
+    assert missing.value.error_type == "Runtime.ImportModuleError"
+    assert "no_such_module" in missing.value.message
+    assert crashed.value.error_type == "Runtime.ExitError"
+    assert again == {"alive": True}
