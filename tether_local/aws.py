@@ -224,7 +224,6 @@ class LocalAws:
             "TZ": ":UTC",  # as Lambda sets it
             "LAMBDA_TASK_ROOT": str(CHECKOUT),
             "PYTHONPATH": str(CHECKOUT),
-            "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         return ProcessRuntime(

@@ -273,7 +273,7 @@ class _Environment:
         log = runtime._log_target(config)
         try:
             process = subprocess.Popen(
-                [runtime.python, "-u", "-m", "tether_local.lambda_worker",
+                [runtime.python, "-m", "tether_local.lambda_worker",
                  str(to_worker_r), str(from_worker_w)],
                 env=env,
                 cwd=CHECKOUT,

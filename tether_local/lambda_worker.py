@@ -108,6 +108,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         sys.stderr.write("usage: python -m tether_local.lambda_worker IN_FD OUT_FD\n")
         return 2
+    # Whole lines reach the log file (appended by every environment of the function).
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     with os.fdopen(int(argv[1]), "rb") as source, os.fdopen(int(argv[2]), "wb") as out:
         return serve(source, out)
 
