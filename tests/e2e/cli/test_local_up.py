@@ -22,7 +22,7 @@ from tests.paths import ROOT
 pytestmark = pytest.mark.slow
 
 TRAIN = (
-    "python -m tether_agent.examples.tiny_train --steps 150 --checkpoint-every 50 "
+    "python -m tiny_train --steps 150 --checkpoint-every 50 "
     "--step-seconds 0.02"
 )
 
