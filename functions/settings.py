@@ -67,7 +67,8 @@ class HeartbeatSettings(_Settings):
         default=180,
         alias=PULSE_MAX_AGE_ENV,
         gt=0,
-        description="About three monitor intervals: older than this, the supervisor is dead.",
+        description="About three monitor intervals: a generation whose `supervised_at` (the "
+        "last monitor run that completed its job's evaluation) is older gets no new lease.",
     )
     max_body_bytes: int = Field(default=16 * 1024, alias=MAX_BODY_BYTES_ENV, ge=1024)
 

@@ -2,9 +2,13 @@
 
 Callers speak the domain: a method per thing that happens (`create_job`, `transition_job`,
 `record_generation`, `supersede_generation`, `end_generation`, `store_heartbeat`,
-`store_credentials`, `record_observation`, `record_spend`, `record_incident`,
+`store_credentials`, `record_supervised`, `record_spend`, `record_incident`,
 `record_host_failure`, …), never a dict of attribute names. The items, keys, indexes and the
 codec between items and records are `functions/adapters/table.py`.
+
+Longer than the project's ~500 lines on purpose: one class is the table's only reader and
+writer, so every condition that keeps a write safe (current generation only, spend only
+upwards, one blame per failure) is in one place to review.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from functions.adapters.table import (
     ACTIVE_PARTITION,
     ALL_JOBS_INDEX,
     JOBS_PARTITION,
-    PULSE_KEY,
     TTL_ATTRIBUTE,
     Table,
     as_event,
@@ -42,8 +45,11 @@ from functions.adapters.table import (
     job_partition,
     serialize,
     serialize_value,
+    set_clause,
+    sighting_key,
     state_in,
 )
+from functions.domain.blame import blamed_again
 from functions.domain.heartbeat import StorageCredentials
 from functions.domain.job import (
     ACTIVE_STATES,
@@ -55,14 +61,18 @@ from functions.domain.job import (
     JobState,
     StopReason,
     TimelineEvent,
+    UnrecordedInstance,
     is_terminal,
 )
-from functions.domain.reconcile import Observation
+from functions.domain.reconcile import Observation, StatusClock
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 else:
     DynamoDBClient = Any
+
+SIGHTING_TTL_S = 7 * 86_400
+BLAME_WRITE_ATTEMPTS = 5
 
 
 class IdempotencyConflict(Exception):
@@ -85,6 +95,12 @@ class StateConflict(Exception):
 class JobPage:
     jobs: list[Job]
     next_token: str | None
+
+
+@dataclass(frozen=True)
+class ActiveJobs:
+    jobs: list[Job]
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (pk, why)
 
 
 @dataclass(frozen=True)
@@ -223,12 +239,25 @@ class JobStore:
 
     def list_active_jobs(self) -> list[Job]:
         """Every active job (the monitor's view), oldest first."""
+        return self.read_active_jobs().jobs
+
+    def read_active_jobs(self) -> ActiveJobs:
+        """Every active job, oldest first, each read on its own: an item that no longer
+        validates (written by another version, edited by hand) is named in `unreadable`
+        with why, and hides no other job."""
         items = self._table.query_all(
             IndexName=ACTIVE_INDEX,
             KeyConditionExpression="active_pk = :p",
             ExpressionAttributeValues={":p": {"S": ACTIVE_PARTITION}},
         )
-        return [as_job(i) for i in items]
+        jobs: list[Job] = []
+        unreadable: list[tuple[str, str]] = []
+        for item in items:
+            try:
+                jobs.append(as_job(item))
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                unreadable.append((str(item.get("pk", "?")), str(exc)[:300]))
+        return ActiveJobs(jobs=jobs, unreadable=unreadable)
 
     def transition_job(
         self,
@@ -279,8 +308,47 @@ class JobStore:
         return found
 
     def record_spend(self, job_id: str, spent_usd: float) -> bool:
-        """The job's spend as the monitor measured it; False if no such job."""
-        return self._table.set_fields(job_key(job_id), {"spent_usd": spent_usd})
+        """The job's spend as the monitor measured it, only upwards: overlapping monitor runs
+        (or a run that could not read Vast's charges) never lower it. False when it was not
+        written (no such job, or a higher spend is stored)."""
+        return self._table.update(
+            job_key(job_id),
+            UpdateExpression="SET spent_usd = :s",
+            ConditionExpression="attribute_exists(pk) AND "
+            "(attribute_not_exists(spent_usd) OR spent_usd < :s)",
+            ExpressionAttributeValues=serialize({":s": spent_usd}),
+        )
+
+    def record_unrecorded_instances(
+        self, job_id: str, sightings: Iterable[UnrecordedInstance]
+    ) -> bool:
+        """Sightings of the job's instances that no generation records (each under its id, so
+        the cost of an instance destroyed since stays counted). False if no such job."""
+        fields = {str(s.instance_id): s.model_dump(mode="json") for s in sightings}
+        if not fields:
+            return True
+        key = job_key(job_id)
+        if not self._table.update(  # the map, for jobs stored before it existed
+            key,
+            UpdateExpression="SET unrecorded_instances = if_not_exists(unrecorded_instances, :e)",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=serialize({":e": {}}),
+        ):
+            return False
+        names = {"#m": "unrecorded_instances"}
+        values: dict[str, Any] = {}
+        sets = []
+        for i, (instance_id, sighting) in enumerate(fields.items()):
+            names[f"#i{i}"] = instance_id
+            values[f":i{i}"] = sighting
+            sets.append(f"#m.#i{i} = :i{i}")
+        return self._table.update(
+            key,
+            UpdateExpression="SET " + ", ".join(sets),
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=serialize(values),
+        )
 
     def record_incident(self, job_id: str, *, at: float, reason: str, generation: int) -> bool:
         """A replace was started at `at` for `reason`, ending `generation`: the heartbeat API
@@ -308,9 +376,9 @@ class JobStore:
 
     def load_heartbeat_context(
         self, job_id: str, generation: int
-    ) -> tuple[Job | None, Generation | None, float | None]:
-        """The job, the generation and the supervisor pulse, in one BatchGetItem."""
-        keys = [job_key(job_id), generation_key(job_id, generation), PULSE_KEY]
+    ) -> tuple[Job | None, Generation | None]:
+        """The job and the generation, in one BatchGetItem."""
+        keys = [job_key(job_id), generation_key(job_id, generation)]
         reply = self.client.batch_get_item(
             RequestItems={
                 self.table_name: {"Keys": [serialize(k) for k in keys], "ConsistentRead": True}
@@ -329,11 +397,9 @@ class JobStore:
                     found[plain_key["sk"]] = item_or_none
         job_found = found.get("JOB")
         gen_found = found.get(generation_key(job_id, generation)["sk"])
-        pulse_found = found.get("PULSE")
         return (
             as_job(job_found) if job_found else None,
             as_generation(gen_found) if gen_found else None,
-            float(pulse_found["at"]) if pulse_found else None,
         )
 
     def store_heartbeat(
@@ -345,12 +411,14 @@ class JobStore:
         heartbeat: Heartbeat,
         lease_expires_at: float,
         training_start_step: int | None = None,
+        gpu_busy: bool = False,
     ) -> bool:
         """The heartbeat and the renewed lease, in one conditional UpdateItem: only the current
         generation, with this token, writes. `training_start_step` given: the first `training`
         heartbeat also records when and at which step training began on this host (kept if
-        already there). False when the condition fails (the generation was replaced
-        meanwhile)."""
+        already there). `gpu_busy`: the GPU was above the job's idle threshold, so
+        `gpu_busy_at` moves to this heartbeat (the hung rule's window). False when the
+        condition fails (the generation was replaced meanwhile)."""
         expression = "SET heartbeat = :hb, lease_expires_at = :lease"
         values: dict[str, Any] = {
             ":hb": heartbeat.model_dump(mode="json", exclude_none=True),
@@ -358,6 +426,9 @@ class JobStore:
             ":true": True,
             ":hash": token_hash,
         }
+        if gpu_busy:
+            expression += ", gpu_busy_at = :busy"
+            values[":busy"] = heartbeat.at
         if training_start_step is not None:
             expression += (
                 ", training_started_at = if_not_exists(training_started_at, :at)"
@@ -432,33 +503,74 @@ class JobStore:
         key = generation_key(job_id, generation)
         return self._table.set_fields(key, fields, only_if_current=True)
 
-    def record_observation(self, job_id: str, generation: int, observation: Observation) -> bool:
-        """What the monitor saw this run (progress and status clocks, spend); only while the
-        generation is current."""
-        fields = observation.model_dump(exclude_none=True)
+    def record_supervised(
+        self, job_id: str, generation: int, observation: Observation, *, at: float
+    ) -> bool:
+        """The monitor completed this job's evaluation of the run that started at `at`: what
+        it saw (progress and status clocks, spend) and `supervised_at`, the time the
+        heartbeat renews leases by; only while the generation is current. Written last, after
+        every other action of the evaluation."""
+        fields = {**observation.model_dump(exclude_none=True), "supervised_at": at}
         key = generation_key(job_id, generation)
         return self._table.set_fields(key, fields, only_if_current=True)
 
+    def record_status_clock(self, job_id: str, generation: int, clock: StatusClock) -> bool:
+        """A replaced generation's status clock (its instance may bill on, stopped or not,
+        until the lifecycle destroys it); only until the generation has ended."""
+        fields = clock.model_dump(exclude_none=True)
+        expression, names, values = set_clause(fields)
+        return self._table.update(
+            generation_key(job_id, generation),
+            UpdateExpression=expression,
+            ConditionExpression="attribute_exists(pk) AND attribute_not_exists(ended_at)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=serialize(values),
+        )
+
+    def record_replacement_cause(self, job_id: str, generation: int, cause: str) -> bool:
+        """The verdict a replace of `generation` is started for (the replacement caps count
+        these); only while the generation is current."""
+        key = generation_key(job_id, generation)
+        return self._table.set_fields(key, {"replaced_for": cause}, only_if_current=True)
+
     # host reputation ----------------------------------------------------------------------
 
-    def record_host_failure(
-        self, machine_id: int, *, failure: str, kind: str, now: float, avoid_until: float
-    ) -> None:
-        """Remember that `machine_id` failed a job generation. `failure` (`<job>:g<n>`) goes
-        into a string set, so overlapping monitor runs count one failure once."""
-        self.client.update_item(
-            TableName=self.table_name,
-            Key=serialize(host_key(machine_id)),
-            UpdateExpression="ADD failures :f, #kind :f SET machine_id = :m, "
-            "last_failure_at = :now, avoid_until = :until",
-            ExpressionAttributeNames={"#kind": f"{kind}_failures"},
-            ExpressionAttributeValues={
+    def record_host_failure(self, machine_id: int, *, failure: str, kind: str, now: float) -> bool:
+        """Remember that `machine_id` failed a job generation, and add one blame to its
+        decaying weight (`functions/domain/blame.py`). `failure` (`<job>:g<n>`) goes into a
+        string set, and the write is conditional on it not being there yet and on the weight
+        read, so overlapping monitor runs count one failure once. False when it was counted
+        already."""
+        for _attempt in range(BLAME_WRITE_ATTEMPTS):
+            item = self._table.get(host_key(machine_id))
+            if item is not None and failure in item.get("failures", ()):
+                return False
+            reputation = as_reputation(item) if item is not None else None
+            values: dict[str, Any] = {
                 ":f": {"SS": [failure]},
                 ":m": {"N": str(machine_id)},
                 ":now": serialize_value(now),
-                ":until": serialize_value(avoid_until),
-            },
-        )
+                ":blame": serialize_value(blamed_again(reputation, now)),
+            }
+            condition = "attribute_not_exists(pk)"
+            if item is not None:
+                condition = "NOT contains(failures, :fs) AND "
+                values[":fs"] = serialize_value(failure)
+                if "blame_at" in item:
+                    condition += "blame_at = :seen"
+                    values[":seen"] = serialize_value(item["blame_at"])
+                else:
+                    condition += "attribute_not_exists(blame_at)"
+            if self._table.update(
+                host_key(machine_id),
+                UpdateExpression="ADD failures :f, #kind :f SET machine_id = :m, "
+                "last_failure_at = :now, blame = :blame, blame_at = :now",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#kind": f"{kind}_failures"},
+                ExpressionAttributeValues=values,
+            ):
+                return True
+        return False  # lost the race every time: another run wrote a blame meanwhile
 
     def host_reputations(self, machine_ids: Iterable[int]) -> dict[int, HostReputation]:
         """The reputation items of these machines (missing ones: never failed)."""
@@ -475,17 +587,35 @@ class JobStore:
                 request = reply.get("UnprocessedKeys") or {}
         return found
 
-    # events, pulse ------------------------------------------------------------------------
+    # events, first sightings ----------------------------------------------------------------
 
     def append_event(self, event: TimelineEvent) -> None:
         self._table.put(event_item(event))
 
-    def write_pulse(self, at: float) -> None:
-        self._table.put({**PULSE_KEY, "at": at})
+    def first_sightings(self, instance_ids: Iterable[int]) -> dict[int, float]:
+        """When each of these instances was first seen (those never recorded are missing)."""
+        ids = sorted(set(instance_ids))
+        found: dict[int, float] = {}
+        for start in range(0, len(ids), 100):  # BatchGetItem takes at most 100 keys
+            keys = [serialize(sighting_key(i)) for i in ids[start : start + 100]]
+            request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                reply = self.client.batch_get_item(RequestItems=request)
+                for item in reply.get("Responses", {}).get(self.table_name, []):
+                    plain = deserialize(item)
+                    found[int(str(plain["pk"]).split("#", 1)[1])] = float(plain["first_seen"])
+                request = reply.get("UnprocessedKeys") or {}
+        return found
 
-    def read_pulse(self) -> float | None:
-        item = self._table.get(PULSE_KEY)
-        return float(item["at"]) if item else None
+    def record_first_sighting(self, instance_id: int, at: float) -> bool:
+        """The first sighting of an instance listed without a start date (kept if there is
+        one already); it expires after a week."""
+        return self._table.update(
+            sighting_key(instance_id),
+            UpdateExpression="SET first_seen = if_not_exists(first_seen, :at), #ttl = :ttl",
+            ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+            ExpressionAttributeValues=serialize({":at": at, ":ttl": int(at + SIGHTING_TTL_S)}),
+        )
 
     def _put(self, item: dict[str, Any], *, condition: str | None = None) -> dict[str, Any]:
         """A Put of a transaction."""

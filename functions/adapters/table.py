@@ -12,10 +12,15 @@
 - idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
   TTL removes it after a day).
 - host reputation — `pk=HOST#<machine_id> sk=REP`: `failures` (a string set of `<job>:g<n>`, so
-  a repeated write counts once), `dead_failures`, `hung_failures`, `last_failure_at`,
-  `avoid_until` (written by the monitor, read by the lifecycle's planner as the blocklist).
-- supervisor pulse — `pk=SUPERVISOR sk=PULSE`: `at` (epoch s), written by the monitor on every
-  run; the heartbeat renews leases only while it is fresh.
+  a repeated write counts once), `dead_failures`, `hung_failures`, `last_failure_at`, and the
+  decaying blame `blame` as of `blame_at` (written by the monitor, read by the lifecycle's
+  planner for the blocklist: `functions/domain/blame.py`).
+- first sighting — `pk=INSTANCE#<id> sk=SEEN`: `first_seen` (epoch s) of a labelled instance
+  Vast lists without a start date, so its age is known (an orphan without one is still swept);
+  `expires_at_ttl` removes it after a week.
+
+A generation's `supervised_at` (written by the monitor when it completed that job's
+evaluation) is what the heartbeat renews leases by; there is no global pulse.
 
 Indexes (both project all attributes):
 - `ActiveJobs` — partition `active_pk`, sort `created_key` (`<iso created>#<id>`). Sparse: the
@@ -137,7 +142,8 @@ def host_key(machine_id: int) -> dict[str, str]:
     return {"pk": f"HOST#{machine_id}", "sk": "REP"}
 
 
-PULSE_KEY = {"pk": "SUPERVISOR", "sk": "PULSE"}
+def sighting_key(instance_id: int) -> dict[str, str]:
+    return {"pk": f"INSTANCE#{instance_id}", "sk": "SEEN"}
 
 
 def iso(epoch_s: float) -> str:
@@ -236,7 +242,8 @@ def as_reputation(item: Mapping[str, Any]) -> HostReputation:
         dead_failures=len(item.get("dead_failures", ())),
         hung_failures=len(item.get("hung_failures", ())),
         last_failure_at=float(item.get("last_failure_at", 0)),
-        avoid_until=float(item.get("avoid_until", 0)),
+        blame=float(item.get("blame", 0)),
+        blame_at=float(item.get("blame_at", 0)),
     )
 
 

@@ -7,8 +7,10 @@ Facts this code relies on (shared/reference/vast-api.md):
   shows up as 404, 410 or even 400 whose text carries the token `no_such_ask`.
 
 Every call retries 429, 5xx and connection failures with jittered exponential backoff under an
-overall deadline, then raises a typed error. Renting is not idempotent, so a rent is retried only
-when the request surely did not reach Vast (429, connection refused).
+overall deadline, then raises a typed error. Renting is not idempotent, so a rent is retried
+only when the request surely did not reach Vast (429, connection refused). `bounded(seconds)`
+gives a client whose calls all end within that time from now (for a caller with a deadline of
+its own: the monitor's Lambda).
 
 Listings (offers, instances, charges) are read one record at a time and come back as a `Listing`:
 the records that were read, and `issues` naming those that were not (id as sent, fields). Odd
@@ -22,6 +24,7 @@ adapter's one public face.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import time
@@ -111,6 +114,15 @@ class VastClient:
         self._deadline_s = deadline_s
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()
+        self._until: float | None = None  # time.monotonic() by which every call must end
+
+    def bounded(self, seconds: float) -> VastClient:
+        """This client (same connection pool and key), with every call from now on ending
+        within `seconds`: a request gets at most the time left, no retry starts that cannot
+        end in it, and a call made after it raises VastUnavailable at once."""
+        bounded = copy.copy(self)
+        bounded._until = time.monotonic() + max(0.0, seconds)
+        return bounded
 
     # -- offers ---------------------------------------------------------------------------
 
@@ -343,12 +355,20 @@ class VastClient:
         backoff = FIRST_BACKOFF_S * self._rng.uniform(1.0, 1.5)
         headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
         url = self._base_url + path
+        deadline_s = self._deadline_s
+        if self._until is not None:
+            deadline_s = min(deadline_s, self._until - started)
+            if deadline_s <= 0:
+                raise VastUnavailable(f"{method} {path}: no time left for this call")
         while True:
             failure: VastError
+            timeout_s = self._timeout_s
+            if self._until is not None:
+                timeout_s = max(0.001, min(timeout_s, self._until - time.monotonic()))
             try:
                 response = self._client.request(
                     method, url, json=json_body, params=params, headers=headers,
-                    timeout=self._timeout_s,
+                    timeout=timeout_s,
                 )  # fmt: skip
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # The request never left: safe to retry even a rent.
@@ -372,7 +392,7 @@ class VastClient:
                 else:
                     return response
             elapsed = max(time.monotonic() - started, waited)
-            if elapsed + backoff > self._deadline_s:
+            if elapsed + backoff > deadline_s:
                 raise failure
             self._sleep(backoff)
             waited += backoff

@@ -2,7 +2,9 @@
 
 Authentication: the bearer token's sha256 must equal the hash on the generation item named by
 the body (`job_id`, `generation`), compared in constant time. A valid token of a generation that
-is no longer current gets `superseded` and lease 0, never a new lease.
+is no longer current gets `superseded` and lease 0, never a new lease. A current one gets a new
+lease only while a monitor run recently completed its job's evaluation (`supervised_at`,
+`functions.domain.job.decide_heartbeat`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import ValidationError
 from functions.adapters.store import JobStore
 from functions.domain.agent_token import hash_token
 from functions.domain.errors import FieldError, Invalid, Unauthenticated, field_errors
+from functions.domain.health import gpu_busy
 from functions.domain.heartbeat import HeartbeatReply, HeartbeatRequest
 from functions.domain.job import HeartbeatDecision, decide_heartbeat, heartbeat_record
 from functions.domain.measures import (
@@ -91,9 +94,7 @@ def handle_heartbeat(
 ) -> HeartbeatOutcome:
     now = deps.clock()
     token_hash = hash_token(token)
-    job, generation, pulse_at = deps.store.load_heartbeat_context(
-        request.job_id, request.generation
-    )
+    job, generation = deps.store.load_heartbeat_context(request.job_id, request.generation)
     stored_hash = generation.token_hash if generation else _NO_HASH
     if not hmac.compare_digest(stored_hash, token_hash) or job is None or generation is None:
         raise _unauthorized("not the token of this job generation")
@@ -102,8 +103,7 @@ def handle_heartbeat(
         generation,
         request,
         now=now,
-        pulse_at=pulse_at,
-        pulse_max_age_s=deps.settings.pulse_max_age_s,
+        supervised_max_age_s=deps.settings.pulse_max_age_s,
     )
     measures = HeartbeatMeasures()
     if decision.command != "superseded":
@@ -115,6 +115,7 @@ def handle_heartbeat(
             heartbeat=heartbeat_record(request, now),
             lease_expires_at=decision.lease_expires_at,
             training_start_step=training_start_step(request) if first_training else None,
+            gpu_busy=gpu_busy(request.gpu, job.spec.policy),
         )
         if stored:  # measured against the generation as it was before this heartbeat
             measures = HeartbeatMeasures(

@@ -31,3 +31,12 @@ def needs_new_credentials(
         return True
     remaining = generation.credentials.expires_at - now
     return remaining < policy.lease_window_s + 2 * interval_s
+
+
+def credentials_outlive_lease(generation: Generation, policy: Policy, now: float) -> bool:
+    """The generation's credentials would outlive a lease granted now: a monitor run that
+    could not renew them may still count the job as supervised (the renewal starts two
+    monitor intervals before this fails, so one failed call never stops a job)."""
+    if generation.credentials is None:
+        return False
+    return generation.credentials.expires_at - now >= policy.lease_window_s

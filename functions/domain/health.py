@@ -6,16 +6,23 @@ fires decides, so the order *is* the precedence. Every threshold comes from the 
 Precedence, first match wins, and why:
 
 1. finished    — exit 0 and the final upload done: the work is complete whatever the host does next.
-2. failed      — non-zero exit with the restarts used up: terminal, and the truest reason to report.
+2. failed      — non-zero exit with the restarts used up: terminal, and the truest reason to
+                 report; or the image cannot be pulled (Vast keeps the instance `loading` with the
+                 pull error in `status_msg`): the job's fault, not the host's, and no host would
+                 do better.
 3. over_budget — the next monitor run would pass the cap: never rent a replacement with no money,
                  so this beats dead, crashed and hung.
 4. dead        — host-level facts: instance gone, `exited`/`offline`/`stopped`, `unknown` too long,
                  heartbeat older than the timeout, stuck starting past the startup timeout.
 5. crashed     — non-zero exit with restarts left: replace (the host is not blamed).
 6. hung        — GPU unresponsive ≥ gpu_unresponsive_s, or no progress ≥ no_progress_s while the
-                 GPU sits at ≤ gpu_idle_util_pct.
+                 GPU sat at ≤ gpu_idle_util_pct through that whole window.
 7. starting    — no training heartbeat yet, within the startup timeout.
 8. healthy     — none of the above.
+
+Then the replacement caps (`apply_caps`): a dead or hung verdict whose cause has used its cap
+(`policy.max_replacements_dead`, `policy.max_replacements_hung`) becomes `failed` (stop, the job
+ends FAILED with the reason); the host is still blamed (`Verdict.cause`).
 
 Decisions the design leaves open:
 
@@ -31,16 +38,24 @@ Decisions the design leaves open:
   no-progress rule: "GPU idle" is what tells a stuck job from a slow one, and a CPU job that never
   reports a step would otherwise be killed after `no_progress_s`. Such jobs stay guarded by the
   heartbeat, startup timeout, budget and lease.
-- A job that never reported a step counts "no progress" from when the generation started.
+- The no-progress clock starts at the later of the last step advance and the generation's first
+  `training` heartbeat (restore and start-up are not "no progress"); with neither known, at rent.
+- "GPU idle" means idle through the whole window: the current reading is at or below
+  `gpu_idle_util_pct` and no heartbeat in the last `no_progress_s` reported more (`gpu_busy_at`,
+  kept on the generation by the heartbeat API). One idle sample after a busy half hour is not a
+  hang.
+- A pull error is told from Vast's status message (`pull_failed`); pull errors that may be the
+  host's (timeouts, a full disk, a registry's rate limit) are left to the startup timeout.
 - A non-zero exit is called `crashed` (replace, host not avoided) while
   `restarts_so_far < max_restarts`, and `failed` (stop) after. `restarts_so_far` counts restarts
-  after a non-zero exit, not host replacements (those are bounded by the budget).
+  after a non-zero exit; `replacements` counts replacements of dead and hung hosts.
 - Over budget is strict: spend + $/h × interval landing exactly on the cap is still within it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Literal
 
@@ -111,6 +126,7 @@ class InstanceView(_Frozen):
     unknown_for_s: float = Field(
         default=0, ge=0, description="How long actual_status has been `unknown`."
     )
+    status_msg: str | None = Field(default=None, description="Vast's status message.")
 
 
 class HeartbeatView(_Frozen):
@@ -133,16 +149,29 @@ class HealthInput(_Frozen):
     progress_at: float | None = Field(
         default=None, description="When the step last advanced; None if it never has."
     )
+    training_started_at: float | None = Field(
+        default=None, description="The generation's first `training` heartbeat."
+    )
+    gpu_busy_at: float | None = Field(
+        default=None,
+        description="The last heartbeat whose GPU utilisation was above the idle threshold.",
+    )
     spend_usd: float = Field(ge=0, description="Job spend so far, all generations.")
     budget_usd: float = Field(gt=0)
     usd_per_hour: float = Field(ge=0, description="Current price of the live instance.")
     monitor_interval_s: float = Field(gt=0)
     restarts_so_far: int = Field(default=0, ge=0)
+    replacements: Mapping[Health, int] = Field(
+        default_factory=dict, description="Replacements so far for each cause (dead, hung)."
+    )
 
 
 class Verdict(_Frozen):
     health: Health
     reason: str
+    cause: Health | None = Field(
+        default=None, description="What a `failed` verdict failed of, when a cap was reached."
+    )
 
     @property
     def action(self) -> Action:
@@ -150,7 +179,7 @@ class Verdict(_Frozen):
 
     @property
     def blames_host(self) -> bool:
-        return self.health in BLAMES_HOST
+        return self.health in BLAMES_HOST or self.cause in BLAMES_HOST
 
 
 # --- checks: each returns a reason when it fires, None otherwise --------------------------------
@@ -184,6 +213,10 @@ def _finished(h: HealthInput) -> str | None:
 
 
 def _failed(h: HealthInput) -> str | None:
+    return _restarts_used_up(h) or _image_unpullable(h)
+
+
+def _restarts_used_up(h: HealthInput) -> str | None:
     crash = _exited_nonzero(h)
     if crash is None or h.restarts_so_far < h.policy.max_restarts:
         return None
@@ -197,14 +230,51 @@ def _crashed(h: HealthInput) -> str | None:
     return f"{crash}; restarting ({h.restarts_so_far + 1} of {h.policy.max_restarts})"
 
 
-def _over_budget(h: HealthInput) -> str | None:
-    by_next_run = h.spend_usd + h.usd_per_hour * h.monitor_interval_s / 3600
-    if by_next_run > h.budget_usd:
+# Docker's and registries' words for an image that no host could pull: a name that does not
+# exist, a tag or digest that does not, a private image without credentials, a malformed name.
+# Left out on purpose: timeouts, TLS and network errors, "no space left on device" and Docker
+# Hub's "toomanyrequests" rate limit, which are the host's (or its IP's) and a new host may not
+# have; the startup timeout handles those, as dead.
+_PULL_ERRORS = re.compile(
+    r"pull access denied|manifest unknown|manifest for \S+ not found|"
+    r"repository does not exist|requested access to the resource is denied|"
+    r"unauthorized: authentication required|invalid reference format|"
+    r"no such image|not found: manifest|cannot be pulled",
+    re.IGNORECASE,
+)
+_PULL_PHASES = frozenset({None, "created", "loading"})
+
+
+def pull_failed(status_msg: str | None) -> bool:
+    """Vast's status message says the image cannot be pulled, by any host."""
+    return bool(status_msg) and _PULL_ERRORS.search(status_msg or "") is not None
+
+
+def _image_unpullable(h: HealthInput) -> str | None:
+    inst = h.instance
+    if not inst.listed or not inst.present or inst.actual_status not in _PULL_PHASES:
+        return None
+    if not pull_failed(inst.status_msg):
+        return None
+    return f"the image cannot be pulled: {(inst.status_msg or '').strip()[:300]}"
+
+
+def over_budget(
+    spend_usd: float, budget_usd: float, usd_per_hour: float, interval_s: float
+) -> str | None:
+    """Why the next monitor run would find the job past its budget; None if it would not.
+    Judged in every active state (`functions/domain/reconcile.py`), not only while running."""
+    by_next_run = spend_usd + usd_per_hour * interval_s / 3600
+    if by_next_run > budget_usd:
         return (
-            f"spend ${h.spend_usd:.2f} + ${h.usd_per_hour:.3f}/h × {h.monitor_interval_s:g} s "
-            f"= ${by_next_run:.2f} would pass the budget ${h.budget_usd:.2f} by the next check"
+            f"spend ${spend_usd:.2f} + ${usd_per_hour:.3f}/h × {interval_s:g} s "
+            f"= ${by_next_run:.2f} would pass the budget ${budget_usd:.2f} by the next check"
         )
     return None
+
+
+def _over_budget(h: HealthInput) -> str | None:
+    return over_budget(h.spend_usd, h.budget_usd, h.usd_per_hour, h.monitor_interval_s)
 
 
 def _is_starting(h: HealthInput) -> bool:
@@ -233,11 +303,29 @@ def _dead(h: HealthInput) -> str | None:
     return None
 
 
+def gpu_busy(gpu: GpuProbe | None, policy: Policy) -> bool:
+    """A GPU reading above the job's idle threshold (the heartbeat API keeps when it last saw
+    one: `gpu_busy_at`)."""
+    return (
+        gpu is not None
+        and gpu.available
+        and gpu.utilization_pct is not None
+        and gpu.utilization_pct > policy.gpu_idle_util_pct
+    )
+
+
 def _idle_utilisation(gpu: GpuProbe | None, idle_pct: float) -> float | None:
     """The GPU's utilisation when there is a GPU reading and it is near zero, else None."""
     if gpu is None or not gpu.available or gpu.utilization_pct is None:
         return None
     return gpu.utilization_pct if gpu.utilization_pct <= idle_pct else None
+
+
+def no_progress_since(h: HealthInput) -> float:
+    """Where the no-progress clock starts: the later of the last step advance and the first
+    `training` heartbeat; at rent when neither is known."""
+    known = [t for t in (h.progress_at, h.training_started_at) if t is not None]
+    return max(known) if known else h.started_at
 
 
 def _hung(h: HealthInput) -> str | None:
@@ -252,15 +340,17 @@ def _hung(h: HealthInput) -> str | None:
         and gpu.unresponsive_s >= policy.gpu_unresponsive_s
     ):
         return f"GPU unresponsive for {gpu.unresponsive_s:g} s"
-    since = h.progress_at if h.progress_at is not None else h.started_at
-    stalled = h.now - since
+    stalled = h.now - no_progress_since(h)
     util = _idle_utilisation(gpu, policy.gpu_idle_util_pct)
-    if stalled >= policy.no_progress_s and util is not None:
-        return (
-            f"no progress for {stalled:g} s with GPU utilisation {util:g}% "
-            f"(≤ {policy.gpu_idle_util_pct:g}%)"
-        )
-    return None
+    if stalled < policy.no_progress_s or util is None:
+        return None
+    window_start = h.now - policy.no_progress_s
+    if h.gpu_busy_at is not None and h.gpu_busy_at > window_start:
+        return None  # busy within the window: slow, not hung
+    return (
+        f"no progress for {stalled:g} s with GPU utilisation {util:g}% "
+        f"(≤ {policy.gpu_idle_util_pct:g}% for the last {policy.no_progress_s} s)"
+    )
 
 
 def _starting(h: HealthInput) -> str | None:
@@ -289,10 +379,35 @@ RULES: tuple[tuple[Health, Check], ...] = (
 )
 
 
+def replacement_cap(policy: Policy, cause: Health) -> int | None:
+    """How many replacements `cause` may start (None: not a capped cause here; crashes are
+    capped by the crash rules, with `max_restarts`)."""
+    caps = {Health.DEAD: policy.max_replacements_dead, Health.HUNG: policy.max_replacements_hung}
+    return caps.get(cause)
+
+
+def apply_caps(verdict: Verdict, h: HealthInput) -> Verdict:
+    """A dead or hung verdict whose cause has used its cap ends the job: `failed`, with the
+    reason, and the cause kept (the host is still blamed)."""
+    cap = replacement_cap(h.policy, verdict.health)
+    if cap is None:
+        return verdict
+    used = h.replacements.get(verdict.health, 0)
+    if used < cap:
+        return verdict
+    field = f"policy.max_replacements_{verdict.health.value}"
+    return Verdict(
+        health=Health.FAILED,
+        reason=f"{verdict.health.value}: {verdict.reason}; {used} replacement(s) for "
+        f"{verdict.health.value} hosts already, {field} is {cap}",
+        cause=verdict.health,
+    )
+
+
 def classify(h: HealthInput) -> Verdict:
-    """The verdict of the first rule that fires."""
+    """The verdict of the first rule that fires, within the replacement caps."""
     for health, check in RULES:
         reason = check(h)
         if reason is not None:
-            return Verdict(health=health, reason=reason)
+            return apply_caps(Verdict(health=health, reason=reason), h)
     raise AssertionError("the healthy rule always fires")  # pragma: no cover

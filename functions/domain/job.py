@@ -9,7 +9,10 @@ A job is *active* while its state is not terminal; only active jobs are in the t
 active-jobs index, which the monitor reads every minute.
 
 The heartbeat decision (`decide_heartbeat`) lives here too: which command the agent gets, and
-for how long its lease runs (DESIGN §3, the dead-man switch; the rule is `lease.py`).
+for how long its lease runs (DESIGN §3, the dead-man switch; the rule is `lease.py`). A lease is
+renewed only while the generation's `supervised_at` is fresh: the time a monitor run last
+completed this job's evaluation (read → decide → apply). A monitor that fails, or fails on this
+one job, writes nothing there, so the host stops itself within its lease.
 """
 
 from __future__ import annotations
@@ -124,6 +127,19 @@ def execution_name(action: TransitionAction, job_id: str, generation: int) -> st
 # --- records ------------------------------------------------------------------------------
 
 
+class UnrecordedInstance(BaseModel):
+    """A labelled instance of the job that no generation records (a second rent for one
+    generation, a rent that lost its race, a stray): it bills all the same until destroyed, so
+    the monitor keeps its sightings on the job and counts it in the job's spend."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    instance_id: int
+    start: float = Field(description="Vast's start_date, or the first sighting without one.")
+    last_seen: float
+    usd_per_hour: float = Field(default=0.0, ge=0, description="Vast's dph_total for it.")
+
+
 class Job(BaseModel):
     """The job item (`pk=JOB#<id> sk=JOB`)."""
 
@@ -150,6 +166,8 @@ class Job(BaseModel):
     incident_at: float | None = None
     incident_reason: str = ""
     incident_generation: int | None = None
+    # Written by the monitor: instances of this job no generation records, by instance id.
+    unrecorded_instances: dict[str, UnrecordedInstance] = Field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -210,14 +228,36 @@ class Generation(BaseModel):
     progress_at: float | None = Field(default=None, description="When the step last advanced.")
     observed_status: str | None = Field(default=None, description="Vast's actual_status.")
     observed_status_since: float | None = None
+    stopped_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds the instance was seen `stopped` (closed stretches; the open one is "
+        "`observed_status_since` → now): billed at the storage rate only.",
+    )
+    replaced_for: str | None = Field(
+        default=None, description="The verdict (dead, hung, crashed) a replace was started for."
+    )
+    supervised_at: float | None = Field(
+        default=None,
+        description="When a monitor run last completed this job's evaluation (read → decide → "
+        "apply): the lease and the credentials are renewed only while this is fresh.",
+    )
     # Written by the heartbeat API with the generation's first `training` heartbeat: the pace
-    # that turns steps into training seconds (functions/domain/measures.py).
+    # that turns steps into training seconds (functions/domain/measures.py), and where the
+    # no-progress clock of the hung rule starts.
     training_started_at: float | None = None
     training_start_step: int | None = None
+    gpu_busy_at: float | None = Field(
+        default=None,
+        description="Heartbeat API: the last heartbeat whose GPU utilisation was above the "
+        "job's `gpu_idle_util_pct` (the hung rule judges idleness over its whole window).",
+    )
 
 
 class HostReputation(BaseModel):
-    """`pk=HOST#<machine_id> sk=REP`: how often a machine failed tether jobs (dead or hung)."""
+    """`pk=HOST#<machine_id> sk=REP`: how often a machine failed tether jobs (dead or hung),
+    and its blame: a weight that halves every `functions.domain.blame.HALF_LIFE_S`, as it was
+    at `blame_at` (`functions/domain/blame.py`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -226,7 +266,8 @@ class HostReputation(BaseModel):
     dead_failures: int = 0
     hung_failures: int = 0
     last_failure_at: float = 0.0
-    avoid_until: float = 0.0
+    blame: float = Field(default=0.0, ge=0)
+    blame_at: float = 0.0
 
 
 class TimelineEvent(BaseModel):
@@ -295,8 +336,9 @@ class HeartbeatDecision(BaseModel):
     reason: str | None = None
 
 
-def pulse_is_fresh(pulse_at: float | None, now: float, max_age_s: float) -> bool:
-    return pulse_at is not None and now - pulse_at <= max_age_s
+def supervision_is_fresh(supervised_at: float | None, now: float, max_age_s: float) -> bool:
+    """A monitor run completed this generation's evaluation within `max_age_s`."""
+    return supervised_at is not None and now - supervised_at <= max_age_s
 
 
 def decide_heartbeat(
@@ -305,13 +347,14 @@ def decide_heartbeat(
     request: HeartbeatRequest,
     *,
     now: float,
-    pulse_at: float | None,
-    pulse_max_age_s: float,
+    supervised_max_age_s: float,
 ) -> HeartbeatDecision:
     """What the agent of an authenticated generation is told.
 
-    The lease is renewed only while the supervisor's pulse is fresh: with the monitor dead the
-    agent keeps its old expiry and stops the machine itself when it passes (invariant 4).
+    The lease, and the storage credentials, are renewed only while the generation was
+    supervised recently (`supervised_at`, written by a monitor run that completed this job's
+    evaluation): with the monitor dead or failing on this job, the agent keeps its old expiry
+    and stops the machine itself when it passes (invariant 4).
     """
     if not generation.is_current or generation.generation != job.current_generation:
         return HeartbeatDecision(
@@ -321,7 +364,7 @@ def decide_heartbeat(
             reason=f"generation {generation.generation} was replaced "
             f"(current: {job.current_generation})",
         )
-    renewed = pulse_is_fresh(pulse_at, now, pulse_max_age_s)
+    renewed = supervision_is_fresh(generation.supervised_at, now, supervised_max_age_s)
     lease = generation.lease_expires_at
     if renewed:
         lease = lease_expires_at(
@@ -339,9 +382,13 @@ def decide_heartbeat(
             f" ({job.stop_reason})" if job.stop_reason else ""
         )
     credentials = None
-    if generation.credentials is not None and (
-        request.credentials_expire_at is None
-        or generation.credentials.expires_at > request.credentials_expire_at
+    if (
+        renewed
+        and generation.credentials is not None
+        and (
+            request.credentials_expire_at is None
+            or generation.credentials.expires_at > request.credentials_expire_at
+        )
     ):
         credentials = generation.credentials
     return HeartbeatDecision(

@@ -138,7 +138,18 @@ class Policy(_Strict):
         default=5, ge=0, le=100, description="'Near zero' GPU utilisation."
     )
     startup_timeout_s: int = Field(default=1200, ge=4, le=86_400)
-    max_restarts: int = Field(default=3, ge=0, le=100)
+    # Replacement caps, one per cause (DESIGN §4): once a cause has used its cap, the next
+    # verdict of that cause ends the job FAILED with the reason (and a notification) instead
+    # of renting again.
+    max_restarts: int = Field(
+        default=3, ge=0, le=100, description="Restarts after the training command crashed."
+    )
+    max_replacements_dead: int = Field(
+        default=5, ge=0, le=100, description="Replacements of a host that died."
+    )
+    max_replacements_hung: int = Field(
+        default=3, ge=0, le=100, description="Replacements of a host that hung."
+    )
     lease_window_s: int = Field(default=3 * 3600, ge=10, le=7 * 86_400)
     on_dead_man: Literal["stop", "destroy"] = "stop"
 

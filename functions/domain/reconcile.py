@@ -6,6 +6,21 @@ the spend of every job, the health verdict of every running generation
 (`functions.domain.health.classify`), the lifecycle transition to start, whether to renew the
 generation's storage credentials, which host to blame, and which labelled instances are orphans.
 
+`decide_job` decides one job alone, so the monitor can evaluate each job on its own and a job
+whose facts cannot be read stops no other; `hold_correlated_loss` then looks across the jobs
+(`functions/domain/correlated.py`), and `find_orphans` across the instances.
+
+- **Budget in every active state.** Over budget is judged for every active job, renting ones
+  (PENDING, PROVISIONING, REPLACING) included: a replacement stuck for hours while the old host
+  bills is stopped like a running job. Health is judged where there is a host to judge: the
+  current generation of a RUNNING job.
+- **Spend only moves up.** A job's spend is never below what is stored (`Job.spent_usd`): a run
+  that could not read Vast's charges must not lower what an earlier run measured (and the store
+  writes it conditionally too, for overlapping runs).
+- **Every instance is counted**, recorded or not (`functions/domain/spend.py`).
+- **Ages without a start date.** An instance Vast lists without a `start_date` is as old as its
+  first sighting (`first_seen`, kept by the monitor): an orphan without one is still swept.
+
 Everything here is deterministic in its inputs, so a monitor run that died half way and the run
 after it reach the same decisions; every action they lead to is idempotent (deterministic
 execution names, destroy of a destroyed instance, set-valued host failures).
@@ -18,78 +33,75 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.correlated import Watch, correlated, held, watch
 from functions.domain.credentials import needs_new_credentials
 from functions.domain.health import (
+    Health,
     HealthInput,
     HeartbeatView,
     InstanceView,
     VastStatus,
     Verdict,
     classify,
+    over_budget,
 )
-from functions.domain.job import Generation, Job, JobState, TransitionRequest
+from functions.domain.job import (
+    Generation,
+    Job,
+    JobState,
+    TransitionRequest,
+    UnrecordedInstance,
+)
 from functions.domain.labels import parse_label
+from functions.domain.orphans import (
+    RENTING_STATES,
+    Orphan,
+    find_orphans,
+    labelled_by_job,
+    unseen_starts,
+)
 from functions.domain.reasons import transition_reason
-from functions.domain.spend import job_spend_usd, spend_of
+from functions.domain.spend import (
+    GONE,
+    STOPPED,
+    GenerationSpend,
+    VastCharges,
+    charged_only,
+    generation_prices,
+    job_spend_usd,
+    spend_of,
+    unrecorded_spend,
+)
+from functions.domain.supervision_facts import (
+    InstanceFacts,
+    JobSnapshot,
+    Observation,
+    StatusClock,
+    SupervisionSettings,
+    instance_start,
+    observe,
+    status_clock,
+)
 
 _VAST_STATUSES = frozenset(get_args(VastStatus))
-# States in which the lifecycle may be renting the next generation right now.
-RENTING_STATES = frozenset({JobState.PENDING, JobState.PROVISIONING, JobState.REPLACING})
+REPLACEMENT_CAUSES = (Health.DEAD, Health.HUNG)
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class InstanceFacts(_Frozen):
-    """What the Vast list says about one instance (adapter-free)."""
-
-    id: int
-    label: str | None = None
-    actual_status: str | None = None
-    start_date: float | None = None
-
-
-class JobSnapshot(_Frozen):
-    job: Job
-    generations: tuple[Generation, ...] = ()
-
-    @property
-    def current(self) -> Generation | None:
-        for generation in self.generations:
-            if generation.generation == self.job.current_generation and generation.is_current:
-                return generation
-        return None
-
-
-class SupervisionSettings(_Frozen):
-    interval_s: float = Field(default=60, gt=0, description="How often the monitor runs.")
-    orphan_grace_s: float = Field(
-        default=60,
-        ge=0,
-        description="A labelled instance younger than this is left alone: its rent may not be "
-        "recorded yet. One interval, so orphans die within two (invariant 3).",
-    )
-    avoid_host_s: float = Field(
-        default=7 * 86_400, ge=0, description="How long a host that killed a job is avoided."
-    )
-
-
 class HostBlame(_Frozen):
     machine_id: int
     failure: str = Field(description="`<job>:g<n>`: one failure, counted once.")
     kind: str = Field(description="dead or hung")
-    avoid_until: float
 
 
-class Observation(_Frozen):
-    """Per-run facts the monitor keeps on the generation item, to measure durations."""
+class GenerationClock(_Frozen):
+    """A changed status clock of a generation that is not current (replaced, not yet ended)."""
 
-    progress_step: int | None = None
-    progress_at: float | None = None
-    observed_status: str | None = None
-    observed_status_since: float | None = None
-    spend_usd: float = 0.0
+    generation: int
+    clock: StatusClock
 
 
 class JobDecision(_Frozen):
@@ -101,39 +113,50 @@ class JobDecision(_Frozen):
     blame: HostBlame | None = None
     generation: int | None = Field(default=None, description="The generation judged.")
     observation: Observation | None = None
-
-
-class Orphan(_Frozen):
-    instance_id: int
-    label: str
-    reason: str
+    replaced_for: str | None = Field(
+        default=None, description="The cause to record on `generation` before replacing it."
+    )
+    clocks: tuple[GenerationClock, ...] = ()
+    sightings: tuple[UnrecordedInstance, ...] = Field(
+        default=(), description="Instances of the job that no generation records, seen now."
+    )
+    watch: Watch = Field(default_factory=Watch)
+    held: bool = Field(default=False, description="A dead verdict held: correlated loss.")
 
 
 class MonitorPlan(_Frozen):
     decisions: tuple[JobDecision, ...]
     orphans: tuple[Orphan, ...]
-
-
-def observe(
-    generation: Generation, instance: InstanceFacts | None, *, listed: bool, now: float
-) -> Observation:
-    """Carry the progress and status clocks forward by one run."""
-    step = generation.heartbeat.step if generation.heartbeat else None
-    progress_step, progress_at = generation.progress_step, generation.progress_at
-    if step is not None and (progress_step is None or step > progress_step):
-        progress_step, progress_at = step, now
-    status, since = generation.observed_status, generation.observed_status_since
-    if listed:
-        seen = instance.actual_status if instance is not None else "gone"
-        if seen != status or since is None:
-            status, since = seen, now
-    return Observation(
-        progress_step=progress_step,
-        progress_at=progress_at,
-        observed_status=status,
-        observed_status_since=since,
-        spend_usd=generation.spend_usd,
+    first_sightings: tuple[int, ...] = Field(
+        default=(), description="Labelled instances without a start date, first seen now."
     )
+    held: int = Field(default=0, description="Dead verdicts held (correlated loss).")
+
+
+# --- clocks ---------------------------------------------------------------------------------
+
+
+def _clock_of(generation: Generation) -> StatusClock:
+    return StatusClock(
+        observed_status=generation.observed_status,
+        observed_status_since=generation.observed_status_since,
+        stopped_s=generation.stopped_s,
+    )
+
+
+def billing_usd_per_hour(generation: Generation) -> float:
+    """What a generation's instance costs per hour now, by its status clock: nothing once gone
+    or ended, storage only while stopped."""
+    if generation.ended_at is not None or generation.instance_id is None:
+        return 0.0
+    if generation.observed_status == GONE:
+        return 0.0
+    if generation.observed_status == STOPPED:
+        return generation_prices(generation).storage_usd_per_hour
+    return generation.usd_per_hour
+
+
+# --- views for the health policy ------------------------------------------------------------
 
 
 def instance_view(
@@ -147,7 +170,9 @@ def instance_view(
     unknown_for = 0.0
     if status == "unknown" and observation.observed_status_since is not None:
         unknown_for = max(0.0, now - observation.observed_status_since)
-    return InstanceView.model_validate({"actual_status": status, "unknown_for_s": unknown_for})
+    return InstanceView.model_validate(
+        {"actual_status": status, "unknown_for_s": unknown_for, "status_msg": instance.status_msg}
+    )
 
 
 def heartbeat_view(generation: Generation) -> HeartbeatView | None:
@@ -164,39 +189,131 @@ def heartbeat_view(generation: Generation) -> HeartbeatView | None:
     )
 
 
+def replacements(generations: Iterable[Generation]) -> dict[Health, int]:
+    """Replacements so far per capped cause: the replaced generations that record it."""
+    counts = dict.fromkeys(REPLACEMENT_CAUSES, 0)
+    for g in generations:
+        if not g.is_current and g.replaced_for in {c.value for c in REPLACEMENT_CAUSES}:
+            cause = Health(g.replaced_for)
+            counts[cause] += 1
+    return counts
+
+
+# --- one job --------------------------------------------------------------------------------
+
+
+def _sightings(
+    job: Job,
+    labelled: Sequence[InstanceFacts],
+    recorded: set[int],
+    first_seen: Mapping[int, float],
+    now: float,
+) -> tuple[UnrecordedInstance, ...]:
+    """This job's labelled instances that no generation records, as seen now."""
+    found = []
+    for instance in labelled:
+        if instance.id in recorded:
+            continue
+        known = job.unrecorded_instances.get(str(instance.id))
+        start = instance.start_date
+        if start is None:
+            start = known.start if known is not None else first_seen.get(instance.id, now)
+        price = instance.usd_per_hour
+        if price is None:
+            price = known.usd_per_hour if known is not None else 0.0
+        found.append(
+            UnrecordedInstance(
+                instance_id=instance.id, start=start, last_seen=now, usd_per_hour=max(price, 0.0)
+            )
+        )
+    return tuple(found)
+
+
+def _unrecorded_spends(
+    job: Job,
+    sightings: Sequence[UnrecordedInstance],
+    recorded: set[int],
+    charges: VastCharges | None,
+) -> list[GenerationSpend]:
+    """What instances no generation records have cost: those the monitor saw, and those only
+    Vast's charges know (rented and destroyed between two runs, e.g. a rent that lost its
+    race)."""
+    seen = {str(s.instance_id): s for s in sightings}
+    merged = {**job.unrecorded_instances, **seen}
+    amounts = charges.amounts if charges is not None else {}
+    spends = [
+        unrecorded_spend(u, vast_charged_usd=amounts.get(u.instance_id))
+        for u in merged.values()
+        if u.instance_id not in recorded
+    ]
+    labels = charges.labels if charges is not None else {}
+    for instance_id, label in labels.items():
+        parsed = parse_label(label)
+        if parsed is None or parsed[0] != job.job_id:
+            continue
+        if instance_id in recorded or str(instance_id) in merged:
+            continue
+        spends.append(charged_only(amounts.get(instance_id, 0.0)))
+    return spends
+
+
 def decide_job(
     snapshot: JobSnapshot,
     instances: Mapping[int, InstanceFacts] | None,
-    charges: Mapping[int, float] | None,
+    charges: VastCharges | None,
     *,
     now: float,
     settings: SupervisionSettings,
-    monitor_healthy: bool,
+    labelled: Sequence[InstanceFacts] = (),
+    first_seen: Mapping[int, float] | None = None,
 ) -> JobDecision:
-    """Spend, verdict and action for one active job."""
+    """Spend, verdict and action for one active job. `labelled`: the listed instances whose
+    label names this job."""
     job = snapshot.job
     listed = instances is not None
     current = snapshot.current
-    spends = []
+    seen_first = first_seen or {}
+    recorded = {g.instance_id for g in snapshot.generations if g.instance_id is not None}
+    spends: list[GenerationSpend] = []
+    clocks: list[GenerationClock] = []
+    billed: list[Generation] = []
     observation = None
-    for generation in snapshot.generations:
+    instance = None
+    current_spend = 0.0
+    for g in snapshot.generations:
+        found = None
+        if instances is not None and g.instance_id is not None:
+            found = instances.get(g.instance_id)
+        now_g = g
+        if g.ended_at is None and g.instance_id is not None:
+            clock = status_clock(g, found, listed=listed, now=now)
+            now_g = g.model_copy(update=clock.model_dump())
+            if g is not current and clock != _clock_of(g):
+                clocks.append(GenerationClock(generation=g.generation, clock=clock))
         charged = None
-        if charges is not None and generation.instance_id is not None:
-            charged = charges.get(generation.instance_id)
-        spends.append(spend_of(generation, now, vast_charged_usd=charged))
-    spend = job_spend_usd(spends)
+        if charges is not None and g.instance_id is not None:
+            charged = charges.amounts.get(g.instance_id)
+        cost = spend_of(now_g, now, vast_charged_usd=charged)
+        spends.append(cost)
+        billed.append(now_g)
+        if g is current:
+            instance = found
+            current_spend = cost.total_usd
+    sightings = _sightings(job, labelled, recorded, seen_first, now)
+    spends.extend(_unrecorded_spends(job, sightings, recorded, charges))
+    spend = max(job.spent_usd, job_spend_usd(spends))
+    price = sum(billing_usd_per_hour(g) for g in billed) + sum(s.usd_per_hour for s in sightings)
     if current is not None:
-        instance = None
-        if instances is not None and current.instance_id is not None:
-            instance = instances.get(current.instance_id)
         observation = observe(current, instance, listed=listed, now=now).model_copy(
-            update={"spend_usd": spends[snapshot.generations.index(current)].total_usd}
+            update={"spend_usd": current_spend}
         )
     base = JobDecision(
         job_id=job.job_id,
         spend_usd=spend,
         generation=current.generation if current else None,
         observation=observation,
+        clocks=tuple(clocks),
+        sightings=sightings,
     )
     if job.state == JobState.STOPPING:
         # Started again every run: repairs a stop whose start was lost (the name dedupes).
@@ -208,121 +325,158 @@ def decide_job(
         )
         return base.model_copy(update={"transition": stop})
     if job.state != JobState.RUNNING or current is None or observation is None:
-        return base  # the lifecycle is renting; nothing to judge yet
+        return _budget_only(base, job, spend, price, settings)
+    view = instance_view(instance, observation, listed=listed, now=now)
+    heartbeat = heartbeat_view(current)
     verdict = classify(
         HealthInput(
             now=now,
             policy=job.spec.policy,
             started_at=current.created_at,
-            instance=instance_view(
-                instances.get(current.instance_id or -1) if instances is not None else None,
-                observation,
-                listed=listed,
-                now=now,
-            ),
-            heartbeat=heartbeat_view(current),
+            instance=view,
+            heartbeat=heartbeat,
             progress_at=observation.progress_at,
+            training_started_at=current.training_started_at,
+            gpu_busy_at=current.gpu_busy_at,
             spend_usd=spend,
             budget_usd=job.budget_usd,
-            usd_per_hour=current.usd_per_hour,
+            usd_per_hour=max(price, current.usd_per_hour),
             monitor_interval_s=settings.interval_s,
             restarts_so_far=job.restarts,
+            replacements=replacements(snapshot.generations),
         )
     )
-    update: dict[str, object] = {"verdict": verdict}
+    update: dict[str, object] = {
+        "verdict": verdict,
+        "watch": watch(heartbeat, view, job.spec.policy, now),
+    }
     reason = transition_reason(verdict)
+    if verdict.blames_host and current.machine_id is not None:
+        update["blame"] = HostBlame(
+            machine_id=current.machine_id,
+            failure=f"{job.job_id}:g{current.generation}",
+            kind=(verdict.cause or verdict.health).value,
+        )
     if verdict.action == "replace":
         update["transition"] = TransitionRequest(
             action="replace", job_id=job.job_id, generation=current.generation + 1, reason=reason
         )
-        if verdict.blames_host and current.machine_id is not None:
-            update["blame"] = HostBlame(
-                machine_id=current.machine_id,
-                failure=f"{job.job_id}:g{current.generation}",
-                kind=verdict.health.value,
-                avoid_until=now + settings.avoid_host_s,
-            )
+        update["replaced_for"] = verdict.health.value
     elif verdict.action == "stop":
         update["transition"] = TransitionRequest(
             action="stop", job_id=job.job_id, generation=current.generation, reason=reason
         )
-    elif monitor_healthy:
+    else:  # the host is judged alive (by Vast, or by its heartbeats when Vast is unreadable)
         update["renew_credentials"] = needs_new_credentials(
             current, job.spec.policy, now, settings.interval_s
         )
     return base.model_copy(update=update)
 
 
-def find_orphans(
-    snapshots: Sequence[JobSnapshot],
-    instances: Iterable[InstanceFacts],
-    *,
-    now: float,
-    settings: SupervisionSettings,
-) -> list[Orphan]:
-    """Labelled instances that belong to no live generation (DESIGN §3, invariant 3).
-
-    Live: the instance recorded for an active job's current generation, and the next
-    generation's instance while the lifecycle is renting it (not recorded yet). Instances
-    younger than the grace are left for the next run: a rent lands in Vast's list before the
-    lifecycle records it.
-    """
-    by_job = {s.job.job_id: s for s in snapshots}
-    orphans = []
-    for instance in instances:
-        parsed = parse_label(instance.label)
-        if parsed is None:
-            continue  # not a tether instance: never touched
-        job_id, generation = parsed
-        snapshot = by_job.get(job_id)
-        reason = _orphan_reason(snapshot, instance, generation)
-        if reason is None:
-            continue
-        age = now - instance.start_date if instance.start_date is not None else 0.0
-        if age < settings.orphan_grace_s:
-            continue
-        orphans.append(Orphan(instance_id=instance.id, label=instance.label or "", reason=reason))
-    return orphans
+def _budget_only(
+    base: JobDecision, job: Job, spend: float, price: float, settings: SupervisionSettings
+) -> JobDecision:
+    """A job the lifecycle is renting for (or without a current host): only the budget rule
+    applies, on what its instances still bill."""
+    why = over_budget(spend, job.budget_usd, price, settings.interval_s)
+    if why is None:
+        return base
+    verdict = Verdict(health=Health.OVER_BUDGET, reason=f"{why} (job {job.state.value})")
+    stop = TransitionRequest(
+        action="stop",
+        job_id=job.job_id,
+        generation=job.current_generation,
+        reason=transition_reason(verdict),
+    )
+    return base.model_copy(update={"verdict": verdict, "transition": stop})
 
 
-def _orphan_reason(
-    snapshot: JobSnapshot | None, instance: InstanceFacts, generation: int
-) -> str | None:
-    if snapshot is None:
-        return "its job has ended or does not exist"
-    job = snapshot.job
-    current = job.current_generation
-    if generation == current:
-        recorded = snapshot.current.instance_id if snapshot.current else None
-        if recorded is not None and recorded != instance.id:
-            return f"a second instance for generation {generation} (recorded: {recorded})"
-        return None
-    if generation == current + 1 and job.state in RENTING_STATES:
-        return None
-    if generation < current:
-        return f"generation {generation} was replaced by {current}"
-    return f"generation {generation} is not being provisioned (job {job.state.value})"
+# --- across jobs ----------------------------------------------------------------------------
+
+
+def hold_correlated_loss(decisions: Sequence[JobDecision]) -> tuple[list[JobDecision], int]:
+    """When heartbeats were lost together (`functions/domain/correlated.py`), hold the dead
+    verdicts of the silent jobs: no replace, no blame, no cap used. Returns the decisions and
+    how many were held."""
+    if not correlated([d.watch for d in decisions]):
+        return list(decisions), 0
+    out: list[JobDecision] = []
+    count = 0
+    for d in decisions:
+        verdict = d.verdict
+        if d.watch.silent and verdict is not None and held(verdict.health, verdict.cause):
+            d = d.model_copy(
+                update={
+                    "transition": None,
+                    "blame": None,
+                    "replaced_for": None,
+                    "renew_credentials": False,
+                    "held": True,
+                }
+            )
+            count += 1
+        out.append(d)
+    return out, count
 
 
 def reconcile(
     snapshots: Sequence[JobSnapshot],
     instances: Sequence[InstanceFacts] | None,
-    charges: Mapping[int, float] | None,
+    charges: VastCharges | None,
     *,
     now: float,
     settings: SupervisionSettings,
-    monitor_healthy: bool,
+    first_seen: Mapping[int, float] | None = None,
 ) -> MonitorPlan:
     """Every decision of one monitor run. `instances` None: the Vast list failed this run, so
     no instance rule applies and no orphan is swept (one bad reading never kills a job)."""
     by_id = {i.id: i for i in instances} if instances is not None else None
-    decisions = tuple(
-        decide_job(s, by_id, charges, now=now, settings=settings, monitor_healthy=monitor_healthy)
-        for s in snapshots
+    by_job = labelled_by_job(instances or ())
+    decided = []
+    for snapshot in snapshots:
+        decided.append(
+            decide_job(
+                snapshot,
+                by_id,
+                charges,
+                now=now,
+                settings=settings,
+                labelled=by_job.get(snapshot.job.job_id, ()),
+                first_seen=first_seen,
+            )
+        )
+    decisions, held_count = hold_correlated_loss(decided)
+    orphans: tuple[Orphan, ...] = ()
+    unseen: tuple[int, ...] = ()
+    if instances is not None:
+        orphans = tuple(
+            find_orphans(snapshots, instances, now=now, settings=settings, first_seen=first_seen)
+        )
+        unseen = unseen_starts(instances, first_seen or {})
+    return MonitorPlan(
+        decisions=tuple(decisions), orphans=orphans, first_sightings=unseen, held=held_count
     )
-    orphans = (
-        tuple(find_orphans(snapshots, instances, now=now, settings=settings))
-        if instances is not None
-        else ()
-    )
-    return MonitorPlan(decisions=decisions, orphans=orphans)
+
+
+__all__ = [
+    "RENTING_STATES",
+    "GenerationClock",
+    "HostBlame",
+    "InstanceFacts",
+    "JobDecision",
+    "JobSnapshot",
+    "MonitorPlan",
+    "Observation",
+    "Orphan",
+    "StatusClock",
+    "SupervisionSettings",
+    "decide_job",
+    "find_orphans",
+    "hold_correlated_loss",
+    "instance_start",
+    "labelled_by_job",
+    "observe",
+    "reconcile",
+    "status_clock",
+    "unseen_starts",
+]

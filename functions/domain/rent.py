@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from functions.domain.blame import blocklist
 from functions.domain.cost import NoQualifyingOffer, OfferCost, plan_job
 from functions.domain.job import Generation, HostReputation, Job
 from functions.domain.labels import instance_label
@@ -68,7 +69,8 @@ def plan_rent(
     max_offers: int = MAX_OFFERS_PER_ATTEMPT,
 ) -> RentPlan | Refusal:
     """The offers to try for `generation` of `job`, best expected total first, skipping the
-    hosts `blocklist` names; or the reason not to rent now."""
+    hosts `blocklist` names (this job's blamed hosts, and hosts whose decaying blame is still
+    high: `functions/domain/blame.py`); or the reason not to rent now."""
     blocked = blocklist(generations, reputations, now=now)
     try:
         plan = plan_job(job.spec, offers, blocklist=blocked)
@@ -139,14 +141,14 @@ def budget_allows_rent(job: Job, choice: OfferCost) -> tuple[bool, str]:
     return True, f"remaining budget ${remaining:.2f} covers ${needed:.2f}"
 
 
-def blocklist(
-    generations: Iterable[Generation],
-    reputations: Mapping[int, HostReputation],
-    *,
-    now: float,
-) -> set[int]:
-    """Machines the planner must skip: those this job died or hung on, and any machine whose
-    reputation says to avoid it still."""
-    blocked = {g.machine_id for g in generations if g.host_blamed and g.machine_id is not None}
-    blocked |= {m for m, rep in reputations.items() if rep.avoid_until > now}
-    return blocked
+__all__ = [
+    "Refusal",
+    "RentCandidate",
+    "RentPlan",
+    "blocklist",
+    "budget_allows_rent",
+    "capacity_attempt",
+    "capacity_wait_s",
+    "plan_rent",
+    "startup_cost_usd",
+]

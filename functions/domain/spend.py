@@ -5,6 +5,16 @@ the instance exists (stopped included, until destroyed), and traffic per byte bo
 (references/vast-api.md "Billing"). The prices are the offer's, stored with the generation when it
 was rented, so a later price change on the host does not rewrite history. The lease that bounds
 spend with the supervisor dead is `functions/domain/lease.py`.
+
+Stopped time is billed at the storage rate only: the monitor keeps each generation's status clock
+(`observed_status` since `observed_status_since`, and `stopped_s`, the stretches already closed),
+so the seconds Vast showed the instance `stopped` are taken out of the GPU seconds. A stretch
+counts from the first run that saw it, so the minutes before are billed as running: the estimate
+errs high by at most one monitor interval per stop, never low.
+
+A job's spend counts every instance ever rented for it: its generations', and those no generation
+records (a second rent of one generation, a rent that lost its race, a stray), from the monitor's
+sightings (`Job.unrecorded_instances`) and from Vast's charges, which name an instance's label.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.domain.job import Generation
+from functions.domain.job import Generation, UnrecordedInstance
 from functions.domain.offer import Offer
 
 # Decimal GB: for the same bytes this gives the larger GB count, so our estimate errs high,
@@ -118,21 +128,62 @@ def generation_prices(generation: Generation) -> GenerationPrices:
         return GenerationPrices(gpu_usd_per_hour=generation.usd_per_hour, storage_usd_per_hour=0)
 
 
+STOPPED = "stopped"  # Vast's actual_status that bills storage only
+GONE = "gone"  # the status clock's word for an instance missing from a successful list
+
+
+def stopped_seconds(generation: Generation, end: float) -> float:
+    """Seconds the instance was seen stopped, up to `end` (the closed stretches and the open
+    one)."""
+    stopped = generation.stopped_s
+    since = generation.observed_status_since
+    if generation.observed_status == STOPPED and since is not None:
+        stopped += max(0.0, end - since)
+    return stopped
+
+
 def spend_of(
     generation: Generation, now: float, *, vast_charged_usd: float | None = None
 ) -> GenerationSpend:
-    """What one generation has cost by `now` (or by its end): $/h × seconds since the rent,
-    plus the agent's traffic at the offer's prices; Vast's charges win when larger."""
-    end = generation.ended_at if generation.ended_at is not None else now
-    seconds = max(0.0, min(end, now) - generation.created_at)
+    """What one generation has cost by `now` (or by its end): the GPU $/h × the seconds it was
+    not seen stopped, storage × every second since the rent, plus the agent's traffic at the
+    offer's prices; Vast's charges win when larger."""
+    end = min(generation.ended_at if generation.ended_at is not None else now, now)
+    if generation.observed_status == GONE and generation.observed_status_since is not None:
+        end = min(end, generation.observed_status_since)  # Vast bills nothing once it is gone
+    seconds = max(0.0, end - generation.created_at)
+    stopped = min(seconds, stopped_seconds(generation, end))
     heartbeat = generation.heartbeat
     usage = GenerationUsage(
-        running_s=seconds,
+        running_s=seconds - stopped,
         existed_s=seconds,
         bytes_downloaded=heartbeat.bytes_downloaded if heartbeat else 0,
         bytes_uploaded=heartbeat.bytes_uploaded if heartbeat else 0,
     )
     return generation_spend(generation_prices(generation), usage, vast_charged_usd=vast_charged_usd)
+
+
+def unrecorded_spend(
+    instance: UnrecordedInstance, *, vast_charged_usd: float | None = None
+) -> GenerationSpend:
+    """What an instance no generation records has cost: its $/h (Vast's `dph_total`, storage
+    included) from its start to its last sighting; Vast's charges win when larger."""
+    hours = max(0.0, instance.last_seen - instance.start) / 3600
+    return GenerationSpend(
+        gpu_usd=instance.usd_per_hour * hours,
+        storage_usd=0.0,
+        download_usd=0.0,
+        upload_usd=0.0,
+        vast_charged_usd=vast_charged_usd,
+    )
+
+
+def charged_only(amount_usd: float) -> GenerationSpend:
+    """An instance known only from Vast's charges (rented and destroyed between two runs)."""
+    return GenerationSpend(
+        gpu_usd=0.0, storage_usd=0.0, download_usd=0.0, upload_usd=0.0,
+        vast_charged_usd=amount_usd,
+    )  # fmt: skip
 
 
 # --- Vast's charges ---------------------------------------------------------------------------
@@ -156,6 +207,14 @@ class InstanceCharge(_Frozen):
     amount_usd: float
     start: float | None = None  # epoch s
     end: float | None = None
+    label: str | None = None  # metadata.label: the instance's label when it was billed
+
+
+class VastCharges(_Frozen):
+    """Vast's charges per instance, and the label each was billed under."""
+
+    amounts: dict[int, float] = Field(default_factory=dict)
+    labels: dict[int, str] = Field(default_factory=dict)
 
 
 def instance_charge(row: Mapping[str, object]) -> InstanceCharge | None:
@@ -198,18 +257,27 @@ def instance_charge(row: Mapping[str, object]) -> InstanceCharge | None:
     amount = _number(row.get("amount"))
     if amount is None:
         raise UnreadableCharge("amount", f"amount {row.get('amount')!r} is not a number")
+    metadata = row.get("metadata")
+    label = metadata.get("label") if isinstance(metadata, Mapping) else None
     return InstanceCharge(
         instance_id=instance_id,
         amount_usd=amount,
         start=_number(row.get("start")),
         end=_number(row.get("end")),
+        label=label if isinstance(label, str) and label else None,
     )
 
 
 def charges_by_instance(charges: Iterable[Mapping[str, object]]) -> dict[int, float]:
     """`GET /api/v0/charges/` items → $ per instance id (`instance_charge` reads each; items of
     volumes and endpoints, and items that cannot be read, add nothing)."""
+    return vast_charges(charges).amounts
+
+
+def vast_charges(charges: Iterable[Mapping[str, object]]) -> VastCharges:
+    """`GET /api/v0/charges/` items → $ per instance id, and each instance's label."""
     totals: dict[int, float] = {}
+    labels: dict[int, str] = {}
     for row in charges:
         try:
             charge = instance_charge(row)
@@ -217,7 +285,9 @@ def charges_by_instance(charges: Iterable[Mapping[str, object]]) -> dict[int, fl
             continue
         if charge is not None:
             totals[charge.instance_id] = totals.get(charge.instance_id, 0.0) + charge.amount_usd
-    return totals
+            if charge.label is not None:
+                labels[charge.instance_id] = charge.label
+    return VastCharges(amounts=totals, labels=labels)
 
 
 def _number(value: object) -> float | None:

@@ -1,5 +1,6 @@
 """The monitor function: run by EventBridge Scheduler every minute (`functions/monitor/service`);
-its report becomes metrics (`functions/monitor/metrics`) and one log line."""
+its report becomes metrics (`functions/monitor/metrics`) and one log line. The run's Vast calls
+and job evaluations are budgeted against the invocation's remaining time (the context's)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def dependencies() -> service.MonitorDeps:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    report = service.run_monitor(dependencies())
+    report = service.run_monitor(
+        dependencies(), remaining_s=lambda: context.get_remaining_time_in_millis() / 1000
+    )
     monitor_metrics.emit(report)
     fields = service.report_fields(report)
     logger.info("monitor run", extra=fields)

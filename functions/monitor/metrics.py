@@ -1,13 +1,14 @@
-"""A monitor run's report as metrics: every name, unit and value the dashboard and the
-SpendNearBudget alarm read (`infra/constructs/observability.py`), in one place.
+"""A monitor run's report as metrics: every name, unit and value the dashboard and the alarms
+read (`infra/constructs/observability.py`), in one place.
 
-Counts of what the run did (jobs supervised, verdicts, transitions started, credentials renewed,
-hosts blamed, orphans destroyed, errors), whether Vast could be read, how many of Vast's records
-could not be read (`VastRecordsSkipped`: left out; `VastFieldsDropped`: fields dropped from
-instances that were kept), the spend of all active jobs, and — only while there is something to
-measure, so an idle deployment emits no datapoint and costs nothing — the labelled instances on
-Vast, the highest budget fraction used, the oldest heartbeat and the work lost per replace
-(`functions/domain/measures.py`).
+Counts of what the run did (active jobs; jobs whose evaluation did not complete, whose leases
+are therefore not renewed; verdicts; dead verdicts held for a correlated loss of heartbeats;
+transitions started, credentials renewed, hosts blamed, orphans destroyed, errors), whether Vast
+could be read, how many of Vast's records could not be read (`VastRecordsSkipped`: left out;
+`VastFieldsDropped`: fields dropped from instances that were kept), the spend of all active
+jobs, and — only while there is something to measure, so an idle deployment emits no datapoint
+and costs nothing — the labelled instances on Vast, the highest budget fraction used, the oldest
+heartbeat and the work lost per replace (`functions/domain/measures.py`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from functions.observability import MetricUnit, metrics
 
 RECORDS_SKIPPED_METRIC = "VastRecordsSkipped"
 FIELDS_DROPPED_METRIC = "VastFieldsDropped"
+UNSUPERVISED_METRIC = "JobsUnsupervised"  # active jobs whose evaluation did not complete
+HELD_METRIC = "DeadVerdictsHeld"  # dead verdicts held: heartbeats lost together
 
 
 def emit(report: MonitorReport) -> None:
     count = MetricUnit.Count
     metrics.add_metric(name="JobsSupervised", unit=count, value=report.jobs)
+    metrics.add_metric(name=UNSUPERVISED_METRIC, unit=count, value=report.unsupervised)
+    metrics.add_metric(name=HELD_METRIC, unit=count, value=report.held)
     metrics.add_metric(name="VastListFailed", unit=count, value=int(report.instances is None))
     metrics.add_metric(name="TransitionsStarted", unit=count, value=report.transitions_started)
     metrics.add_metric(name="CredentialsRenewed", unit=count, value=report.credentials_renewed)

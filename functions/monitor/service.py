@@ -1,17 +1,33 @@
-"""One monitor run, apart from Lambda: gather the facts, `reconcile` them, apply the decisions.
+"""One monitor run, apart from Lambda: gather the facts, decide each job, apply, mark it supervised.
 
-Order matters for safety, not for correctness: the pulse is written first (the heartbeat API
-renews leases only while it is fresh), then spend and observations, then transitions, renewals
-and the orphan sweep. Each action is idempotent and each job is handled on its own, so a run that
-dies half way leaves nothing inconsistent and the next run finishes the work.
+Liveness that proves work was done. There is no global pulse: a job's lease (and its storage
+credentials) is renewed by the heartbeat API only while its current generation's
+`supervised_at` is fresh, and `supervised_at` is written last in that job's evaluation
+(read → decide → apply), with the time the run's facts were read. So:
 
-Vast records that cannot be read (an instance without a readable id, a charge without a readable
-instance) are left out and counted, never fatal to the run: one warning per run names each with
-its id and fields, and the report counts them (`VastRecordsSkipped`, `VastFieldsDropped`).
+- a run that fails before it has decided anything (its list of jobs cannot be read, a provider
+  secret cannot be read from Secrets Manager, a bug) marks no job, and every host stops itself
+  within its lease;
+- a job whose evaluation fails (its generations no longer validate, a write or a transition
+  start raises, its credentials cannot be renewed before they would no longer outlive a lease)
+  is not marked, is counted (`JobsUnsupervised`), and stops no other job's evaluation;
+- a run that runs out of time marks only the jobs it finished: Vast's calls are bounded by the
+  invocation's remaining time (`remaining_s`, from the Lambda context) so that judging and
+  writing always have `APPLY_RESERVE_S` left, and a job's evaluation starts only with
+  `JOB_RESERVE_S` left.
+
+Vast that cannot be read (errors, 429 storms, a listing cut short by the time budget) is not a
+failure of the run: no instance rule applies this run and no orphan is swept, but spend, the
+budget and the heartbeat rules are judged, and the jobs are supervised. Vast records that cannot
+be read are left out and counted, never fatal (`VastRecordsSkipped`, `VastFieldsDropped`).
+
+After every job's decision, the run looks across jobs for a correlated loss of heartbeats and
+holds those dead verdicts (`functions/domain/correlated.py`, `DeadVerdictsHeld`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +42,7 @@ from functions.adapters.factory import SecretNotSet
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import RecordIssue, VastClient, VastError, describe_issues
-from functions.domain.credentials import credentials_ttl_s
+from functions.domain.credentials import credentials_outlive_lease, credentials_ttl_s
 from functions.domain.job import Generation, Job, TimelineEvent
 from functions.domain.measures import (
     WorkLost,
@@ -40,12 +56,29 @@ from functions.domain.reconcile import (
     JobDecision,
     JobSnapshot,
     SupervisionSettings,
-    reconcile,
+    decide_job,
+    find_orphans,
+    hold_correlated_loss,
+    labelled_by_job,
+    unseen_starts,
 )
-from functions.domain.spend import charges_by_instance
+from functions.domain.spend import VastCharges, vast_charges
 from functions.observability import logger
 
 SPEND_EPSILON_USD = 1e-6
+# The monitor's Lambda runs for at most 55 s (one interval less 5 s). Of what is left when a
+# run starts, Vast's listing and charges may take all but APPLY_RESERVE_S; a job's evaluation
+# starts only with JOB_RESERVE_S left (a few table writes and one StartExecution), a credential
+# renewal only with CLOUDFLARE_RESERVE_S (the Cloudflare client's own deadline is 30 s), an
+# orphan's destroy only with ORPHAN_RESERVE_S.
+APPLY_RESERVE_S = 20.0
+JOB_RESERVE_S = 5.0
+CLOUDFLARE_RESERVE_S = 35.0
+ORPHAN_RESERVE_S = 3.0
+
+
+def unbounded() -> float:
+    return math.inf
 
 
 @dataclass(frozen=True)
@@ -59,13 +92,20 @@ class MonitorDeps:
     r2_endpoint: str | None = None
 
 
+class EvaluationIncomplete(Exception):
+    """This job's evaluation could not be finished: it is not marked supervised."""
+
+
 @dataclass
 class MonitorReport:
     """What one run did; `functions/monitor/metrics.py` turns it into metrics."""
 
     jobs: int = 0
+    supervised: int = 0  # jobs whose evaluation completed (supervised_at written)
+    unsupervised: int = 0  # active jobs whose evaluation failed or did not fit in the run
     instances: int | None = None
     verdicts: dict[str, int] = field(default_factory=dict)
+    held: int = 0  # dead verdicts held: heartbeats lost together (correlated loss)
     transitions_started: int = 0
     credentials_renewed: int = 0
     hosts_blamed: int = 0
@@ -80,86 +120,153 @@ class MonitorReport:
     vast_fields_dropped: int = 0  # instance records kept without a field that could not be read
 
 
-def run_monitor(deps: MonitorDeps) -> MonitorReport:
+def run_monitor(
+    deps: MonitorDeps, *, remaining_s: Callable[[], float] = unbounded
+) -> MonitorReport:
+    """One run. `remaining_s`: the seconds this invocation has left (Lambda's context)."""
     now = deps.clock()
     report = MonitorReport()
-    deps.store.write_pulse(now)
-    jobs = deps.store.list_active_jobs()
-    snapshots = [
-        JobSnapshot(job=j, generations=tuple(deps.store.list_generations(j.job_id))) for j in jobs
-    ]
-    report.jobs = len(snapshots)
+    snapshots = _snapshots(deps, report)
+    vast = _vast(deps, remaining_s() - APPLY_RESERVE_S)
     issues: list[RecordIssue] = []
-    instances = _list_instances(deps, issues)
+    instances = _list_instances(vast, issues) if vast is not None else None
     report.instances = None if instances is None else len(instances)
     report.tether_instances = None if instances is None else tether_instances(instances)
     report.heartbeat_age_max_s = heartbeat_age_max_s(snapshots, now)
-    charges = _charges(deps, snapshots, issues) if instances is not None and snapshots else None
+    charges = None
+    if vast is not None and instances is not None and snapshots:
+        charges = _charges(vast, snapshots, issues)
     _count_issues(issues, report)
-    plan = reconcile(
-        snapshots,
-        instances,
-        charges,
-        now=now,
-        settings=deps.settings,
-        monitor_healthy=instances is not None,
-    )
-    report.budget_used_max_fraction = budget_used_max_fraction(
-        (d.spend_usd, s.job.budget_usd) for d, s in zip(plan.decisions, snapshots, strict=True)
-    )
-    by_id = {s.job.job_id: s for s in snapshots}
-    for decision in plan.decisions:
-        try:
-            _apply(deps, by_id[decision.job_id], decision, now, report)
-        except Exception:  # one job's trouble must not stop the others; next run retries
-            report.errors += 1
-            logger.exception("monitor: job failed", extra={"job_id": decision.job_id})
-    for orphan in plan.orphans:
-        try:
-            deps.vast().destroy_instance(orphan.instance_id)
-        except VastError:
-            report.errors += 1
-            logger.exception("monitor: orphan destroy failed", extra={"id": orphan.instance_id})
-            continue
-        report.orphans_destroyed += 1
-        logger.info(
-            "orphan destroyed",
-            extra={"instance_id": orphan.instance_id, "label": orphan.label, "why": orphan.reason},
+    first_seen: dict[int, float] = {}
+    if instances is not None:
+        first_seen = deps.store.first_sightings(unseen_starts(instances, {}))
+    decided = _decide(deps, snapshots, instances, charges, first_seen, now, report)
+    decisions, report.held = hold_correlated_loss([d for _, d in decided])
+    if report.held:
+        logger.warning(
+            "monitor: heartbeats lost together while Vast says the hosts run: %d dead "
+            "verdict(s) held (no replace, no blame)",
+            report.held,
+            extra={"held_jobs": [d.job_id for d in decisions if d.held]},
         )
+    report.budget_used_max_fraction = budget_used_max_fraction(
+        (d.spend_usd, s.job.budget_usd) for (s, _), d in zip(decided, decisions, strict=True)
+    )
+    for index, ((snapshot, _), decision) in enumerate(zip(decided, decisions, strict=True)):
+        if remaining_s() < JOB_RESERVE_S:
+            left = len(decisions) - index
+            report.unsupervised += left
+            logger.warning("monitor: out of time; %d job(s) left unsupervised this run", left)
+            break
+        try:
+            _apply(deps, snapshot, decision, now, report, remaining_s)
+        except Exception:  # one job's trouble must not stop the others; it renews nothing
+            report.errors += 1
+            report.unsupervised += 1
+            logger.exception("monitor: job evaluation failed", extra={"job_id": decision.job_id})
+        else:
+            report.supervised += 1
+    if vast is not None and instances is not None:
+        _sweep(deps, vast, snapshots, instances, first_seen, now, report, remaining_s)
     return report
 
 
-def _list_instances(deps: MonitorDeps, issues: list[RecordIssue]) -> list[InstanceFacts] | None:
+def _vast(deps: MonitorDeps, seconds: float) -> VastClient | None:
+    """The Vast client, its calls bounded to `seconds`; None while its secret holds the
+    deploy-time placeholder (nothing can be rented then either). Any other failure to build
+    it — Secrets Manager cannot be read, say — fails the run: no job is marked supervised."""
+    try:
+        return deps.vast().bounded(seconds)
+    except SecretNotSet as exc:
+        logger.warning("monitor: no Vast key; no instance rule this run: %s", exc)
+        return None
+
+
+def _snapshots(deps: MonitorDeps, report: MonitorReport) -> list[JobSnapshot]:
+    """Every active job with its generations; a job whose items cannot be read is counted and
+    left out (its lease is not renewed), never fatal to the others."""
+    active = deps.store.read_active_jobs()
+    for key, why in active.unreadable:
+        logger.error("monitor: job item cannot be read; not supervised: %s", why, extra={"pk": key})
+    report.jobs = len(active.jobs) + len(active.unreadable)
+    report.unsupervised += len(active.unreadable)
+    report.errors += len(active.unreadable)
+    snapshots = []
+    for job in active.jobs:
+        try:
+            generations = tuple(deps.store.list_generations(job.job_id))
+        except Exception:
+            report.errors += 1
+            report.unsupervised += 1
+            logger.exception("monitor: generations cannot be read", extra={"job_id": job.job_id})
+            continue
+        snapshots.append(JobSnapshot(job=job, generations=generations))
+    return snapshots
+
+
+def _decide(
+    deps: MonitorDeps,
+    snapshots: list[JobSnapshot],
+    instances: list[InstanceFacts] | None,
+    charges: VastCharges | None,
+    first_seen: dict[int, float],
+    now: float,
+    report: MonitorReport,
+) -> list[tuple[JobSnapshot, JobDecision]]:
+    by_id = {i.id: i for i in instances} if instances is not None else None
+    by_job = labelled_by_job(instances or ())
+    decided = []
+    for snapshot in snapshots:
+        try:
+            decision = decide_job(
+                snapshot, by_id, charges, now=now, settings=deps.settings,
+                labelled=by_job.get(snapshot.job.job_id, ()), first_seen=first_seen,
+            )  # fmt: skip
+        except Exception:
+            report.errors += 1
+            report.unsupervised += 1
+            logger.exception("monitor: job cannot be judged", extra={"job_id": snapshot.job.job_id})
+            continue
+        decided.append((snapshot, decision))
+    return decided
+
+
+def _list_instances(vast: VastClient, issues: list[RecordIssue]) -> list[InstanceFacts] | None:
     """The account's instances, all pages; None when Vast could not be read this run."""
     try:
-        listed = deps.vast().list_instances()
-    except (VastError, SecretNotSet) as exc:
+        listed = vast.list_instances()
+    except VastError as exc:
         logger.warning("monitor: Vast instance list failed; no instance rule this run: %s", exc)
         return None
     issues.extend(listed.issues)
     return [
         InstanceFacts(
-            id=i.id, label=i.label, actual_status=i.actual_status, start_date=i.start_date
+            id=i.id,
+            label=i.label,
+            actual_status=i.actual_status,
+            status_msg=i.status_msg,
+            start_date=i.start_date,
+            usd_per_hour=i.dph_total,
         )
         for i in listed
     ]
 
 
 def _charges(
-    deps: MonitorDeps, snapshots: list[JobSnapshot], issues: list[RecordIssue]
-) -> dict[int, float] | None:
-    """Vast's own charges per instance, read from each item's `source`, best effort (spend
-    falls back to our estimate)."""
+    vast: VastClient, snapshots: list[JobSnapshot], issues: list[RecordIssue]
+) -> VastCharges | None:
+    """Vast's own charges per instance, read from each item's `source` (and the label it was
+    billed under), best effort (spend falls back to our estimate)."""
     since = min((g.created_at for s in snapshots for g in s.generations), default=None)
     if since is None:
         return None
     try:
-        listed = deps.vast().charges(since=since - 86_400)
+        listed = vast.charges(since=since - 86_400)
     except (VastError, ValueError) as exc:
         logger.info("monitor: Vast charges unavailable: %s", exc)
         return None
     issues.extend(listed.issues)
-    return charges_by_instance(listed)
+    return vast_charges(listed)
 
 
 def _count_issues(issues: list[RecordIssue], report: MonitorReport) -> None:
@@ -186,51 +293,72 @@ def _apply(
     decision: JobDecision,
     now: float,
     report: MonitorReport,
+    remaining_s: Callable[[], float],
 ) -> None:
+    """Every action of one job's decision, then `supervised_at` (only if all of them held)."""
     job = snapshot.job
+    store = deps.store
     report.spend_usd += decision.spend_usd
-    if abs(decision.spend_usd - job.spent_usd) > SPEND_EPSILON_USD:
-        deps.store.record_spend(job.job_id, decision.spend_usd)
-    if decision.observation is not None and decision.generation is not None:
-        deps.store.record_observation(job.job_id, decision.generation, decision.observation)
+    if decision.spend_usd > job.spent_usd + SPEND_EPSILON_USD:
+        store.record_spend(job.job_id, decision.spend_usd)
+    if decision.sightings:
+        store.record_unrecorded_instances(job.job_id, decision.sightings)
+    for changed in decision.clocks:
+        store.record_status_clock(job.job_id, changed.generation, changed.clock)
     if decision.verdict is not None:
         name = decision.verdict.health.value
         report.verdicts[name] = report.verdicts.get(name, 0) + 1
     if decision.blame is not None:
         blame = decision.blame
-        deps.store.record_host_failure(
-            blame.machine_id,
-            failure=blame.failure,
-            kind=blame.kind,
-            now=now,
-            avoid_until=blame.avoid_until,
-        )
-        report.hosts_blamed += 1
+        if store.record_host_failure(
+            blame.machine_id, failure=blame.failure, kind=blame.kind, now=now
+        ):
+            report.hosts_blamed += 1
+    if decision.replaced_for is not None and decision.generation is not None:
+        store.record_replacement_cause(job.job_id, decision.generation, decision.replaced_for)
     if decision.transition is not None:
-        started = deps.transitions.start(decision.transition)
-        if started:
-            report.transitions_started += 1
-            lost = None
-            if decision.transition.action == "replace" and snapshot.current is not None:
-                lost = _record_incident(deps, snapshot.current, decision, now, report)
-            if decision.verdict is not None:
-                message = f"{decision.transition.action}: {decision.transition.reason}"
-                data: dict[str, Any] = {}
-                if lost is not None:
-                    message += f"; {_describe(lost)}"
-                    data = {"work_lost_steps": lost.steps, "work_lost_s": lost.seconds}
-                deps.store.append_event(
-                    TimelineEvent(
-                        job_id=job.job_id,
-                        at=now,
-                        kind=decision.verdict.health.value,
-                        message=message,
-                        data=data,
-                    )
-                )
-    renew = decision.renew_credentials and decision.generation is not None
-    if renew and _renew_credentials(deps, job, decision.generation or 0):
-        report.credentials_renewed += 1
+        _start_transition(deps, snapshot, decision, now, report)
+    current = snapshot.current
+    if current is None or decision.generation is None or decision.observation is None:
+        return  # nothing rented to supervise: no lease to renew
+    if decision.renew_credentials:
+        current = _renew_credentials(deps, job, current, report, remaining_s)
+    if decision.transition is None and not credentials_outlive_lease(current, job.spec.policy, now):
+        raise EvaluationIncomplete(
+            "storage credentials could not be renewed and would not outlive a lease"
+        )
+    store.record_supervised(job.job_id, decision.generation, decision.observation, at=now)
+
+
+def _start_transition(
+    deps: MonitorDeps,
+    snapshot: JobSnapshot,
+    decision: JobDecision,
+    now: float,
+    report: MonitorReport,
+) -> None:
+    assert decision.transition is not None
+    if not deps.transitions.start(decision.transition):
+        return
+    report.transitions_started += 1
+    lost = None
+    if decision.transition.action == "replace" and snapshot.current is not None:
+        lost = _record_incident(deps, snapshot.current, decision, now, report)
+    if decision.verdict is not None:
+        message = f"{decision.transition.action}: {decision.transition.reason}"
+        data: dict[str, Any] = {}
+        if lost is not None:
+            message += f"; {_describe(lost)}"
+            data = {"work_lost_steps": lost.steps, "work_lost_s": lost.seconds}
+        deps.store.append_event(
+            TimelineEvent(
+                job_id=decision.job_id,
+                at=now,
+                kind=decision.verdict.health.value,
+                message=message,
+                data=data,
+            )
+        )
 
 
 def _record_incident(
@@ -259,10 +387,20 @@ def _describe(lost: WorkLost) -> str:
     return f"{lost.steps} steps since the last checkpoint lost{seconds}"
 
 
-def _renew_credentials(deps: MonitorDeps, job: Job, generation: int) -> bool:
+def _renew_credentials(
+    deps: MonitorDeps,
+    job: Job,
+    generation: Generation,
+    report: MonitorReport,
+    remaining_s: Callable[[], float],
+) -> Generation:
     """Mint fresh job-scoped credentials onto the generation; the agent gets them with its
-    next heartbeat reply. A Cloudflare failure waits for the next run (they are renewed well
-    before they expire)."""
+    next heartbeat reply (only while the job is supervised). A Cloudflare failure, or too
+    little time left for the call, waits for the next run: they are renewed two intervals
+    before they would no longer outlive a lease. Returns the generation as it now stands."""
+    if remaining_s() < CLOUDFLARE_RESERVE_S:
+        logger.info("monitor: no time left to renew credentials of %s this run", job.job_id)
+        return generation
     try:
         client, account = deps.cloudflare()
         credentials = mint_job_credentials(
@@ -275,15 +413,60 @@ def _renew_credentials(deps: MonitorDeps, job: Job, generation: int) -> bool:
         )
     except (CloudflareError, SecretNotSet) as exc:
         logger.warning("monitor: credential renewal failed for %s: %s", job.job_id, exc)
-        return False
-    return deps.store.store_credentials(job.job_id, generation, credentials)
+        return generation
+    if not deps.store.store_credentials(job.job_id, generation.generation, credentials):
+        return generation
+    report.credentials_renewed += 1
+    return generation.model_copy(update={"credentials": credentials})
+
+
+def _sweep(
+    deps: MonitorDeps,
+    vast: VastClient,
+    snapshots: list[JobSnapshot],
+    instances: list[InstanceFacts],
+    first_seen: dict[int, float],
+    now: float,
+    report: MonitorReport,
+    remaining_s: Callable[[], float],
+) -> None:
+    """Keep the first sighting of labelled instances without a start date, and destroy the
+    orphans (those without a start date are as old as their first sighting)."""
+    for instance_id in unseen_starts(instances, first_seen):
+        try:
+            deps.store.record_first_sighting(instance_id, now)
+        except Exception:
+            report.errors += 1
+            logger.exception("monitor: first sighting not kept", extra={"id": instance_id})
+    orphans = find_orphans(
+        snapshots, instances, now=now, settings=deps.settings, first_seen=first_seen
+    )
+    for orphan in orphans:
+        left = remaining_s() - ORPHAN_RESERVE_S
+        if left <= 0:
+            logger.warning("monitor: out of time; orphans left for the next run")
+            return
+        try:
+            vast.bounded(left).destroy_instance(orphan.instance_id)
+        except VastError:
+            report.errors += 1
+            logger.exception("monitor: orphan destroy failed", extra={"id": orphan.instance_id})
+            continue
+        report.orphans_destroyed += 1
+        logger.info(
+            "orphan destroyed",
+            extra={"instance_id": orphan.instance_id, "label": orphan.label, "why": orphan.reason},
+        )
 
 
 def report_fields(report: MonitorReport) -> dict[str, Any]:
     return {
         "jobs": report.jobs,
+        "supervised": report.supervised,
+        "unsupervised": report.unsupervised,
         "instances": report.instances,
         "verdicts": report.verdicts,
+        "held": report.held,
         "transitions_started": report.transitions_started,
         "credentials_renewed": report.credentials_renewed,
         "hosts_blamed": report.hosts_blamed,

@@ -38,6 +38,8 @@ SPEND_METRIC = "ActiveSpendUsd"  # monitor: spend of all active jobs, USD
 JOBS_METRIC = "JobsSupervised"  # monitor: active jobs this run
 ORPHANS_METRIC = "OrphansDestroyed"  # monitor
 MONITOR_ERRORS_METRIC = "MonitorErrors"  # monitor: jobs whose handling raised this run
+UNSUPERVISED_METRIC = "JobsUnsupervised"  # monitor: jobs whose evaluation did not complete
+HELD_METRIC = "DeadVerdictsHeld"  # monitor: dead verdicts held (heartbeats lost together)
 HOSTS_BLAMED_METRIC = "HostsBlamed"  # monitor: a host judged dead or hung
 RECOVERY_CAUSES = ("dead", "hung", "crashed")  # monitor: Verdict_<health>
 LIFECYCLE_FAILED_METRIC = "Lifecycle_failed"  # lifecycle: a job failed for good
@@ -151,6 +153,32 @@ class Observability(Construct):
                 threshold=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+            "HeartbeatsLostTogether": cloudwatch.Alarm(
+                self,
+                "HeartbeatsLostTogether",
+                alarm_description="Many jobs stopped heartbeating at once while Vast says their "
+                "hosts run: the fault is ours or the network's (the API, its throttle, DNS), "
+                "so the monitor holds their dead verdicts instead of replacing every host. Each "
+                "host stops itself when its lease runs out unless heartbeats come back.",
+                metric=tether_metric(HELD_METRIC, "Maximum"),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+            "JobsUnsupervised": cloudwatch.Alarm(
+                self,
+                "JobsUnsupervised",
+                alarm_description="The monitor could not complete some job's evaluation for 10 "
+                "minutes (an item it cannot read, a failing write or transition): that job's "
+                "lease is not renewed, so its host stops itself within the lease. The monitor's "
+                "log names the job.",
+                metric=tether_metric(UNSUPERVISED_METRIC, "Minimum"),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=2,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
             "JobFailed": cloudwatch.Alarm(
@@ -306,6 +334,8 @@ class Observability(Construct):
                 left=[monitor_alive],
                 right=[
                     tether_metric(MONITOR_ERRORS_METRIC, "Sum", "job errors"),
+                    tether_metric(UNSUPERVISED_METRIC, "Maximum", "jobs unsupervised"),
+                    tether_metric(HELD_METRIC, "Maximum", "dead verdicts held"),
                     tether_metric(ORPHANS_METRIC, "Sum", "orphans destroyed"),
                 ],
                 width=8,

@@ -32,7 +32,11 @@ def make_job(state=JobState.RUNNING, spent=0.0, generation=1) -> Job:
 
 
 def make_gen(**kw) -> Generation:
-    data = {"job_id": "tiny-cpu-0000abcd", "generation": 1, "token_hash": "h", "usd_per_hour": 0.5}
+    """A current generation that the monitor supervised a minute ago."""
+    data = {
+        "job_id": "tiny-cpu-0000abcd", "generation": 1, "token_hash": "h", "usd_per_hour": 0.5,
+        "supervised_at": NOW - 60,
+    }  # fmt: skip
     return Generation(**(data | kw))
 
 
@@ -40,10 +44,8 @@ def request(**kw) -> HeartbeatRequest:
     return HeartbeatRequest.model_validate(heartbeat_body("tiny-cpu-0000abcd", **kw))
 
 
-def decide(job, gen, req=None, pulse=NOW):
-    return decide_heartbeat(
-        job, gen, req or request(), now=NOW, pulse_at=pulse, pulse_max_age_s=180
-    )
+def decide(job, gen, req=None):
+    return decide_heartbeat(job, gen, req or request(), now=NOW, supervised_max_age_s=180)
 
 
 def test_states_split_into_active_and_terminal():
@@ -88,9 +90,29 @@ def test_lease_is_the_window_or_the_remaining_budget_whichever_is_shorter():
     assert decide(make_job(spent=5.0), make_gen()).lease_expires_at == NOW  # over budget
 
 
-def test_stale_pulse_returns_the_stored_lease():
-    d = decide(make_job(), make_gen(lease_expires_at=NOW + 42), pulse=NOW - 181)
-    assert (d.command, d.lease_expires_at, d.lease_renewed) == ("continue", NOW + 42, False)
+@pytest.mark.parametrize(
+    ("case", "supervised_at", "renewed"),
+    [
+        ("supervised 180 s ago: fresh", NOW - 180, True),
+        ("supervised 180.5 s ago: stale", NOW - 180.5, False),
+        ("never supervised (a monitor that fails on this job)", None, False),
+    ],
+)
+def test_the_lease_is_renewed_only_while_the_generation_was_supervised(
+    case, supervised_at, renewed
+):
+    expected = NOW + 3 * 3600 if renewed else NOW + 42  # $0.01/h: the window, not the budget
+    d = decide(
+        make_job(),
+        make_gen(lease_expires_at=NOW + 42, supervised_at=supervised_at, usd_per_hour=0.01),
+    )
+    assert (d.command, d.lease_expires_at, d.lease_renewed) == ("continue", expected, renewed), case
+    assert (d.reason is None) is renewed, case
+
+
+def test_unsupervised_generations_get_no_new_credentials_either():
+    gen = make_gen(credentials=credentials(NOW + 900), supervised_at=NOW - 600)
+    assert decide(make_job(), gen, request(credentials_expire_at=NOW + 1)).credentials is None
 
 
 @pytest.mark.parametrize("state", [JobState.STOPPING, *sorted(TERMINAL_STATES)])

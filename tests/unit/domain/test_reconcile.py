@@ -37,7 +37,6 @@ def decide(snapshot: JobSnapshot, instances: list[InstanceFacts] | None) -> Any:
         None,
         now=NOW,
         settings=SETTINGS,
-        monitor_healthy=instances is not None,
     )
     return plan.decisions[0]
 
@@ -59,9 +58,11 @@ def test_dead_instance_starts_replace_of_the_next_generation_and_blames_the_host
     assert d.blame is not None and d.blame.machine_id == 7 and d.blame.failure == "t-0123abcd:g1"
 
 
-def test_failed_vast_list_applies_no_instance_rule_and_renews_nothing() -> None:
+def test_failed_vast_list_applies_no_instance_rule_but_renews_due_credentials() -> None:
+    """The host's heartbeats say it is alive: a Vast outage must not let its credentials lapse
+    (they would stop its job's supervision, and so its lease)."""
     d = decide(JobSnapshot(job=job(), generations=(gen(),)), None)
-    assert d.verdict.health == "healthy" and d.transition is None and not d.renew_credentials
+    assert d.verdict.health == "healthy" and d.transition is None and d.renew_credentials
 
 
 def test_over_budget_starts_a_stop() -> None:

@@ -19,6 +19,8 @@ from functions.domain.rent import (
 )
 from tests.unit.domain.builders import NOW, gen, job
 
+DAY = 86_400.0  # the blame half-life, spelled out (functions/domain/blame.py)
+
 
 def offer(offer_id: int, usd_per_hour: float, **fields: Any) -> Offer:
     """A qualifying offer for the builders' job (1 GPU, 40 GB disk, reliable, fast), machine
@@ -60,14 +62,19 @@ def plan(offers: list[Offer] = MARKET, **kwargs: Any) -> RentPlan | Refusal:
             [2, 3, 1],
         ),
         (
-            "a host still avoided is skipped; one whose avoidance ended is not",
+            "a host blamed by two jobs now is skipped; one blamed by one job is not",
             {
                 "reputations": {
-                    20: HostReputation(machine_id=20, avoid_until=NOW + 1),
-                    30: HostReputation(machine_id=30, avoid_until=NOW - 1),
+                    20: HostReputation(machine_id=20, blame=2.0, blame_at=NOW),
+                    30: HostReputation(machine_id=30, blame=1.0, blame_at=NOW),
                 }
             },
             [3, 1],
+        ),
+        (
+            "a host whose blame has decayed is tried again",
+            {"reputations": {20: HostReputation(machine_id=20, blame=3.0, blame_at=NOW - 2 * DAY)}},
+            [2, 3, 1],
         ),
     ],
 )
@@ -86,7 +93,7 @@ def test_the_plan_tries_qualifying_offers_in_order(
         (
             "every offer on a blocked host",
             [offer(2, 0.3)],
-            {"reputations": {20: HostReputation(machine_id=20, avoid_until=NOW + 60)}},
+            {"reputations": {20: HostReputation(machine_id=20, blame=2.0, blame_at=NOW)}},
             "no_capacity",
             "no offer qualifies: none of 1 offers qualifies; blocklist excluded the most (1 of 1)",
         ),
@@ -129,10 +136,12 @@ def test_capacity_backoff_doubles_to_ten_minutes_and_inverts() -> None:
     assert capacity_attempt(0) == 1 and capacity_attempt(180) == 3 and capacity_attempt(179) == 2
 
 
-def test_blocklist_holds_blamed_machines_and_hosts_still_avoided() -> None:
+def test_blocklist_holds_this_jobs_blamed_machines_and_hosts_still_avoided_by_all() -> None:
     generations = [gen(1, machine_id=1, host_blamed=True), gen(2, machine_id=2)]
     reputations = {
-        3: HostReputation(machine_id=3, avoid_until=NOW + 1),
-        4: HostReputation(machine_id=4, avoid_until=NOW - 1),
+        3: HostReputation(machine_id=3, blame=1.5, blame_at=NOW),  # at the threshold
+        4: HostReputation(machine_id=4, blame=1.49, blame_at=NOW),  # just under it
+        5: HostReputation(machine_id=5, blame=3.0, blame_at=NOW - DAY),  # 1.5 after a day
+        6: HostReputation(machine_id=6, blame=3.0, blame_at=NOW - DAY - 60),  # just under
     }
-    assert blocklist(generations, reputations, now=NOW) == {1, 3}
+    assert blocklist(generations, reputations, now=NOW) == {1, 3, 5}

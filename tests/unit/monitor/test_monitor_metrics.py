@@ -21,7 +21,7 @@ def run_handler(
 ) -> dict[str, tuple[list[Any], str]]:
     """Metric name → (values, unit) the handler printed for one run returning `report`."""
     monkeypatch.setattr(monitor_handler, "dependencies", lambda: None)
-    monkeypatch.setattr(monitor_service, "run_monitor", lambda _deps: report)
+    monkeypatch.setattr(monitor_service, "run_monitor", lambda _deps, **_: report)
     capsys.readouterr()
     monitor_handler.handler({}, LocalLambdaContext())
     found: dict[str, tuple[list[Any], str]] = {}
@@ -83,3 +83,33 @@ def test_records_vast_sent_that_could_not_be_read_are_counted(monkeypatch, capsy
     assert emitted["VastRecordsSkipped"] == ([2], "Count")
     assert emitted["VastFieldsDropped"] == ([1], "Count")
     assert run_handler(monkeypatch, capsys, MonitorReport())["VastRecordsSkipped"] == ([0], "Count")
+
+
+def test_unsupervised_jobs_and_held_verdicts_reach_the_alarms(monkeypatch, capsys) -> None:
+    """The metrics the HeartbeatsLostTogether and JobsUnsupervised alarms read, by the names
+    the stack's alarms query."""
+    report = MonitorReport(jobs=5, supervised=3, unsupervised=2, held=4)
+    emitted = run_handler(monkeypatch, capsys, report)
+    assert emitted[obs.UNSUPERVISED_METRIC] == ([2], "Count")
+    assert emitted[obs.HELD_METRIC] == ([4], "Count")
+    quiet = run_handler(monkeypatch, capsys, MonitorReport(jobs=1, supervised=1))
+    assert quiet[obs.UNSUPERVISED_METRIC] == ([0], "Count")
+    assert quiet[obs.HELD_METRIC] == ([0], "Count")
+
+
+def test_the_handler_budgets_the_run_by_the_invocations_remaining_time(monkeypatch) -> None:
+    """The run gets the context's remaining time, read when asked (not once at the start)."""
+    seen: list[float] = []
+
+    def run(_deps: object, *, remaining_s) -> MonitorReport:  # type: ignore[no-untyped-def]
+        seen.append(remaining_s())
+        return MonitorReport()
+
+    class Context(LocalLambdaContext):
+        def get_remaining_time_in_millis(self) -> int:
+            return 42_000
+
+    monkeypatch.setattr(monitor_handler, "dependencies", lambda: None)
+    monkeypatch.setattr(monitor_service, "run_monitor", run)
+    monitor_handler.handler({}, Context())
+    assert seen == [42.0]
