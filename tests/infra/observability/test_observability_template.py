@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from functions.monitor import metrics as monitor_metrics
 from infra import names
 from infra.constructs import observability as obs
 from infra.constructs.api import LOGS_TABLE_ACTIONS
@@ -71,7 +72,7 @@ def widget_metrics(template: dict[str, Any]) -> dict[str, set[str]]:
 def test_every_alarm_notifies_the_alarm_topic(template) -> None:
     topic = alarm_topic_id(template)
     alarms = resources(template, "AWS::CloudWatch::Alarm")
-    assert len(alarms) == 5
+    assert len(alarms) == 7
     for props in (a["Properties"] for a in alarms.values()):
         assert props["AlarmActions"] == [{"Ref": topic}]
 
@@ -84,6 +85,8 @@ def test_every_alarm_notifies_the_alarm_topic(template) -> None:
         ("SpendNearBudget", "GreaterThanOrEqualToThreshold", 0.8, "notBreaching"),
         ("OrphanFound", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
         ("JobFailed", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+        ("HeartbeatsLostTogether", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+        ("JobsUnsupervised", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
     ],
 )
 def test_alarm_thresholds(template, name: str, operator: str, threshold: float, missing: str):
@@ -112,11 +115,31 @@ def test_alarms_watch_the_right_metrics(template) -> None:
         ("SpendNearBudget", obs.BUDGET_FRACTION_METRIC),
         ("OrphanFound", obs.ORPHANS_METRIC),
         ("JobFailed", obs.LIFECYCLE_FAILED_METRIC),
+        ("HeartbeatsLostTogether", obs.HELD_METRIC),
+        ("JobsUnsupervised", obs.UNSUPERVISED_METRIC),
     ):
         (stat,) = metric_stats(alarm(template, name)).values()
         assert stat["Namespace"] == names.METRICS_NAMESPACE
         assert stat["MetricName"] == metric
         assert stat["Dimensions"] == [{"Name": "service", "Value": names.SERVICE_NAME}]
+
+
+def test_correlated_loss_alarms_on_one_held_verdict_and_unsupervised_jobs_on_ten_minutes(
+    template,
+) -> None:
+    """One run that held a dead verdict is news at once (every host may be about to stop
+    itself); a job left unsupervised is news once it lasted two periods (every run of ten
+    minutes: the Minimum), not for one failed write."""
+    held = alarm(template, "HeartbeatsLostTogether")
+    ((query,),) = [held["Metrics"]]
+    assert (query["MetricStat"]["Stat"], query["MetricStat"]["Period"]) == ("Maximum", 300)
+    assert held["EvaluationPeriods"] == 1
+    unsupervised = alarm(template, "JobsUnsupervised")
+    ((query,),) = [unsupervised["Metrics"]]
+    assert (query["MetricStat"]["Stat"], query["MetricStat"]["Period"]) == ("Minimum", 300)
+    assert unsupervised["EvaluationPeriods"] == 2
+    assert obs.HELD_METRIC == monitor_metrics.HELD_METRIC
+    assert obs.UNSUPERVISED_METRIC == monitor_metrics.UNSUPERVISED_METRIC
 
 
 def test_dashboard_widgets_plot_the_metrics_the_code_emits(template) -> None:

@@ -48,10 +48,12 @@ def running_job(
     token: str = TOKEN,
     lease_expires_at: float = 0.0,
     creds: StorageCredentials | None = None,
+    supervised_ago_s: float | None = 0.0,
     **spec_overrides: Any,
 ) -> str:
     """A job in RUNNING whose current generation holds `token` (what the lifecycle leaves:
-    each earlier generation rented, then replaced)."""
+    each earlier generation rented, then replaced), supervised by a monitor run
+    `supervised_ago_s` ago (None: never)."""
     job_id = submit(api, **spec_overrides)
     api.clock.now += 1
     now = api.clock.now
@@ -71,6 +73,7 @@ def running_job(
                 created_at=now,
                 lease_expires_at=lease_expires_at,
                 credentials=creds,
+                supervised_at=None if supervised_ago_s is None else now - supervised_ago_s,
             ),
             expected=[JobState.PENDING, JobState.REPLACING],
             now=now,

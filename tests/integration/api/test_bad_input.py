@@ -111,9 +111,8 @@ def _fill(value: Any, job_id: str) -> Any:
 
 @pytest.fixture
 def live(api):
-    """A table with a running job, a pulse and a heartbeat: something a bad request could hurt."""
+    """A table with a running, supervised job and a heartbeat: something a bad request could hurt."""
     job_id = running_job(api)
-    api.store.write_pulse(api.clock.now)
     assert api.heartbeat("POST", HB, body=heartbeat_body(job_id), headers=auth()).status == 200
     return job_id
 

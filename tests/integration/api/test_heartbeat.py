@@ -1,4 +1,5 @@
-"""Heartbeat API (DESIGN §3): token by hash, superseded generations, lease and the pulse."""
+"""Heartbeat API (DESIGN §3): token by hash, superseded generations, the lease and its renewal
+only while the monitor supervises the job (`supervised_at`)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def beat(api, job_id, token=TOKEN, **body):
 
 
 def test_a_live_supervisor_renews_the_lease_up_to_the_window(api):
-    job_id = running_job(api, usd_per_hour=0.01)  # budget $1 lasts 100 h: the window (3 h) wins
-    api.store.write_pulse(api.clock.now - 30)
+    # budget $1 lasts 100 h: the window (3 h) wins
+    job_id = running_job(api, usd_per_hour=0.01, supervised_ago_s=30)
     reply = beat(api, job_id)
     assert reply.status == 200
     assert reply.body["command"] == "continue"
@@ -41,15 +42,14 @@ def test_a_live_supervisor_renews_the_lease_up_to_the_window(api):
 
 def test_the_lease_never_outlasts_the_remaining_budget(api):
     job_id = running_job(api, usd_per_hour=0.5)  # $1 budget, nothing spent: 2 h at $0.5/h
-    api.store.write_pulse(api.clock.now)
     reply = beat(api, job_id)
     assert reply.body["lease_expires_at"] == pytest.approx(api.clock.now + 2 * 3600)
 
 
-def test_a_stale_pulse_keeps_the_old_lease_so_a_dead_monitor_stops_the_host(api):
+def test_stale_supervision_keeps_the_old_lease_so_a_dead_monitor_stops_the_host(api):
     old_lease = api.clock.now + 600
-    job_id = running_job(api, lease_expires_at=old_lease)
-    api.store.write_pulse(api.clock.now - 181)  # older than 3 monitor intervals
+    # older than 3 monitor intervals
+    job_id = running_job(api, lease_expires_at=old_lease, supervised_ago_s=181)
     reply = beat(api, job_id)
     assert reply.status == 200
     assert reply.body["command"] == "continue"
@@ -58,25 +58,36 @@ def test_a_stale_pulse_keeps_the_old_lease_so_a_dead_monitor_stops_the_host(api)
     assert api.store.get_generation(job_id, 1).lease_expires_at == old_lease
 
 
-def test_no_pulse_at_all_renews_nothing(api):
+def test_a_generation_never_supervised_renews_nothing(api):
     lease = api.clock.now + 60
-    job_id = running_job(api, lease_expires_at=lease)
+    job_id = running_job(api, lease_expires_at=lease, supervised_ago_s=None)
     assert beat(api, job_id).body["lease_expires_at"] == lease
 
 
-def test_pulse_freshness_is_configurable(api, monkeypatch):
+def test_supervision_of_another_job_renews_nothing_for_this_one(api):
+    """Liveness is per job: a monitor that supervises one job but fails on another (an item it
+    cannot read, a failing write) renews only the first one's lease."""
+    lease = api.clock.now + 60
+    watched = running_job(api, usd_per_hour=0.01, token="watched-token")
+    failing = running_job(api, lease_expires_at=lease, supervised_ago_s=None)
+    assert beat(api, failing).body["lease_expires_at"] == lease
+    renewed = beat(api, watched, token="watched-token").body["lease_expires_at"]
+    assert renewed == api.clock.now + 3 * 3600
+
+
+def test_supervision_freshness_is_configurable(api, monkeypatch):
     from functions.api import heartbeat
 
     monkeypatch.setenv(PULSE_MAX_AGE_ENV, "1000")
     heartbeat.dependencies.cache_clear()  # a new environment: a new container
-    job_id = running_job(api, usd_per_hour=0.01, lease_expires_at=api.clock.now + 5)
-    api.store.write_pulse(api.clock.now - 900)
+    job_id = running_job(
+        api, usd_per_hour=0.01, lease_expires_at=api.clock.now + 5, supervised_ago_s=900
+    )
     assert beat(api, job_id).body["lease_expires_at"] == api.clock.now + 3 * 3600
 
 
 def test_an_old_generations_token_is_superseded_with_no_lease(api):
     job_id = running_job(api, generation=1)
-    api.store.write_pulse(api.clock.now)
     # The lifecycle replaces generation 1 by generation 2.
     replace(api, job_id, 1)
     assert api.store.record_generation(
@@ -97,7 +108,6 @@ def test_an_old_generations_token_is_superseded_with_no_lease(api):
 
 def test_a_generation_replaced_between_read_and_write_is_superseded(api, monkeypatch):
     job_id = running_job(api)
-    api.store.write_pulse(api.clock.now)
     real_load = api.store.load_heartbeat_context
 
     def load_then_replace(job, gen):
@@ -126,7 +136,6 @@ def test_a_generation_replaced_between_read_and_write_is_superseded(api, monkeyp
 )
 def test_bad_tokens_are_401_and_store_nothing(api, headers, reason):
     job_id = running_job(api)
-    api.store.write_pulse(api.clock.now)
     before = api.items()
     reply = api.heartbeat("POST", URL, body=heartbeat_body(job_id), headers=headers)
     assert reply.status == 401
@@ -145,7 +154,6 @@ def test_a_valid_token_for_another_job_or_generation_is_401(api):
 
 def test_stop_when_the_job_is_cancelled(api):
     job_id = running_job(api)
-    api.store.write_pulse(api.clock.now)
     api.jobs("POST", f"/jobs/{job_id}/cancel")
     reply = beat(api, job_id)
     assert reply.body["command"] == "stop"
@@ -155,7 +163,6 @@ def test_stop_when_the_job_is_cancelled(api):
 def test_newer_credentials_ride_the_reply_and_the_same_ones_do_not(api):
     expiry = api.clock.now + 900
     job_id = running_job(api, creds=credentials(expires_at=expiry))
-    api.store.write_pulse(api.clock.now)
     fresh = beat(api, job_id, credentials_expire_at=expiry - 800)
     assert fresh.body["credentials"]["access_key_id"] == "AKIDNEW"
     assert fresh.body["credentials"]["expires_at"] == expiry
@@ -163,3 +170,18 @@ def test_newer_credentials_ride_the_reply_and_the_same_ones_do_not(api):
     assert same.body["credentials"] is None
     first = beat(api, job_id)  # an agent that holds none yet
     assert first.body["credentials"]["session_token"] == "session"
+
+
+def test_a_busy_gpu_moves_gpu_busy_at_and_an_idle_one_keeps_it(api):
+    """The hung rule judges GPU idleness over its whole window: the heartbeat keeps the last
+    time the GPU was above the job's idle threshold (5 % by default)."""
+    job_id = running_job(api)
+    busy_at = api.clock.now
+    beat(api, job_id, gpu={"available": True, "responsive": True, "utilization_pct": 5.5})
+    api.clock.now += 15
+    beat(api, job_id, gpu={"available": True, "responsive": True, "utilization_pct": 5.0})
+    api.clock.now += 15
+    beat(api, job_id, gpu={"available": False, "responsive": True})
+    stored = api.store.get_generation(job_id, 1)
+    assert stored.gpu_busy_at == busy_at
+    assert stored.heartbeat.at == busy_at + 30

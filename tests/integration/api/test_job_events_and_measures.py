@@ -118,7 +118,6 @@ def emitted(capsys) -> dict[str, list[float]]:
 
 def test_a_replacement_reports_recovery_once_then_its_checkpoint_lag(api, capsys):
     job_id = running_job(api, generation=2, usd_per_hour=0.01)
-    api.store.write_pulse(api.clock.now)
     # The monitor started the replace of generation 1 at this time (functions/monitor/service).
     api.store.record_incident(
         job_id, at=api.clock.now - 200, reason="dead: no heartbeat", generation=1
@@ -152,7 +151,6 @@ def test_a_replacement_reports_recovery_once_then_its_checkpoint_lag(api, capsys
 
 def test_a_first_generation_reports_no_recovery(api, capsys):
     job_id = running_job(api)
-    api.store.write_pulse(api.clock.now)
     capsys.readouterr()
     reply = api.heartbeat(
         "POST", "/agent/heartbeat", body=heartbeat_body(job_id, 1), headers=auth()

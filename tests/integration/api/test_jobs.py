@@ -117,7 +117,6 @@ def test_get_shows_host_spend_checkpoint_and_timeline(api):
     job_id = running_job(api, usd_per_hour=0.4)
     from tests.integration.api.helpers import auth, heartbeat_body
 
-    api.store.write_pulse(api.clock.now)
     assert (
         api.heartbeat(
             "POST", "/agent/heartbeat", body=heartbeat_body(job_id), headers=auth()

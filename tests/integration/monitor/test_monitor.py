@@ -28,7 +28,7 @@ def sup(stack: Supervised) -> Supervised:
     return stack
 
 
-def test_the_monitor_writes_its_pulse_and_leaves_a_healthy_job_alone(sup: Supervised) -> None:
+def test_the_monitor_marks_a_healthy_job_supervised_and_leaves_it_alone(sup: Supervised) -> None:
     job, generation = sup.provisioned()
     sup.clock.advance(60)
     sup.heartbeat(job.job_id, 1, step=5)
@@ -36,11 +36,12 @@ def test_the_monitor_writes_its_pulse_and_leaves_a_healthy_job_alone(sup: Superv
     report = sup.monitor()
 
     assert report["verdicts"] == {"healthy": 1} and report["transitions_started"] == 0
-    assert sup.store.read_pulse() == pytest.approx(sup.clock())
+    assert (report["supervised"], report["unsupervised"]) == (1, 0)
     found = sup.store.get_job(job.job_id)
     assert found is not None and found.state == JobState.RUNNING and found.spent_usd > 0
     observed = sup.store.get_generation(job.job_id, 1)
     assert observed is not None and observed.progress_step == 5
+    assert observed.supervised_at == pytest.approx(sup.clock())
     assert sup.vast.gpu_billing_instances() == [generation.instance_id]
 
 
@@ -78,7 +79,7 @@ def test_hung_host_is_replaced_and_blocklisted(sup: Supervised) -> None:
     assert result["status"] == "SUCCEEDED"
     reputation = sup.store.host_reputations([first.machine_id or 0])
     assert reputation[first.machine_id or 0].hung_failures == 1
-    assert reputation[first.machine_id or 0].avoid_until > sup.clock()
+    assert reputation[first.machine_id or 0].blame == 1.0  # one job's blame: this job skips it
     second = sup.store.get_generation(job.job_id, 2)
     assert second is not None and second.machine_id != first.machine_id
 
