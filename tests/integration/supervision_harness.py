@@ -18,7 +18,9 @@ import yaml
 
 from functions.adapters import factory
 from functions.adapters.store import JobStore
+from functions.domain import agent_env
 from functions.domain.heartbeat import GpuProbe
+from functions.domain.health import gpu_busy
 from functions.domain.job import (
     Generation,
     Heartbeat,
@@ -31,6 +33,7 @@ from functions.domain.job import (
 from functions.domain.jobspec import parse_job
 from infra import names
 from tests.paths import ROOT
+from tether_local.apigw import http_api_event
 from tether_local.aws import Deployed, LocalAws
 from tether_local.cloudflare_sim import CloudflareSim
 from tether_local.vast_sim import VastSimulator
@@ -94,6 +97,9 @@ class Supervised:
         self.monitor_arn = self.deployed.function_arn(
             logical_id_by_handler(self.template, names.MONITOR_HANDLER)
         )
+        self.heartbeat_arn = self.deployed.function_arn(
+            logical_id_by_handler(self.template, names.HEARTBEAT_HANDLER)
+        )
         self.sfn = self.aws.client("stepfunctions")
         self.fresh()
         secrets = self.aws.client("secretsmanager")
@@ -135,9 +141,8 @@ class Supervised:
                 return httpx.MockTransport(lambda r: sims.vast.handle(r))
             return httpx.MockTransport(lambda r: sims.cloudflare.handle(r))
 
-        factory.install_hooks(
-            factory.Hooks(transport=transport, sleep=lambda s: None, clock=self.clock)
-        )
+        self.hooks = factory.Hooks(transport=transport, sleep=lambda s: None, clock=self.clock)
+        factory.install_hooks(self.hooks)
         dynamodb = self.aws.client("dynamodb")
         for page in dynamodb.get_paginator("scan").paginate(TableName=self.table):
             for item in page["Items"]:
@@ -188,6 +193,53 @@ class Supervised:
         assert found is not None and generation is not None
         return found, generation
 
+    def cold_start(self) -> None:
+        """New Lambda containers: every cached client and secret is read again."""
+        factory.install_hooks(self.hooks)
+
+    def secret_arn(self, contains: str) -> str:
+        return self.deployed.secret_arn(
+            logical_id_by_type(self.template, "AWS::SecretsManager::Secret", contains)
+        )
+
+    def agent_beat(self, job_id: str, generation: int, **fields: Any) -> dict[str, Any]:
+        """A heartbeat through the real heartbeat function, with the token the generation's
+        host holds (as its agent sends it); returns the reply body."""
+        stored = self.store.get_generation(job_id, generation)
+        assert stored is not None and stored.instance_id is not None
+        token = self.vast.sim_instance(stored.instance_id).env[agent_env.AGENT_TOKEN]
+        body: dict[str, Any] = {
+            "job_id": job_id,
+            "generation": generation,
+            "phase": "training",
+            "step": 1,
+            "gpu": {"available": True, "responsive": True, "utilization_pct": 90.0},
+            "agent_time": self.clock(),
+        }
+        body.update(fields)
+        event = http_api_event(
+            "POST", "/agent/heartbeat", body=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        reply = self.aws.invoke(self.heartbeat_arn, event)
+        assert reply["statusCode"] == 200, reply
+        answer: dict[str, Any] = json.loads(reply["body"])
+        return answer
+
+    def vast_http(self) -> httpx.Client:
+        """An HTTP client to the Vast simulator (for calls a test makes as someone else)."""
+        return httpx.Client(transport=httpx.MockTransport(self.vast.handle))
+
+    def stop_instance(self, instance_id: int) -> None:
+        """What an agent does with its own instance key when its lease runs out or it is
+        told to stop: the instance stops (GPU billing ends, storage goes on)."""
+        key = self.vast.sim_instance(instance_id).api_key
+        reply = self.vast_http().put(
+            f"https://console.vast.ai/api/v0/instances/{instance_id}/",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"state": "stopped"},
+        )
+        assert reply.status_code == 200, reply.text
+
     def heartbeat(
         self,
         job_id: str,
@@ -206,7 +258,8 @@ class Supervised:
         values.update(fields)
         beat = Heartbeat(**values)
         stored = self.store.get_generation(job_id, generation)
-        assert stored is not None
+        job = self.store.get_job(job_id)
+        assert stored is not None and job is not None
         assert self.store.store_heartbeat(  # what the heartbeat API stores for its agent
             job_id,
             generation,
@@ -214,6 +267,7 @@ class Supervised:
             heartbeat=beat,
             lease_expires_at=stored.lease_expires_at,
             training_start_step=training_start_step,
+            gpu_busy=gpu_busy(beat.gpu, job.spec.policy),
         )
 
     def monitor(self) -> dict[str, Any]:
