@@ -133,9 +133,9 @@ def test_many_jobs_silent_together_while_vast_says_they_run_are_held_not_replace
 
     report = sup.monitor()
 
-    assert report["verdicts"] == {"dead": 3} and report["held"] == 3
     assert report["transitions_started"] == 0 and report["hosts_blamed"] == 0
     assert sup.rents() == 3
+    assert report["verdicts"] == {"dead": 3} and report["held"] == 3
     for job in jobs:
         found = sup.store.get_job(job.job_id)
         assert found is not None and found.state == JobState.RUNNING
