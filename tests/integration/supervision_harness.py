@@ -19,8 +19,8 @@ import yaml
 from functions.adapters import factory
 from functions.adapters.store import JobStore
 from functions.domain import agent_env
-from functions.domain.heartbeat import GpuProbe
 from functions.domain.health import gpu_busy
+from functions.domain.heartbeat import GpuProbe
 from functions.domain.job import (
     Generation,
     Heartbeat,

@@ -44,7 +44,9 @@ def price_every_offer(sup: Supervised, gpu: float, storage_per_gb_month: float) 
 
 def job_ledgers_usd(sup: Supervised, job_id: str) -> float:
     """What Vast billed for every instance labelled for the job, destroyed ones included."""
-    return sum(c["amount"] for c in sup.vast.charges() if job_id in str(c["metadata"]["label"]))
+    return float(
+        sum(c["amount"] for c in sup.vast.charges() if job_id in str(c["metadata"]["label"]))
+    )
 
 
 def stuck_replacing(sup: Supervised, job_id: str) -> None:

@@ -117,6 +117,10 @@ BAD_SPECS = [
     ("policy.no_progress_s", 30, "policy.no_progress_s", "must be ≥ 4 × policy.heartbeat_in"),
     ("policy.lease_window_s", 600, "policy", "lease_window_s must be longer"),
     ("policy.max_restarts", -1, "policy.max_restarts", "must be ≥ 0"),
+    ("policy.max_replacements_dead", -1, "policy.max_replacements_dead", "must be ≥ 0"),
+    ("policy.max_replacements_hung", 101, "policy.max_replacements_hung", "must be ≤ 100"),
+    ("policy.max_replacements_dead", 1.5, "policy.max_replacements_dead", "must be an integer"),
+    ("policy.max_replacements", 3, "policy.max_replacements", "unknown field"),
     ("gpus", 1, "gpus", "unknown field"),
 ]
 

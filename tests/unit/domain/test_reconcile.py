@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from functions.domain.job import JobState
+from functions.domain.health import Health
+from functions.domain.job import JobState, UnrecordedInstance
 from functions.domain.labels import instance_label, parse_label
 from functions.domain.reasons import stop_reason_for
 from functions.domain.reconcile import (
@@ -16,7 +17,9 @@ from functions.domain.reconcile import (
     SupervisionSettings,
     find_orphans,
     reconcile,
+    unseen_starts,
 )
+from functions.domain.spend import VastCharges
 from tests.unit.domain.builders import NOW, gen, job
 
 SETTINGS = SupervisionSettings(interval_s=60, orphan_grace_s=60)
@@ -100,3 +103,121 @@ def test_orphans_of_ended_jobs_wait_out_the_grace() -> None:
     facts = [InstanceFacts(id=5, label="tether:gone-0123abcd:g1", start_date=NOW - 30)]
     assert find_orphans([], facts, now=NOW, settings=SETTINGS) == []
     assert find_orphans([], facts, now=NOW + 31, settings=SETTINGS)[0].instance_id == 5
+
+
+def test_the_budget_is_judged_in_every_renting_state() -> None:
+    """A replacement stuck while the old host bills is stopped like a running job."""
+    old = gen(is_current=False, created_at=NOW - 30 * 3600)  # $0.50/h for 30 h: $15 of $10
+    for state in (JobState.REPLACING, JobState.PROVISIONING, JobState.PENDING):
+        d = decide(JobSnapshot(job=job(state), generations=(old,)), running())
+        assert d.verdict.health == "over_budget" and d.transition.action == "stop", state
+        assert stop_reason_for(d.transition.reason) == "over_budget"
+        assert f"job {state.value}" in d.transition.reason
+    fine = decide(JobSnapshot(job=job(JobState.REPLACING), generations=(gen(is_current=False),)),
+                  running())  # fmt: skip
+    assert fine.verdict is None and fine.transition is None
+
+
+def test_spend_never_goes_below_what_is_stored() -> None:
+    d = decide(JobSnapshot(job=job(spent_usd=7.5), generations=(gen(),)), running())
+    assert d.spend_usd == 7.5
+
+
+def test_a_replace_records_its_cause_and_the_caps_count_replaced_generations() -> None:
+    d = decide(JobSnapshot(job=job(), generations=(gen(),)), running("offline"))
+    assert d.replaced_for == "dead"
+    history = tuple(
+        gen(n, is_current=False, replaced_for="dead", instance_id=90 + n) for n in range(1, 6)
+    )
+    capped = decide(
+        JobSnapshot(job=job(generation=6), generations=(*history, gen(6, instance_id=100))),
+        running("offline"),
+    )
+    assert capped.verdict.health == Health.FAILED and capped.verdict.cause == Health.DEAD
+    assert capped.transition.action == "stop" and capped.replaced_for is None
+    assert capped.blame is not None and capped.blame.kind == "dead"
+
+
+def test_a_replaced_generations_status_clock_is_kept_while_its_instance_lives() -> None:
+    old = gen(is_current=False, observed_status="running", observed_status_since=NOW - 600)
+    facts = running("stopped")
+    d = decide(JobSnapshot(job=job(JobState.REPLACING), generations=(old,)), facts)
+    ((changed),) = d.clocks
+    assert changed.generation == 1
+    assert (changed.clock.observed_status, changed.clock.observed_status_since) == ("stopped", NOW)
+    ended = old.model_copy(update={"ended_at": NOW - 60})
+    assert (
+        decide(JobSnapshot(job=job(JobState.REPLACING), generations=(ended,)), facts).clocks == ()
+    )
+
+
+def test_a_stopped_stretch_that_ends_is_added_to_the_stopped_seconds() -> None:
+    current = gen(observed_status="stopped", observed_status_since=NOW - 900, stopped_s=100)
+    d = decide(JobSnapshot(job=job(), generations=(current,)), running("running"))
+    assert d.observation.stopped_s == 1000
+    assert (d.observation.observed_status, d.observation.observed_status_since) == ("running", NOW)
+
+
+def test_instances_no_generation_records_are_sighted_and_counted() -> None:
+    stray = InstanceFacts(
+        id=555, label="tether:t-0123abcd:g1", actual_status="running",
+        start_date=NOW - 3600, usd_per_hour=0.5,
+    )  # fmt: skip
+    seen_before = UnrecordedInstance(instance_id=556, start=NOW - 7200, last_seen=NOW - 3600,
+                                     usd_per_hour=1.0)  # fmt: skip
+    charges = VastCharges(
+        amounts={557: 0.25, 100: 0.0},
+        labels={557: "tether:t-0123abcd:g2", 558: "tether:other-0123abcd:g1"},
+    )
+    snapshot = JobSnapshot(
+        job=job(unrecorded_instances={"556": seen_before}), generations=(gen(created_at=NOW),)
+    )
+    plan = reconcile([snapshot], [*running(), stray], charges, now=NOW, settings=SETTINGS)
+    (d,) = plan.decisions
+    (sighting,) = d.sightings
+    assert (sighting.instance_id, sighting.start, sighting.last_seen) == (555, NOW - 3600, NOW)
+    # the stray's hour at $0.50, the one seen before (an hour at $1), the lost race's charge
+    assert d.spend_usd == pytest.approx(0.5 + 1.0 + 0.25)
+
+
+def test_an_instance_without_a_start_date_ages_from_its_first_sighting() -> None:
+    orphan = InstanceFacts(id=5, label="tether:gone-0123abcd:g1", start_date=None)
+    assert unseen_starts([orphan], {}) == (5,)
+    assert unseen_starts([orphan], {5: NOW}) == ()
+    assert find_orphans([], [orphan], now=NOW, settings=SETTINGS) == []
+    assert find_orphans([], [orphan], now=NOW, settings=SETTINGS, first_seen={5: NOW - 59}) == []
+    (found,) = find_orphans([], [orphan], now=NOW, settings=SETTINGS, first_seen={5: NOW - 60})
+    assert found.instance_id == 5
+
+
+def _silent_job(n: int, beat_age: float) -> tuple[JobSnapshot, InstanceFacts]:
+    job_id = f"j{n}-0123abcd"
+    snapshot = JobSnapshot(
+        job=job().model_copy(update={"job_id": job_id}),
+        generations=(gen(instance_id=100 + n, beat_age=beat_age, machine_id=n).model_copy(
+            update={"job_id": job_id}),),
+    )  # fmt: skip
+    facts = InstanceFacts(
+        id=100 + n, label=f"tether:{job_id}:g1", actual_status="running", start_date=NOW - 600
+    )
+    return snapshot, facts
+
+
+@pytest.mark.parametrize(
+    ("ages", "held"),
+    [
+        ([200, 200, 200], 3),  # three dead together, every host running: ours
+        ([200, 200, 10, 10], 0),  # two: they may really be dead
+        ([200, 200, 120, 10], 2),  # the third is silent, not yet dead: held with the others
+        ([200, 200, 200, 10, 10, 10, 10], 0),  # three of seven: under half
+    ],
+)
+def test_dead_verdicts_of_jobs_silent_together_are_held(ages: list[float], held: int) -> None:
+    pairs = [_silent_job(n, age) for n, age in enumerate(ages)]
+    plan = reconcile([p[0] for p in pairs], [p[1] for p in pairs], None, now=NOW, settings=SETTINGS)
+    assert plan.held == held
+    dead = [d for d in plan.decisions if d.verdict and d.verdict.health == Health.DEAD]
+    assert sum(d.held for d in dead) == held
+    for d in dead:
+        started = d.transition is not None
+        assert started is not d.held and (d.blame is not None) is not d.held

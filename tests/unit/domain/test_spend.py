@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from functions.domain.job import UnrecordedInstance
 from functions.domain.offer import Offer
 from functions.domain.spend import (
     GenerationPrices,
@@ -18,6 +19,8 @@ from functions.domain.spend import (
     instance_charge,
     job_spend_usd,
     spend_of,
+    unrecorded_spend,
+    vast_charges,
 )
 from tests.unit.domain.builders import NOW, gen
 
@@ -199,3 +202,67 @@ def test_an_instance_charge_that_cannot_be_read_names_the_field(
         instance_charge(row)
     assert raised.value.field == field
     assert charges_by_instance([row, REAL_SHAPED]) == {31051696: 3.25}
+
+
+HOUR = 3600.0
+# $0.40/h GPU and $0.01/h of disk: $0.41/h while running, $0.01/h while stopped.
+PRICES = {"gpu_usd_per_hour": 0.40, "storage_usd_per_hour": 0.01}
+
+
+@pytest.mark.parametrize(
+    ("case", "fields", "expected_usd"),
+    [
+        ("12 h running", {}, 12 * 0.41),
+        (
+            "3 h running, then stopped for 9 h and still stopped (the issue's $1.32)",
+            {"observed_status": "stopped", "observed_status_since": NOW - 9 * HOUR},
+            3 * 0.40 + 12 * 0.01,
+        ),
+        (
+            "a closed stopped stretch of 4 h, running again since",
+            {
+                "stopped_s": 4 * HOUR,
+                "observed_status": "running",
+                "observed_status_since": NOW - HOUR,
+            },
+            8 * 0.40 + 12 * 0.01,
+        ),
+        (
+            "stopped 9 h, ended 1 h ago: the stretch ends with the instance",
+            {
+                "observed_status": "stopped",
+                "observed_status_since": NOW - 9 * HOUR,
+                "ended_at": NOW - HOUR,
+            },
+            3 * 0.40 + 11 * 0.01,
+        ),
+        (
+            "gone from Vast for 2 h: nothing billed since",
+            {"observed_status": "gone", "observed_status_since": NOW - 2 * HOUR},
+            10 * 0.41,
+        ),
+    ],
+)
+def test_stopped_time_is_billed_at_the_storage_rate_only(
+    case: str, fields: dict[str, Any], expected_usd: float
+) -> None:
+    g = gen(created_at=NOW - 12 * HOUR, prices=PRICES, usd_per_hour=0.41, beat_age=None, **fields)
+    assert spend_of(g, NOW).total_usd == pytest.approx(expected_usd), case
+
+
+def test_an_unrecorded_instance_costs_its_price_from_start_to_last_sighting() -> None:
+    seen = UnrecordedInstance(instance_id=9, start=NOW - HOUR, last_seen=NOW, usd_per_hour=0.5)
+    assert unrecorded_spend(seen).total_usd == pytest.approx(0.5)
+    assert unrecorded_spend(seen, vast_charged_usd=0.7).total_usd == pytest.approx(0.7)
+
+
+def test_charges_carry_the_label_each_instance_was_billed_under() -> None:
+    rows = [
+        {"type": "instance", "source": "instance-5", "amount": 0.2,
+         "metadata": {"label": "tether:j-0123abcd:g2"}},
+        {"type": "instance", "source": "instance-5", "amount": 0.1, "metadata": {}},
+        {"type": "instance", "source": "instance-6", "amount": 0.3, "metadata": None},
+    ]  # fmt: skip
+    charges = vast_charges(rows)
+    assert charges.amounts == {5: pytest.approx(0.3), 6: 0.3}
+    assert charges.labels == {5: "tether:j-0123abcd:g2"}

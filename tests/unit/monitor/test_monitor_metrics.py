@@ -4,6 +4,7 @@ SpendNearBudget alarm read: names, units and the one `service` dimension as they
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -101,7 +102,7 @@ def test_the_handler_budgets_the_run_by_the_invocations_remaining_time(monkeypat
     """The run gets the context's remaining time, read when asked (not once at the start)."""
     seen: list[float] = []
 
-    def run(_deps: object, *, remaining_s) -> MonitorReport:  # type: ignore[no-untyped-def]
+    def run(_deps: object, *, remaining_s: Callable[[], float]) -> MonitorReport:
         seen.append(remaining_s())
         return MonitorReport()
 
