@@ -24,6 +24,7 @@ from functions.domain.job import Generation, JobState
 from functions.domain.storage_layout import job_prefix
 from tether_local.demo.evidence import checkpoint_dirs
 from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
+from tether_local.demo.monitor_faults import monitor_crash
 from tether_local.demo.run import DemoError, DemoRun, Scenario
 from tether_local.hosts import marked_processes
 from tether_local.invariants import Fault
@@ -289,6 +290,15 @@ SCENARIOS: dict[str, Scenario] = {
             "returns and the job resumes",
             TrainArgs(steps=600),
             _supervisor_dead,
+            spec_overrides={"policy": {"lease_window_s": 10}},
+        ),
+        Scenario(
+            "monitor-crash",
+            "the monitor fails after its first step on every run (its secret cannot be read): "
+            "no lease is renewed, the host stops itself; the monitor is fixed and the job "
+            "resumes",
+            TrainArgs(steps=600),
+            monitor_crash,
             spec_overrides={"policy": {"lease_window_s": 10}},
         ),
         Scenario(

@@ -70,6 +70,22 @@ def test_supervisor_dead_host_stops_itself_within_the_lease(demo_stack: LocalSta
     assert summary.identical_to_uninterrupted
 
 
+def test_monitor_crash_renews_no_lease_and_the_host_stops_itself(demo_stack: LocalStack) -> None:
+    """Reproduction (issue 13, Why 1): a monitor failing after its first step wrote its pulse
+    first, so leases went on being renewed and the host never stopped. Now nothing is renewed,
+    the host stops itself within its lease, and the job resumes when the monitor is fixed."""
+    summary = run_scenario("monitor-crash", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.scenario_checks == {
+        "monitor_failed_while_broken": True,
+        "no_evaluation_completed_while_broken": True,
+        "host_stopped_itself": True,
+        "no_gpu_billing_after_stop": True,
+    }
+    assert summary.identical_to_uninterrupted
+    assert _generations(demo_stack, summary.job_id) == [1, 2]
+
+
 def test_over_budget_stops_within_one_interval(demo_stack: LocalStack) -> None:
     summary = run_scenario("over-budget", stack=demo_stack)
     _assert_sound(summary)
