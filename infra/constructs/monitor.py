@@ -1,8 +1,10 @@
 """The monitor: a function that EventBridge Scheduler runs every minute.
 
-It reads and writes the table (pulse, spend, observations, host reputation, events), reads the
-provider secrets, and starts lifecycle executions; nothing else. Scheduler does not retry a
-failed run (the next minute's run is the retry) and drops an invocation older than a minute.
+It reads and writes the table (spend, observations and each job's `supervised_at`, host
+reputation, first sightings, events), reads the provider secrets, and starts lifecycle
+executions; nothing else. Scheduler does not retry a failed run (the next minute's run is the
+retry) and drops an invocation older than a minute. Its timeout (one interval less 5 s) is what
+the run budgets its Vast calls against (`functions/monitor/service.py`).
 """
 
 from __future__ import annotations

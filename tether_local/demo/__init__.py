@@ -15,11 +15,12 @@ unresponsiveness, 6 s without progress. The job spec allows that without any byp
 floors are relative to `policy.heartbeat_interval_s` (`functions.domain.jobspec`: e.g.
 `heartbeat_timeout_s ≥ 3 × heartbeat_interval_s`); a real job keeps the safe defaults (15 s
 heartbeat, 180 s timeout). The monitor runs every second (the demo's own clock thread, so
-`supervisor-dead` can stop it), and the API treats the supervisor as dead after 4 s without a
-monitor run.
+`supervisor-dead` can stop it), and the API renews no lease once 4 s passed without a monitor
+run that completed the job's evaluation.
 
-Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, no-progress, supervisor-dead,
-over-budget, vast-flaky, zombie, crash-loop, killed-during-upload, killed-during-restore.
+Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, no-progress, monitor-crash,
+supervisor-dead, over-budget, vast-flaky, zombie, crash-loop, killed-during-upload,
+killed-during-restore.
 `run_scenario(name)` starts a stack and returns a `DemoSummary`; tests pass their own stack
 (`demo_stack_config()`) to share one start-up.
 
