@@ -71,7 +71,9 @@ def monitor_crash(run: DemoRun) -> None:
         run.say("monitor: its Vast secret cannot be read; every run fails after its first step")
         run.wait("the host to stop itself (its lease ran out)", stopped_itself, timeout_s=40)
         stopped_at = time.time()
-        run.say(f"the agent stopped its own instance {instance} after {stopped_at - fault.at:.1f} s")
+        run.say(
+            f"the agent stopped its own instance {instance} after {stopped_at - fault.at:.1f} s"
+        )
         time.sleep(2 * MONITOR_INTERVAL_S)  # nothing bills GPU time while nobody supervises
         view = run.poll()
         failed_runs = len(run.stack.tick_errors) - errors_before

@@ -12,10 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
+from functions.adapters import factory
 from functions.adapters.store import JobStore
+from functions.adapters.transitions import TransitionStarter
 from functions.domain.job import JobState
+from functions.monitor.service import MonitorDeps, run_monitor
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.supervision_harness import Supervised, supervised_stack
 from tether_local.aws import LambdaInvocationError
@@ -134,3 +138,55 @@ def test_one_jobs_failing_write_renews_nothing_for_it_and_everything_for_the_oth
     renewed = sup.agent_beat(healthy.job_id, 1)
     assert renewed["lease_expires_at"] > before + 300 and renewed["reason"] is None
     assert (report["supervised"], report["unsupervised"], report["errors"]) == (1, 1, 1)
+
+
+def monitor_deps(sup: Supervised) -> MonitorDeps:
+    """The monitor's dependencies as its handler builds them, on this test's stack."""
+    return MonitorDeps(
+        store=sup.store,
+        transitions=TransitionStarter(sup.state_machine_arn, client=sup.sfn),
+        vast=lambda: factory.vast(sup.secret_arn("VastApiKey"), "https://console.vast.ai"),
+        cloudflare=lambda: factory.cloudflare(
+            sup.secret_arn("Cloudflare"), "https://api.cloudflare.com/client/v4"
+        ),
+        clock=sup.clock,
+    )
+
+
+def test_a_run_that_runs_out_of_time_marks_only_the_jobs_it_finished(sup: Supervised) -> None:
+    """The monitor's Lambda ends at its timeout, half way or not: a job whose evaluation did
+    not start in time is not marked supervised (its lease is not renewed), the others are."""
+    jobs = [sup.provisioned()[0] for _ in range(3)]
+    sup.clock.advance(60)
+    for job in jobs:
+        sup.heartbeat(job.job_id, 1)
+    left = iter([60.0, 40.0, 20.0, 0.5])  # the run's Vast calls, then each job's evaluation
+
+    report = run_monitor(monitor_deps(sup), remaining_s=lambda: next(left))
+
+    assert (report.supervised, report.unsupervised) == (2, 1)
+    marks = [sup.store.get_generation(j.job_id, 1) for j in jobs]
+    assert sorted(str(m.supervised_at if m else None) for m in marks) == sorted(
+        [str(sup.clock()), str(sup.clock()), "None"]
+    )
+
+
+def test_a_slow_vast_is_given_up_on_in_time_and_the_jobs_are_still_supervised(
+    sup: Supervised, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Vast answers every request too late: the run gives up on it within its budget (no
+    instance rule, no orphan swept this run), judges what it can, and finishes every job."""
+    job, generation = sup.provisioned()
+    sup.clock.advance(60)
+    sup.heartbeat(job.job_id, 1)
+    sup.vast.kill(generation.instance_id or 0, "offline")  # would be dead, were Vast readable
+
+    def too_late(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("Vast is slow", request=request)
+
+    monkeypatch.setattr(sup.vast, "handle", too_late)
+    sup.cold_start()
+    report = run_monitor(monitor_deps(sup), remaining_s=lambda: 25.0)  # 5 s for Vast
+
+    assert report.instances is None and report.verdicts == {"healthy": 1}
+    assert (report.supervised, report.unsupervised, report.transitions_started) == (1, 0, 0)

@@ -208,3 +208,17 @@ def test_the_no_progress_clock_starts_with_training_not_with_the_rent(sup: Super
         verdicts.append(sup.monitor()["verdicts"])
     assert verdicts[:29] == [{"healthy": 1}] * 29  # not before 30 min after training began…
     assert verdicts[29] == {"hung": 1}  # …but then
+
+
+def test_a_hosts_blame_counts_each_failure_once_and_decays(sup: Supervised) -> None:
+    """Overlapping monitor runs blame one failure once; a later blame adds to what is left of
+    the earlier one after a day (half)."""
+    day = 86_400.0
+    now = sup.clock()
+    assert sup.store.record_host_failure(77, failure="a-0123abcd:g1", kind="dead", now=now)
+    again = sup.store.record_host_failure(77, failure="a-0123abcd:g1", kind="dead", now=now + 5)
+    assert not again
+    assert sup.store.record_host_failure(77, failure="b-0123abcd:g3", kind="hung", now=now + day)
+    reputation = sup.store.host_reputations([77])[77]
+    assert (reputation.failures, reputation.dead_failures, reputation.hung_failures) == (2, 1, 1)
+    assert (reputation.blame, reputation.blame_at) == (1.5, now + day)
