@@ -23,7 +23,7 @@ from tether_local.demo.run import DemoError, DemoRun
 from tether_local.stack import LocalStack
 
 # A well-formed ARN of a secret that does not exist: GetSecretValue answers ResourceNotFound.
-MISSING_SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:tether/gone-AbCdEf"
+MISSING_SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:tether/gone-AbCdEf"  # noqa: S105 (an ARN)
 
 
 def monitor_function(stack: LocalStack) -> str:
