@@ -282,6 +282,21 @@ def set_clause(fields: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str
     return f"SET {clause}", names, values
 
 
+def condition_check(
+    table_name: str, key: Mapping[str, Any], condition: str, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A ConditionCheck of a transaction: the transaction applies only if `condition` holds
+    on the item at `key` (plain values)."""
+    return {
+        "ConditionCheck": {
+            "TableName": table_name,
+            "Key": serialize(key),
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": serialize(values),
+        }
+    }
+
+
 def state_in(expected: Iterable[JobState], values: dict[str, Any]) -> str:
     """`#state IN (:e0, …)`, adding the placeholders' values to `values`."""
     placeholders = []

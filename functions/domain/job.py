@@ -20,12 +20,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.credentials import lease_within_credentials
 from functions.domain.heartbeat import (
     CheckpointRef,
     Command,
     GpuProbe,
     HeartbeatRequest,
     Phase,
+    RestoreReport,
     StorageCredentials,
 )
 from functions.domain.jobspec import JobSpec
@@ -150,6 +152,11 @@ class Job(BaseModel):
     incident_at: float | None = None
     incident_reason: str = ""
     incident_generation: int | None = None
+    # The checkpoints a new generation may restore, newest first: recorded from heartbeats of
+    # the current generation only (functions/domain/checkpoint_record.py). The version makes
+    # each write conditional on the list it was computed from.
+    recorded_checkpoints: list[CheckpointRef] = Field(default_factory=list)
+    recorded_checkpoints_version: int = 0
 
     @property
     def active(self) -> bool:
@@ -175,6 +182,7 @@ class Heartbeat(BaseModel):
     gpu: GpuProbe
     last_checkpoint: CheckpointRef | None = None
     restored_checkpoint: CheckpointRef | None = None
+    restore: RestoreReport | None = None
     exit_code: int | None = None
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
@@ -311,7 +319,9 @@ def decide_heartbeat(
     """What the agent of an authenticated generation is told.
 
     The lease is renewed only while the supervisor's pulse is fresh: with the monitor dead the
-    agent keeps its old expiry and stops the machine itself when it passes (invariant 4).
+    agent keeps its old expiry and stops the machine itself when it passes (invariant 4). A
+    renewed lease never runs past what the generation's storage credentials allow: a host that
+    could no longer save a checkpoint stops instead of training on (`credentials.py`).
     """
     if not generation.is_current or generation.generation != job.current_generation:
         return HeartbeatDecision(
@@ -331,6 +341,8 @@ def decide_heartbeat(
             spent_usd=job.spent_usd,
             usd_per_hour=generation.usd_per_hour,
         )
+        if generation.credentials is not None:
+            lease = lease_within_credentials(lease, generation.credentials.expires_at, now)
     command: Command = "continue"
     reason = None if renewed else "supervisor silent: lease not renewed"
     if job.state == JobState.STOPPING or is_terminal(job.state):
@@ -362,6 +374,7 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         gpu=request.gpu,
         last_checkpoint=request.last_checkpoint,
         restored_checkpoint=request.restored_checkpoint,
+        restore=request.restore,
         exit_code=request.exit_code,
         bytes_downloaded=request.bytes_downloaded,
         bytes_uploaded=request.bytes_uploaded,

@@ -5,8 +5,10 @@
 2. decide: `functions.domain.rent.plan_rent` — the offers to try, best expected total first, or
    a refusal (no offer qualifies → wait for capacity; the budget would not cover start-up and
    one checkpoint → stop the job);
-3. rent down the plan: mint the job's credentials once, then per offer a fresh agent token and
-   host environment; an offer taken meanwhile → the next one; none left → wait;
+3. rent down the plan: mint the generation's credentials once (read-only on the job's prefix,
+   read-write on its own `g<generation>/`), then per offer a fresh agent token and host
+   environment, with the checkpoints the job recorded as the ones it may restore; an offer taken
+   meanwhile → the next one; none left → wait;
 4. record the generation with a conditional write; a lost race destroys what was rented.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 from functions.adapters.cloudflare import mint_job_credentials
 from functions.adapters.vast import OfferGone, RentResult, VastClient, VastUnavailable
 from functions.domain.agent_token import hash_token, new_agent_token
+from functions.domain.checkpoint_record import restore_candidates
 from functions.domain.credentials import credentials_ttl_s
 from functions.domain.heartbeat import StorageCredentials
 from functions.domain.job import Generation, Job, JobState
@@ -100,17 +103,19 @@ def _rent_down(
     spec = job.spec
     cloudflare, account = deps.cloudflare()
     storage = mint_job_credentials(
-        cloudflare, account, job.job_id, ttl_s=credentials_ttl_s(spec.policy),
+        cloudflare, account, job.job_id, inp.generation, ttl_s=credentials_ttl_s(spec.policy),
         lease_s=spec.policy.lease_window_s, endpoint=account.r2_endpoint(deps.settings.r2_endpoint),
     )  # fmt: skip
     onstart = build_onstart(agent_wheel_url=deps.artifacts().presign_agent_wheel(WHEEL_URL_TTL_S))
     account_secrets = deps.account_secrets()
+    checkpoints = restore_candidates(job, inp.generation)
     for candidate in plan.candidates:
         offer = candidate.offer
         token = new_agent_token()
         env = build_host_env(
             spec, job_id=job.job_id, generation=inp.generation, api_url=deps.settings.api_url,
             agent_token=token, storage=storage, lease_expires_at=candidate.lease_expires_at,
+            restore_checkpoints=checkpoints,
         )  # fmt: skip
         ensure_no_account_secrets(script=onstart, env=env, account_secrets=account_secrets)
         try:

@@ -260,8 +260,8 @@ def _describe(lost: WorkLost) -> str:
 
 
 def _renew_credentials(deps: MonitorDeps, job: Job, generation: int) -> bool:
-    """Mint fresh job-scoped credentials onto the generation; the agent gets them with its
-    next heartbeat reply. A Cloudflare failure waits for the next run (they are renewed well
+    """Mint the generation's two keys afresh onto it; the agent gets them with its next
+    heartbeat reply. A Cloudflare failure waits for the next run (they are renewed well
     before they expire)."""
     try:
         client, account = deps.cloudflare()
@@ -269,6 +269,7 @@ def _renew_credentials(deps: MonitorDeps, job: Job, generation: int) -> bool:
             client,
             account,
             job.job_id,
+            generation,
             ttl_s=credentials_ttl_s(job.spec.policy),
             lease_s=job.spec.policy.lease_window_s,
             endpoint=account.r2_endpoint(deps.r2_endpoint),

@@ -61,7 +61,8 @@ def test_dead_host_is_replaced_with_new_generation_and_credentials(sup: Supervis
     assert sup.vast.instance(first.instance_id or 0) is None  # the old host is destroyed
     assert sup.vast.gpu_billing_instances() == [second.instance_id]
     assert second.credentials is not None and first.credentials is not None
-    assert second.credentials.access_key_id != first.credentials.access_key_id
+    assert second.credentials.write.access_key_id != first.credentials.write.access_key_id
+    assert second.credentials.write.prefix == f"jobs/{job.job_id}/g2/"
     assert old.status == "superseded" and not old.is_current and old.host_blamed
     assert second.machine_id != first.machine_id
 
