@@ -139,6 +139,8 @@ def _try(
     base = cid.dir_key(storage.prefix)
     try:
         sizes = storage.list_sizes(base)
+    except TransferCancelled:
+        raise
     except StorageError as exc:
         raise _Unreadable(str(exc)) from exc
     manifest = _read_manifest(storage, ref, cid, sizes.get(base + MANIFEST_NAME))
@@ -176,6 +178,8 @@ def _read_manifest(
         raise Skip(f"manifest of {listed_size} bytes (at most {MAX_MANIFEST_BYTES})")
     try:
         data = storage.get_bytes(ref.manifest_key)
+    except TransferCancelled:
+        raise
     except StorageError as exc:
         raise _Unreadable(str(exc)) from exc
     if data is None:

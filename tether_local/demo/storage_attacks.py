@@ -141,33 +141,29 @@ def write_manifest(keys: HostKeys, step: int, manifest: dict[str, Any] | bytes) 
 
 
 def crafted_manifests(keys: HostKeys, real_step: int, first_step: int) -> dict[str, dict[str, Any]]:
-    """Four crafted manifests at steps from `first_step` up, each made from the real checkpoint
-    `real_step`: kind → the reference a host would report. Each would be restored, as the
-    newest recorded, if the restore trusted it."""
-    source = json.loads(keys.get(manifest_key(keys.job_id, real_step, keys.generation)))
-    step = first_step
+    """Four crafted checkpoints at steps from `first_step` up, each made from the real
+    checkpoint `real_step` (its files copied, its manifest altered): kind → the reference a host
+    would report. Each would be restored, as the newest recorded, if the restore trusted it."""
 
-    def at(kind: str, manifest: dict[str, Any] | bytes) -> tuple[str, dict[str, Any]]:
-        nonlocal step
-        ref = write_manifest(keys, step, manifest)
-        step += 1
-        return kind, ref
+    def dotdot_path(manifest: dict[str, Any]) -> None:
+        manifest["files"].append({"path": "../../../../escape", "size": 1, "sha256": "0" * 64})
 
-    files = source["files"]
-    made = [
-        at("bad-json", b'{"step": ' + str(step).encode() + b', "files": ['),
-        at("dotdot-path", {**source, "step": step, "files": [
-            *files, {"path": "../../../../escape", "size": 1, "sha256": "0" * 64}]}),
-        at("huge-size", {**source, "step": step, "files": [
-            {**files[0], "size": 10**15}, *files[1:]]}),
-    ]  # fmt: skip
+    def huge_size(manifest: dict[str, Any]) -> None:
+        manifest["files"][0]["size"] = 10**15
 
     def wrong_sha256(manifest: dict[str, Any]) -> None:
         manifest["files"][0]["sha256"] = "0" * 64
 
-    # valid files under the manifest, but one listed with the wrong sha256
-    made.append(("wrong-sha256", copy_checkpoint(keys, real_step, step, wrong_sha256)))
-    return dict(made)
+    step = first_step
+    made = {"bad-json": write_manifest(keys, step, b'{"step": %d, "files": [' % step)}
+    for kind, edit in (
+        ("dotdot-path", dotdot_path),
+        ("huge-size", huge_size),
+        ("wrong-sha256", wrong_sha256),
+    ):
+        step += 1
+        made[kind] = copy_checkpoint(keys, real_step, step, edit)
+    return made
 
 
 __all__ = ["HostKeys", "copy_checkpoint", "crafted_manifests", "write_manifest"]
