@@ -1,13 +1,14 @@
 """The tether table: one table, on demand, point-in-time recovery (the single-table layout).
 
 - job — `pk=JOB#<id> sk=JOB`: the `Job` record (spec as a map, state, budget, spend, current
-  generation); `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"`
-  only while the job is active.
+  generation, the recorded checkpoints a new generation may restore and their version);
+  `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"` only while the
+  job is active.
 - generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
   id, $/h, prices, agent token sha256 (`token_hash`), status, `is_current`, `lease_expires_at`,
   `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
-  bytes down/up), `credentials` (R2 key, secret, session token, expiry, endpoint, bucket,
-  prefix).
+  bytes down/up, how the restore went), `credentials` (endpoint, bucket, and the read and the
+  write R2 key, each with its secret, session token, expiry and prefix).
 - timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
 - idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
   TTL removes it after a day).
