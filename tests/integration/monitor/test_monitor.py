@@ -3,6 +3,7 @@ transitions, blames hosts, sweeps orphans and keeps its hands off when Vast cann
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -10,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.agent_env import RESTORE_CHECKPOINTS, S3_WRITE_ACCESS_KEY_ID
+from functions.domain.heartbeat import CheckpointRef, GpuProbe
 from functions.domain.job import JobState
+from functions.domain.storage_layout import manifest_key
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.supervision_harness import Supervised, supervised_stack
 from tether_local.vast_sim import BYTES_PER_GB
@@ -214,3 +217,40 @@ def test_one_unreadable_record_neither_stops_the_run_nor_hides_an_orphan(sup: Su
     assert replaced["status"] == "SUCCEEDED"  # the lifecycle reads the same listing
     found = sup.store.get_job(healthy_job.job_id)
     assert found is not None and found.state == JobState.RUNNING and found.current_generation == 1
+
+
+def test_the_replacement_host_is_given_the_recorded_checkpoints_newest_first(
+    sup: Supervised,
+) -> None:
+    """What generation 1 recorded reaches generation 2's environment at rent, and nothing g1
+    could record after it was superseded does."""
+    job, first = sup.provisioned()
+    refs = [
+        CheckpointRef(
+            step=step,
+            generation=1,
+            manifest_key=manifest_key(job.job_id, step, 1),
+            manifest_sha256=f"{step:064x}",
+        )
+        for step in (200, 100)
+    ]
+    assert sup.store.record_checkpoints(
+        job.job_id, 1, token_hash=first.token_hash, checkpoints=refs, previous_version=0
+    )
+    sup.vast.kill(first.instance_id or 0, "offline")
+    sup.clock.advance(1)
+    sup.monitor()
+    result = sup.wait_for(f"{job.job_id}-replace-g2")
+    assert result["status"] == "SUCCEEDED"
+    # superseded now: a late record of g1's is refused
+    late = [refs[0].model_copy(update={"step": 300}), *refs]
+    assert not sup.store.record_checkpoints(
+        job.job_id, 1, token_hash=first.token_hash, checkpoints=late, previous_version=1
+    )
+    second = sup.store.get_generation(job.job_id, 2)
+    assert second is not None and second.instance_id is not None
+    env = sup.vast.sim_instance(second.instance_id).env
+    given = [CheckpointRef.model_validate(r) for r in json.loads(env[RESTORE_CHECKPOINTS])]
+    assert given == refs
+    assert second.credentials is not None
+    assert env[S3_WRITE_ACCESS_KEY_ID] == second.credentials.write.access_key_id
