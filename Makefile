@@ -7,7 +7,7 @@ STAMP := $(VENV)/.tether-installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: venv demo test lint format bench synth deploy clean
+.PHONY: venv demo test lint format bench mutate synth deploy clean
 
 venv: $(STAMP)
 
@@ -34,6 +34,12 @@ format: venv
 
 bench: venv
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b $(if $(QUICK),--quick) || exit 1; done
+
+# Mutation testing of the pure rules (functions/domain, the agent's checkpoint and restore
+# rules) with their unit tests; not in CI (tens of minutes). Prints survivors and the score.
+mutate: venv
+	$(PY) -m pip install --quiet mutmut==3.8.1
+	$(PY) -m tests.mutation
 
 # Synthesize into cdk.out without Docker or the CDK CLI: arm64 Lambda bundle (PyPI once, then
 # cached under build/), cdk-nag AwsSolutions and cfn-lint (W3005: CDK's own redundant DependsOn).

@@ -58,12 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario not in SCENARIOS:
         raise CliError(f"--scenario: {args.scenario!r} is not one of {', '.join(SCENARIOS)}")
     out = sys.stdout
-    console = Console(file=sys.stderr if args.json else out, highlight=False)
-
-    def timeline(elapsed_s: float, source: str, text: str) -> None:
-        style = "bold red" if text.startswith(("FAULT", "ZOMBIE")) else _STYLES.get(source, "")
-        console.print(f"[dim]{elapsed_s:6.1f}s[/] [cyan]{source:>12}[/] {text}", style=style)
-
+    timeline = timeline_printer(Console(file=sys.stderr if args.json else out, highlight=False))
     try:
         with _quiet_functions():
             summary = run_scenario(args.scenario, timeline=timeline)
@@ -77,6 +72,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 _STYLES = {"dead": "red", "hung": "red", "crashed": "red", "failed": "red", "finished": "green"}
+
+
+def timeline_printer(console: Console) -> Any:
+    """A `tether_local.demo` Timeline that prints each line: elapsed time, source, text (the
+    demo's and `tether local up`'s)."""
+
+    def timeline(elapsed_s: float, source: str, text: str) -> None:
+        style = "bold red" if text.startswith(("FAULT", "ZOMBIE")) else _STYLES.get(source, "")
+        console.print(f"[dim]{elapsed_s:6.1f}s[/] [cyan]{source:>12}[/] {text}", style=style)
+
+    return timeline
 
 
 @contextlib.contextmanager

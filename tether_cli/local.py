@@ -1,9 +1,15 @@
 """`tether local up [--port P]`: the whole control plane on this machine, in the foreground.
 
 Starts the local stack (`tether_local.stack.LocalStack`), prints `API: <url>` and `S3: <url>`
-(and the simulators' URLs), records the API URL in the local state file (`build/local-stack.json`,
-or `TETHER_LOCAL_STATE`) that `tether <command> --local` reads, then serves until Ctrl-C, when it
-removes that file and stops every host process and server it started.
+(and the simulators' URLs, and where the functions' logs go), records the API URL in the local
+state file (`build/local-stack.json`, or `TETHER_LOCAL_STATE`) that `tether <command> --local`
+reads, then serves until Ctrl-C, when it removes that file and stops every host process and
+server it started.
+
+While it serves, the terminal shows the jobs' timeline, the demo's (`tether_local.demo.timeline`:
+rented, training, dead, replaced, finished…, each line with its job id). The functions' own
+logs — Powertools' JSON lines, EMF metrics, START/END/REPORT, timeouts — go to
+`<root>/logs/<function>.log`, one file per function.
 """
 
 from __future__ import annotations
@@ -16,12 +22,16 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from tether_cli.api_client import write_local_state
 from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError, import_local
+
+LOG = logging.getLogger(__name__)
+TIMELINE_POLL_S = 1.0
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -89,10 +99,25 @@ def _remove_local_state(path: Path, api_url: str) -> None:
         pass  # gone or not ours: nothing to clean up
 
 
+def _show_timeline(stack: Any, timeline: Any, started: float, stop: threading.Event) -> None:
+    """Print every job's new timeline lines each second until `stop` (the demo's source)."""
+    from functions.adapters.store import JobStore
+    from tether_local.demo.timeline import StackTimeline
+
+    jobs = StackTimeline(JobStore(stack.table_name()), timeline, started)
+    while not stop.wait(TIMELINE_POLL_S):
+        try:
+            jobs.poll()
+        except Exception as exc:  # the stack is stopping, or moto hiccuped: try next second
+            LOG.debug("timeline poll failed: %s", exc)
+
+
 def run_up(args: argparse.Namespace) -> int:
     import_local("local up")
     from pydantic import ValidationError
+    from rich.console import Console
 
+    from tether_cli.demo import timeline_printer
     from tether_local.stack import LocalStack, LocalStackConfig
 
     _check_port("port", args.port)
@@ -110,7 +135,7 @@ def run_up(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         lines = [f"--{'-'.join(str(e['loc'][0]).split('_'))}: {e['msg']}" for e in exc.errors()]
         raise CliError("local up: bad option", EXIT_USAGE, details=lines) from None
-    # The handlers log every request as JSON; on a terminal only warnings are useful.
+    # The functions log to files under the root; on the terminal, this process's warnings.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     stop = threading.Event()
 
@@ -120,21 +145,35 @@ def run_up(args: argparse.Namespace) -> int:
     # Both explicitly: a shell starts background jobs with SIGINT ignored.
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     print("starting the local stack (first start synthesizes the template: ~20 s)…", flush=True)
+    started = time.time()
     try:
         with LocalStack(config) as stack:
             state = write_local_state(stack.api_url)
+            watcher: threading.Thread | None = None
             try:
                 print(f"API: {stack.api_url}")
                 print(f"S3: {stack.s3_url}")
                 print(f"Vast: {stack.vast_url}")
                 print(f"Cloudflare: {stack.cloudflare_url}")
                 print(f"Root: {stack.root}")
+                print(f"Logs: {stack.log_dir}/<function>.log (the functions' JSON logs, metrics)")
                 print(f"State: {state} (`tether <command> --local` reads it)")
                 print("serving; Ctrl-C stops every host and server", flush=True)
+                timeline = timeline_printer(Console(file=sys.stdout, highlight=False))
+                watcher = threading.Thread(
+                    target=_show_timeline,
+                    args=(stack, timeline, started, stop),
+                    name="local-up-timeline",
+                    daemon=True,
+                )
+                watcher.start()
                 while not stop.wait(0.5):
                     pass
                 print("stopping…", flush=True)
             finally:
+                stop.set()
+                if watcher is not None:
+                    watcher.join(timeout=10)
                 _remove_local_state(state, stack.api_url)
     finally:
         for sig, handler in previous.items():

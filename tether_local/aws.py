@@ -7,10 +7,18 @@ template's tables, functions, state machines, topics, secrets, buckets and param
 boto3 (`tether_local.deployer`) and returns what it made (`tether_local.deployed.Deployed`),
 schedules included, so the local stack's own clock can fire them.
 
-moto runs the real Step Functions definition. While a `LocalAws` is open, three private moto
-internals are patched (`tether_local.moto_patches`): Lambda invocations run the Python handler in
-process with the function's environment (`tether_local.lambda_runtime`, which says why
-invocations are serialized), and Wait states and Retry back-offs take `time_scale` × their time.
+moto runs the real Step Functions definition. While a `LocalAws` is open, a few private moto
+internals are patched (`tether_local.moto_patches`): Lambda invocations go to the local Lambda
+runtime, and Wait states, Retry back-offs and the execution's TimeoutSeconds run on a clock
+scaled by `time_scale`.
+
+The Lambda runtime (`tether_local.lambda_runtime` says why there are two):
+- `runtime="process"` (default): each execution environment is a worker process with the
+  function's environment; invocations run concurrently, each function in its own environments,
+  killed at the function's timeout; logs to `log_dir/<function>.log` (or this process's
+  stdout/stderr).
+- `runtime="in_process"`: handlers run in this process, one invocation at a time, with the same
+  timeouts; for tests that install in-process hooks (`functions.adapters.factory`).
 """
 
 from __future__ import annotations
@@ -22,14 +30,26 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.config
 import httpx
 
-from tether_local.deployed import Deployed, Schedule
+from tether_local.deployed import ACCOUNT_ID, Deployed, Schedule
 from tether_local.deployer import HARNESS_ROLE, Deployer
+from tether_local.lambda_process import CHECKOUT, DEFAULT_MAX_ENVIRONMENTS, ProcessRuntime
+from tether_local.lambda_runtime import (
+    RUNTIME_KINDS,
+    FunctionConfig,
+    InProcessRuntime,
+    InvokeResult,
+    LambdaRuntime,
+    RuntimeKind,
+    error_result,
+)
 from tether_local.moto_patches import MotoPatches
 
 LOG = logging.getLogger(__name__)
@@ -50,6 +70,10 @@ class LambdaInvocationError(RuntimeError):
         self.message = message
 
 
+# Invoke through moto waits as long as the longest Lambda timeout, and never retries (a retry
+# would run the function twice).
+_INVOKE_CONFIG = botocore.config.Config(read_timeout=960, retries={"total_max_attempts": 1})
+
 _active_lock = threading.Lock()
 _active: LocalAws | None = None
 
@@ -66,14 +90,28 @@ class LocalAws:
     One per process at a time: moto's backends, the patches and os.environ are process-wide.
     """
 
-    def __init__(self, *, region: str = "us-east-1", time_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        region: str = "us-east-1",
+        time_scale: float = 1.0,
+        runtime: RuntimeKind = "process",
+        log_dir: Path | None = None,
+        max_environments: int = DEFAULT_MAX_ENVIRONMENTS,
+    ) -> None:
         if time_scale < 0:
             raise ValueError("time_scale must be ≥ 0")
+        if runtime not in RUNTIME_KINDS:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIME_KINDS)}, got {runtime!r}")
         self.region = region
         self.time_scale = time_scale
+        self.runtime_kind: RuntimeKind = runtime
+        self.log_dir = log_dir
+        self.max_environments = max_environments
+        self._runtime: LambdaRuntime | None = None
         self._server: Any = None
         self._port = 0
-        self._patches = MotoPatches(time_scale)
+        self._patches = MotoPatches(time_scale, self._invoke_moto_function)
         self._saved_env: dict[str, str | None] = {}
         self._saved_config: dict[str, Any] | None = None
         self._saved_werkzeug_level: int | None = None
@@ -106,6 +144,7 @@ class LocalAws:
             self._server.start()
             self._port = int(self._server.get_host_and_port()[1])
             self._set_environment()
+            self._runtime = self._make_runtime()
             self._moto_api("reset")
             self._saved_config = self._moto_api("config")
             self._moto_api("config", {"stepfunctions": {"execute_state_machine": True}})
@@ -124,6 +163,10 @@ class LocalAws:
             if self._server is not None:
                 with contextlib.suppress(Exception):
                     self.stop_running_executions()
+            if self._runtime is not None:
+                self._runtime.close()  # every environment, busy or idle, is killed and reaped
+                self._runtime = None
+            if self._server is not None:
                 with contextlib.suppress(Exception):
                     self._moto_api("reset")
                 if self._saved_config is not None:
@@ -166,6 +209,27 @@ class LocalAws:
     def client(self, service: str) -> Any:
         return boto3.client(service, endpoint_url=self.endpoint_url, region_name=self.region)
 
+    def _make_runtime(self) -> LambdaRuntime:
+        if self.runtime_kind == "in_process":
+            return InProcessRuntime()
+        base_env = {
+            # What every environment has besides the runtime's and the function's variables:
+            # the local AWS and nothing else of this process (no test variable, no profile).
+            **_FAKE_CREDENTIALS,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "PATH": os.environ.get("PATH", os.defpath),
+            "LANG": "C.UTF-8",
+            "TZ": ":UTC",  # as Lambda sets it
+            "LAMBDA_TASK_ROOT": str(CHECKOUT),
+            "PYTHONPATH": str(CHECKOUT),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        return ProcessRuntime(
+            base_env=base_env, log_dir=self.log_dir, max_environments=self.max_environments
+        )
+
     def _set_environment(self) -> None:
         values = {
             **_FAKE_CREDENTIALS,
@@ -206,10 +270,47 @@ class LocalAws:
 
     # Lambda
 
+    @property
+    def runtime(self) -> LambdaRuntime:
+        if self._runtime is None:
+            raise RuntimeError("LocalAws is not started")
+        return self._runtime
+
+    def _invoke_moto_function(self, fn: Any, event: Any) -> InvokeResult:
+        runtime = self._runtime
+        if runtime is None:
+            return error_result("LocalAws.Closed", "the local AWS is closed")
+        return runtime.invoke(FunctionConfig.from_moto(fn), event)
+
+    def function_config(self, function: str) -> FunctionConfig:
+        """The function's configuration now (name or ARN), from moto's Lambda backend."""
+        from moto.awslambda.models import lambda_backends
+
+        fn = lambda_backends[ACCOUNT_ID][self.region].get_function(function)
+        return FunctionConfig.from_moto(fn)
+
+    def run_function(self, function: str, event: Any) -> InvokeResult:
+        """Invoke a function (name or ARN) directly, without moto's HTTP round trip: the API
+        front's path. Returns the runtime's (payload text, errored, log)."""
+        return self.runtime.invoke(self.function_config(function), event)
+
+    def prewarm(self, functions: Iterable[str]) -> None:
+        """Start one execution environment per function now, in the background."""
+        self.runtime.prewarm([self.function_config(f) for f in functions])
+
+    def lambda_pids(self) -> list[int]:
+        """The process ids of the live execution environments (empty in process)."""
+        runtime = self._runtime
+        return runtime.pids() if isinstance(runtime, ProcessRuntime) else []
+
     def invoke(self, function: str, event: Any = None) -> Any:
         """Invoke a function (name or ARN) through moto, as Step Functions does; return its
-        result, or raise `LambdaInvocationError` with the handler's exception class name."""
-        response = self.client("lambda").invoke(
+        result, or raise `LambdaInvocationError` with the handler's exception class name (or
+        `Sandbox.Timedout` past the function's timeout)."""
+        client = boto3.client(
+            "lambda", endpoint_url=self.endpoint_url, region_name=self.region, config=_INVOKE_CONFIG
+        )
+        response = client.invoke(
             FunctionName=function, Payload=json.dumps({} if event is None else event).encode()
         )
         payload = json.loads(response["Payload"].read() or b"null")

@@ -7,8 +7,12 @@ what a client sees when a host's network is cut.
 
 `ApiFront` is the local API Gateway HTTP API: it matches a request against the template's routes
 (`Deployed.http_routes`), builds the payload-2.0 event (`tether_local.apigw.http_api_event`),
-invokes the route's function through moto's Lambda (so the function runs in process with its own
-environment) and turns the result back into HTTP.
+invokes the route's function through the local AWS's Lambda runtime (its own execution
+environment, its own timeout) and turns the result back into HTTP. As API Gateway does, it
+waits at most `integration_timeout_s` (30 s, HTTP APIs' integration timeout) for the function,
+whatever the function's own timeout, and then answers 503 `{"message":"Service Unavailable"}`
+(the function runs on until its own timeout; nobody reads its answer); a function error, a
+timeout included, is 500 `{"message":"Internal Server Error"}`.
 
 SigV4 on the local front: *the shape is checked, the signature is not*. A route with
 `AWS_IAM` authorization needs an `Authorization: AWS4-HMAC-SHA256 Credential=<key id>/...`
@@ -33,18 +37,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-import botocore.config
 import httpx
 
 from tether_local.apigw import http_api_event
 from tether_local.deployed import ACCOUNT_ID, HttpRoute
-from tether_local.lambda_runtime import invoke_in_process
+from tether_local.lambda_runtime import InvokeResult
 
 LOG = logging.getLogger(__name__)
 
 Handler = Callable[[httpx.Request], httpx.Response]
 HeartbeatObserver = Callable[[dict[str, Any]], None]
+Invoke = Callable[[str, dict[str, Any]], InvokeResult]  # function ARN, event → result
 
+API_GATEWAY_TIMEOUT_S = 30.0  # an HTTP API's integration timeout (its maximum, and default)
 HEARTBEAT_PATH = "/agent/heartbeat"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 _SIGV4 = re.compile(r"^AWS4-HMAC-SHA256\s+Credential=(?P<key>[A-Za-z0-9]+)/")
@@ -182,25 +187,16 @@ class ApiFront:
         self,
         routes: Iterable[HttpRoute],
         *,
-        endpoint_url: str,
-        region: str,
+        invoke: Invoke,
         account_id: str = ACCOUNT_ID,
+        integration_timeout_s: float = API_GATEWAY_TIMEOUT_S,
     ) -> None:
-        import boto3
-
         compiled = [_compile(r) for r in routes]
         # Specific routes first (API Gateway picks the most specific match), $default last.
         self._routes = sorted(compiled, key=lambda c: (c.pattern is None, -len(c.route.route_key)))
         self._account_id = account_id
-        self._region = region
-        self._lambda = boto3.session.Session().client(
-            "lambda",
-            endpoint_url=endpoint_url,
-            region_name=region,
-            config=botocore.config.Config(
-                max_pool_connections=64, retries={"max_attempts": 1}, read_timeout=300
-            ),
-        )
+        self._invoke_function = invoke
+        self.integration_timeout_s = integration_timeout_s
         self._lock = threading.Lock()
         self._cut: set[tuple[str, int]] = set()
         self._observers: list[HeartbeatObserver] = []
@@ -270,17 +266,29 @@ class ApiFront:
         return None
 
     def _invoke(self, function_arn: str, event: dict[str, Any]) -> httpx.Response:
-        function = _moto_function(function_arn, self._region)
-        if function is not None:
-            # What moto's Invoke would do, minus its HTTP round trip (half the time per call).
-            text, errored, _ = invoke_in_process(function, event)
+        outcome: list[InvokeResult] = []
+        answered = threading.Event()
+
+        def call() -> None:
+            try:
+                outcome.append(self._invoke_function(function_arn, event))
+            except Exception:
+                LOG.exception("invoking %s failed", function_arn)
+            finally:
+                answered.set()
+
+        # Its own thread, so that the front can stop waiting while the function runs on.
+        threading.Thread(target=call, name="api-integration", daemon=True).start()
+        if not answered.wait(self.integration_timeout_s):
+            LOG.warning("%s: no answer within %.0f s", function_arn, self.integration_timeout_s)
+            return httpx.Response(503, json={"message": "Service Unavailable"})
+        if not outcome:
+            return httpx.Response(500, json={"message": "Internal Server Error"})
+        text, errored, _ = outcome[0]
+        try:
             payload = json.loads(text or "null")
-        else:
-            reply = self._lambda.invoke(
-                FunctionName=function_arn, Payload=json.dumps(event).encode()
-            )
-            payload = json.loads(reply["Payload"].read() or b"null")
-            errored = bool(reply.get("FunctionError"))
+        except ValueError:
+            payload, errored = None, True
         if errored or not isinstance(payload, dict):
             # What API Gateway answers when the integration fails.
             LOG.error("function %s failed: %s", function_arn, payload)
@@ -294,16 +302,6 @@ class ApiFront:
         for cookie in payload.get("cookies") or []:
             response.headers.append("set-cookie", str(cookie))  # type: ignore[attr-defined]
         return response
-
-
-def _moto_function(function_arn: str, region: str) -> Any:
-    """moto's function object for an ARN, or None (then the front calls Invoke over HTTP)."""
-    try:
-        from moto.awslambda.models import lambda_backends
-
-        return lambda_backends[ACCOUNT_ID][region].get_function(function_arn)
-    except Exception:
-        return None
 
 
 def _heartbeat_identity(request: httpx.Request) -> dict[str, Any] | None:
@@ -351,4 +349,10 @@ def _event(
     return event
 
 
-__all__ = ["HEARTBEAT_PATH", "ApiFront", "DropConnection", "LoopbackServer"]
+__all__ = [
+    "API_GATEWAY_TIMEOUT_S",
+    "HEARTBEAT_PATH",
+    "ApiFront",
+    "DropConnection",
+    "LoopbackServer",
+]

@@ -10,7 +10,9 @@
 
 What `start()` does, in order:
 1. moto in process (`LocalAws`) with the synthesized template deployed: DynamoDB, Step Functions
-   running the real definition, SNS, Secrets Manager, Lambda handlers in process.
+   running the real definition, SNS, Secrets Manager; each Lambda execution environment a
+   worker process (`tether_local.lambda_process`) with its function's environment and timeout,
+   logging to `<root>/logs/<function>.log` (`log_dir`).
 2. The Vast simulator (offers from `tether_local.offers`) and the Cloudflare simulator, each
    served over loopback HTTP; renting starts a local host (`tether_local.hosts`).
 3. `rclone serve s3` over `<root>/s3` (anonymous, on a loopback port only the front knows) behind
@@ -21,9 +23,12 @@ What `start()` does, in order:
    and every deployed function's environment is pointed away from the internet: Vast and
    Cloudflare base URLs → the simulators, R2 endpoint → the R2 front, API URL → the API front.
 5. The API front on loopback, dispatching by the template's routes.
-6. The stack's clock: fires the template's schedules every `monitor_interval_s`.
+6. The stack's clock: fires the template's schedules every `monitor_interval_s`, each firing on
+   its own thread, as EventBridge Scheduler fires whether or not the last run has ended (a
+   monitor run longer than the interval overlaps the next one, as in AWS).
 
-`close()` stops the clock, kills every host's processes, stops the servers and moto.
+`close()` stops the clock, kills every host's processes, stops the servers, every Lambda
+environment and moto.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from tether_local.aws import Deployed, LocalAws, Schedule
 from tether_local.cloudflare_sim import CloudflareSim
 from tether_local.hosts import LocalHosts
 from tether_local.http import ApiFront, LoopbackServer
+from tether_local.lambda_runtime import RuntimeKind
 from tether_local.offers import generate_offers
 from tether_local.r2_front import R2Front
 from tether_local.s3server import S3Server
@@ -78,7 +84,14 @@ class LocalStackConfig(BaseModel):
     offers: int = Field(default=200, ge=1, le=10_000, description="Offers in the Vast book")
     seed: int = Field(default=0, description="Seed of the offer generator and the simulator")
     time_scale: float = Field(
-        default=1e-3, ge=0, description="Step Functions Wait states and Retry back-offs × this"
+        default=1e-3,
+        ge=0,
+        description="Step Functions Wait states, Retry back-offs and execution timeouts × this",
+    )
+    lambda_runtime: RuntimeKind = Field(
+        default="process",
+        description="Lambda execution environments: worker processes, or in this process (for "
+        "meters and hooks installed in it; tether_local.lambda_runtime)",
     )
     monitor_interval_s: float = Field(
         default=2.0,
@@ -110,7 +123,11 @@ class LocalStack:
         self.stack_id = uuid.uuid4().hex[:12]
         self._own_root = self.config.root is None
         self.root = self.config.root or Path(tempfile.mkdtemp(prefix="tether-local-"))
-        self.aws = LocalAws(time_scale=self.config.time_scale)
+        self.aws = LocalAws(
+            time_scale=self.config.time_scale,
+            runtime=self.config.lambda_runtime,
+            log_dir=self.log_dir if self.config.lambda_runtime == "process" else None,
+        )
         self.vast = VastSimulator(
             generate_offers(self.config.offers, self.config.seed),
             seed=self.config.seed,
@@ -133,6 +150,7 @@ class LocalStack:
         self._vast_server: LoopbackServer | None = None
         self._cloudflare_server: LoopbackServer | None = None
         self._clock_thread: threading.Thread | None = None
+        self._firings: list[threading.Thread] = []
         self._stopping = threading.Event()
         self._tick_lock = threading.Lock()
         self.ticks = 0
@@ -154,6 +172,11 @@ class LocalStack:
     def cloudflare_url(self) -> str:
         """The Cloudflare API base URL (what the adapter calls `base_url`)."""
         return _url(self._cloudflare_server) + "/client/v4"
+
+    @property
+    def log_dir(self) -> Path:
+        """Where the functions' logs go: `<function name>.log`, one per function."""
+        return self.root / "logs"
 
     @property
     def s3_url(self) -> str:
@@ -180,22 +203,20 @@ class LocalStack:
             template = synth_template(bundle=False)
             self.aws.start()
             self.deployed = self.aws.deploy(template, stack_name=names.STACK_NAME)
-            self._vast_server = self._serve(self.vast.handle, "vast")
+            # Looked up per request, so a test can wrap `stack.vast.handle` (a slow Vast).
+            self._vast_server = self._serve(lambda r: self.vast.handle(r), "vast")
             self._cloudflare_server = self._serve(self.cloudflare.handle, "cloudflare")
             self.s3 = self._start_s3()
             self.r2 = R2Front(
                 self.s3.endpoint_url, self.cloudflare.live_key, port=self.config.s3_port
             ).start()
-            self.front = ApiFront(
-                self.deployed.http_routes,
-                endpoint_url=self.aws.endpoint_url,
-                region=self.aws.region,
-            )
+            self.front = ApiFront(self.deployed.http_routes, invoke=self.aws.run_function)
             self.front.observe_heartbeats(self._bill_traffic)
             self._api_server = self._serve(self.front.handle, "api", port=self.config.api_port)
             self._set_secrets()
             self._upload_agent_wheel()
             self._point_functions_here()
+            self.aws.prewarm(self._own_functions())
             # The handlers' "now" and back-off sleeps: real time (the seam for a faster clock).
             factory.install_hooks(factory.Hooks(clock=time.time))
             self.hosts = LocalHosts(
@@ -222,6 +243,9 @@ class LocalStack:
         if self._clock_thread is not None:
             self._clock_thread.join(timeout=30)
             self._clock_thread = None
+        for firing in self._firings:  # a monitor run in flight ends, or its timeout ends it
+            firing.join(timeout=10)
+        self._firings.clear()
         if self.hosts is not None:
             self.hosts.close()
         for server in reversed(self._servers):
@@ -316,6 +340,18 @@ class LocalStack:
                 FunctionName=resource.physical_id, Environment={"Variables": variables}
             )
 
+    def _own_functions(self) -> list[str]:
+        """The functions whose handlers are tether's (not CDK's custom resources)."""
+        assert self.deployed is not None
+        client = self.aws.client("lambda")
+        found = []
+        for resource in self.deployed.resources.values():
+            if resource.type == "AWS::Lambda::Function":
+                config = client.get_function_configuration(FunctionName=resource.physical_id)
+                if str(config.get("Handler", "")).startswith("functions."):
+                    found.append(resource.physical_id)
+        return found
+
     def _bill_traffic(self, heartbeat: dict[str, Any]) -> None:
         """Heartbeats report cumulative bytes; bill the increase to the host's Vast ledger."""
         if self.hosts is None:
@@ -347,23 +383,27 @@ class LocalStack:
         return [s for s in self.deployed.schedules if s.enabled]
 
     def tick(self) -> list[str]:
-        """Fire every enabled schedule once (what EventBridge does each interval); returns the
-        execution ARNs or function names. A failing target is recorded, not raised."""
+        """Fire every enabled schedule once (what EventBridge does each interval) and wait for
+        the targets; returns the execution ARNs or function names. A failing target is
+        recorded, not raised. Ticks do not wait for each other: two at once overlap."""
         fired: list[str] = []
         with self._tick_lock:
             self.ticks += 1
-            for schedule in self.schedules():
-                try:
-                    fired.append(self.aws.fire_schedule(schedule))
-                except Exception as exc:
-                    LOG.warning("schedule %s failed: %s", schedule.name, exc)
+        for schedule in self.schedules():
+            try:
+                fired.append(self.aws.fire_schedule(schedule))
+            except Exception as exc:
+                LOG.warning("schedule %s failed: %s", schedule.name, exc)
+                with self._tick_lock:
                     self.tick_errors.append(f"{schedule.name}: {exc}")
         return fired
 
     def _run_clock(self) -> None:
         interval = self.config.monitor_interval_s
         while not self._stopping.wait(interval):
-            self.tick()
+            firing = threading.Thread(target=self.tick, name="local-stack-tick", daemon=True)
+            firing.start()
+            self._firings = [f for f in self._firings if f.is_alive()] + [firing]
 
     # --- conveniences for tests and the demo --------------------------------------------------
 

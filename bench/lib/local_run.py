@@ -1,8 +1,9 @@
 """Watch the local stack from inside, for the benchmarks that run it.
 
 `StackRecorder` records, while installed:
-- every Lambda invocation the local AWS runs in process (`tether_local.lambda_runtime` runs
-  each handler through the wrapper installed here with `wrap_handlers`): function, memory size
+- every Lambda invocation the local AWS runs in process (`recorded_stack` chooses the
+  in-process runtime; `tether_local.lambda_runtime` runs each handler through the wrapper
+  installed here with `wrap_handlers`): function, memory size
   from the template, wall time, the AWS calls made inside it (botocore events on boto3's
   default session, counted only on the invoking thread, so the harness's own calls stay out)
   with the time spent in them and estimated DynamoDB units (`bench.lib.meter`), the Vast /
@@ -287,9 +288,14 @@ def executions(stack: Any) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def recorded_stack(config: Any) -> Iterator[tuple[Any, StackRecorder]]:
-    """A started `LocalStack(config)` with a `StackRecorder` installed before and attached."""
+    """A started `LocalStack(config)` with a `StackRecorder` installed before and attached.
+
+    Its Lambda runtime is the in-process one: the recorder's meters (botocore events, the
+    adapters' transport hook, the handler wrapper) live in this process, and a worker process
+    per execution environment would take its invocations out of their sight."""
     from tether_local.stack import LocalStack
 
+    config = config.model_copy(update={"lambda_runtime": "in_process"})
     with StackRecorder() as recorder, LocalStack(config) as stack:
         recorder.attach(stack)
         yield stack, recorder

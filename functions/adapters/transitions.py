@@ -3,10 +3,18 @@
 The execution name is deterministic (`functions.domain.job.execution_name`), so starting the
 same transition twice (a retried submit, overlapping monitor runs) collides with
 ExecutionAlreadyExists, which is success: the transition is already under way or done.
+
+Each start's input carries a `request_id` of its own. Step Functions answers a start whose name
+AND input match a RUNNING execution with that execution, as if it had started it (StartExecution
+is idempotent for standard workflows); two overlapping monitor runs that decide the same
+replacement would then both believe they started it, and both record the incident and its
+timeline event. With distinct inputs the second start is always ExecutionAlreadyExists.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -26,12 +34,14 @@ class TransitionStarter:
         self.client: SFNClient = client or boto3.client("stepfunctions")
 
     def start(self, request: TransitionRequest) -> bool:
-        """Start the transition; False when an execution of that name already exists."""
+        """Start the transition; False when an execution of that name already exists (running
+        or ended), whoever started it."""
+        payload = {**request.model_dump(mode="json"), "request_id": uuid.uuid4().hex}
         try:
             self.client.start_execution(
                 stateMachineArn=self.state_machine_arn,
                 name=request.execution_name,
-                input=request.model_dump_json(),
+                input=json.dumps(payload),
             )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":

@@ -29,8 +29,21 @@ RESERVED_ENV_PREFIXES = ("TETHER_", "AWS_", "VAST_", "CONTAINER_", "CLOUDFLARE_"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# DynamoDB stores numbers from 1e-130 to 1e126 in magnitude. A spec number nearer zero than
+# this, and not zero, is a mistake: refused with the field named (400), never a failed write of
+# the job (500). (Found by tests/integration/api/test_bad_input.py: expected_hours=1.6e-252.)
+SMALLEST_NUMBER = 1e-9
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        if isinstance(value, float) and value != 0 and abs(value) < SMALLEST_NUMBER:
+            raise ValueError(f"must be 0 or at least {SMALLEST_NUMBER:g} (too close to zero)")
+        return value
 
 
 PositiveFloat = Annotated[float, Field(gt=0)]

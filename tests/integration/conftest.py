@@ -27,5 +27,7 @@ def tether_template() -> dict[str, Any]:
 
 @pytest.fixture
 def local_aws() -> Iterator[LocalAws]:
-    with LocalAws(time_scale=TIME_SCALE) as aws:
+    """In process: these tests are about deploying and executing, not the Lambda runtime
+    (tests/integration/local/test_lambda_runtime.py runs both runtimes)."""
+    with LocalAws(time_scale=TIME_SCALE, runtime="in_process") as aws:
         yield aws

@@ -230,7 +230,9 @@ class Supervised:
 
 
 def supervised_stack(template: dict[str, Any], time_scale: float) -> Iterator[Supervised]:
-    with LocalAws(time_scale=time_scale) as aws:
+    # In process: the handlers must see this test's fake clock and in-process simulators
+    # (factory hooks), which a worker process would not (tether_local.lambda_runtime).
+    with LocalAws(time_scale=time_scale, runtime="in_process") as aws:
         deployed = aws.deploy(template)
         try:
             yield Supervised(aws=aws, deployed=deployed, template=template)

@@ -9,12 +9,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from functions.adapters.store import JobStore, JobView
 from functions.domain.job import Generation, JobState
 from tether_local.demo.evidence import checkpoint_facts
 from tether_local.demo.job import TrainArgs
+from tether_local.demo.timeline import JobTimeline, Timeline, quiet
 from tether_local.invariants import (
     BillingSample,
     CheckpointFacts,
@@ -29,14 +30,6 @@ POLL_S = 0.2
 
 class DemoError(RuntimeError):
     """The scenario could not be driven to its end (a timeout, a refused submit)."""
-
-
-class Timeline(Protocol):
-    def __call__(self, elapsed_s: float, source: str, text: str) -> None: ...
-
-
-def quiet(elapsed_s: float, source: str, text: str) -> None:
-    """A timeline that shows nothing (tests, --json)."""
 
 
 class MonitorClock:
@@ -103,8 +96,8 @@ class DemoRun:
     checkpoints: dict[str, CheckpointFacts] = field(default_factory=dict)
     supervisor_dead_s: float = 0.0
     checks: dict[str, bool] = field(default_factory=dict)
-    _seen_events: set[str] = field(default_factory=set)
     clock: MonitorClock | None = None
+    _lines: JobTimeline | None = None
 
     @property
     def store(self) -> JobStore:
@@ -121,12 +114,11 @@ class DemoRun:
             raise DemoError(f"job {self.job_id} disappeared")
         self.view = view
         now = time.time()
-        for event in view.events:
-            if event.event_id not in self._seen_events:
-                self._seen_events.add(event.event_id)
-                self.timeline(event.at - self.started_at, event.kind, event.message)
+        if self._lines is None:
+            self._lines = JobTimeline(self.timeline, self.started_at)
+        training = self._lines.feed(view, now)  # the timeline's lines
         for g in view.generations:
-            self._observe(g, now)
+            self._observe(g, now, first_training=g.generation in training)
         for found in checkpoint_facts(self.stack, self.job_id, known=self.checkpoints):
             self.checkpoints[found.prefix] = found  # kept after retention deletes it
         ours = {h.instance_id for h in self._hosts()}
@@ -134,7 +126,7 @@ class DemoRun:
         self.samples.append(BillingSample(at=now, instance_ids=billing))
         return view
 
-    def _observe(self, g: Generation, now: float) -> None:
+    def _observe(self, g: Generation, now: float, *, first_training: bool) -> None:
         seen = self.progress.setdefault(g.generation, GenerationProgress(generation=g.generation))
         hb = g.heartbeat
         if hb is None:
@@ -150,10 +142,8 @@ class DemoRun:
             seen = seen.model_copy(update={"restored_step": ref.step})
         if hb.step is not None:
             self.max_step[g.generation] = max(self.max_step.get(g.generation, 0), hb.step)
-        if hb.phase == "training" and seen.first_training_at is None and g.is_current:
+        if first_training and seen.first_training_at is None:
             seen = seen.model_copy(update={"first_training_at": now})
-            restored = f" from step {seen.restored_step}" if seen.restored_step else ""
-            self.say(f"generation {g.generation} training{restored}", "agent")
         self.progress[g.generation] = seen
 
     def wait(self, what: str, probe: Callable[[JobView], Any], timeout_s: float = 45) -> Any:

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import provision_by_hand, wait_for
+from tests.e2e.conftest import SIGNED, provision_by_hand, wait_for
 from tether_local.hosts import marked_processes
 from tether_local.stack import LocalStack, LocalStackConfig
 
@@ -27,8 +27,12 @@ def test_stack_starts_serves_and_stops_cleanly(tmp_path: Path) -> None:
         stack_id = stack.stack_id
         assert stack.hosts is not None
         host = stack.hosts.get(job.instance_id)
+        assert httpx.get(stack.api_url + "/jobs", headers=SIGNED).status_code == 200
+        lambdas = stack.aws.lambda_pids()
+        assert lambdas, "each Lambda execution environment is a process"
 
     assert marked_processes(f"{stack_id}:", prefix=True) == []
+    assert [pid for pid in lambdas if _alive(pid)] == []
     assert marked_processes(host.marker) == []
     assert rclone.poll() is not None  # the S3 stand-in is gone
     for url in urls:
@@ -37,3 +41,11 @@ def test_stack_starts_serves_and_stops_cleanly(tmp_path: Path) -> None:
     # A second stack can start in the same process afterwards (moto and env were restored).
     with LocalStack(LocalStackConfig(monitor_interval_s=0)) as again:
         assert httpx.get(again.api_url + "/jobs").status_code == 403
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -11,7 +11,7 @@ import pytest
 
 from functions.adapters.transitions import TransitionStarter
 from functions.api import job_service
-from functions.domain.job import JobState, TimelineEvent
+from functions.domain.job import JobState, TimelineEvent, TransitionRequest
 from functions.domain.labels import instance_label
 from functions.settings import JobsApiSettings
 from tests.integration.conftest import TIME_SCALE
@@ -172,3 +172,15 @@ def test_provision_reads_around_odd_records_and_needs_no_instance_api_key(
     assert stopped["status"] == "SUCCEEDED"
     assert sup.vast.instance(generation.instance_id) is None
     assert sup.vast.instance(first) is not None and sup.vast.instance(second) is not None
+
+
+def test_a_transition_started_twice_is_started_once(sup: Supervised) -> None:
+    """Step Functions answers a start with the name and input of a RUNNING execution with
+    that execution: two overlapping monitor runs must not both count (and record) it."""
+    job = sup.submit(resources={"gpu_names": ["NoSuchGPU"]})  # waits for capacity: RUNNING
+    starter = TransitionStarter(sup.state_machine_arn, client=sup.sfn)
+    request = TransitionRequest(action="provision", job_id=job.job_id, generation=1, reason="x")
+
+    assert starter.start(request) is True
+    assert starter.start(request) is False
+    assert sup.wait_for(request.execution_name)["status"] == "SUCCEEDED"

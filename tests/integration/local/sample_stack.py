@@ -9,6 +9,9 @@ Used only by tests/integration/local/test_local_aws.py. The state machine:
           │                  condition → AlreadyClaimed, a Fail state) → Notify (SNS) → Done
           └ otherwise → Skipped (Succeed)
     RecordGone (DynamoDB putItem) → Gone (Succeed)
+
+and `SlowFlow`, for Lambda's timeout: Slow (Lambda, Timeout 1 s; Retry Sandbox.Timedout ×1,
+then Catch it → TimedOut, a Pass) → Finished (Succeed). `CountFunction` is invoked directly.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ TABLE_ID = "Orders"
 RESERVE_FN_ID = "ReserveFunction"
 CLASSIFY_FN_ID = "ClassifyFunction"
 STATE_MACHINE_ID = "OrderFlow"
+SLOW_FN_ID = "SlowFunction"
+COUNT_FN_ID = "CountFunction"
+SLOW_MACHINE_ID = "SlowFlow"
+SLOW_TIMEOUT_S = 1
 TOPIC_ID = "Notifications"
 SCHEDULE_ID = "EveryMinute"
 SECRET_ID = "ApiKey"
@@ -59,7 +66,9 @@ class SampleStack(cdk.Stack):
         )
         code = lambda_.Code.from_asset(str(asset_dir))
 
-        def function(logical_id: str, handler: str, color: str) -> lambda_.Function:
+        def function(
+            logical_id: str, handler: str, color: str, timeout_s: int = 30
+        ) -> lambda_.Function:
             fn = lambda_.Function(
                 self,
                 logical_id,
@@ -67,7 +76,7 @@ class SampleStack(cdk.Stack):
                 architecture=lambda_.Architecture.ARM_64,
                 handler=f"{HANDLERS}.{handler}",
                 code=code,
-                timeout=cdk.Duration.seconds(30),
+                timeout=cdk.Duration.seconds(timeout_s),
                 environment={"TABLE_NAME": table.table_name, "COLOR": color},
             )
             table.grant_read_write_data(fn)
@@ -75,6 +84,8 @@ class SampleStack(cdk.Stack):
 
         reserve_fn = function(RESERVE_FN_ID, "reserve", "red")
         classify_fn = function(CLASSIFY_FN_ID, "describe", "blue")
+        slow_fn = function(SLOW_FN_ID, "slow", "grey", timeout_s=SLOW_TIMEOUT_S)
+        function(COUNT_FN_ID, "count", "green")
         topic = sns.Topic(self, TOPIC_ID)
         secretsmanager.Secret(self, SECRET_ID)
         sqs.Queue(self, QUEUE_ID)
@@ -161,6 +172,30 @@ class SampleStack(cdk.Stack):
             self,
             STATE_MACHINE_ID,
             definition_body=sfn.DefinitionBody.from_chainable(definition),
+        )
+
+        slow = tasks.LambdaInvoke(
+            self,
+            "Slow",
+            lambda_function=slow_fn,
+            payload_response_only=True,
+            retry_on_service_exceptions=False,
+            result_path="$.slow",
+        )
+        slow.add_retry(
+            errors=["Sandbox.Timedout"], interval=cdk.Duration.seconds(1), max_attempts=1
+        )
+        slow.add_catch(
+            sfn.Pass(self, "TimedOut").next(sfn.Succeed(self, "GaveUp")),
+            errors=["Sandbox.Timedout"],
+            result_path="$.error",
+        )
+        sfn.StateMachine(
+            self,
+            SLOW_MACHINE_ID,
+            definition_body=sfn.DefinitionBody.from_chainable(
+                slow.next(sfn.Succeed(self, "Finished"))
+            ),
         )
 
         scheduler_role = cdk.aws_iam.Role(

@@ -33,9 +33,13 @@ class FakeStack:
         self.vast_url = "http://127.0.0.1:50125/"
         self.cloudflare_url = "http://127.0.0.1:50126/"
         self.root = Path("/tmp/tether-local-test")
+        self.log_dir = self.root / "logs"
         self.state_path = state_path
         self.seen = seen
         self.watcher = threading.Thread(target=self._stop_once_serving, daemon=True)
+
+    def table_name(self) -> str:
+        return "tether-local-test"
 
     def __enter__(self) -> FakeStack:
         self.watcher.start()
@@ -75,7 +79,9 @@ def test_local_up_writes_the_state_file_while_serving_and_removes_it_on_exit(
     assert seen["state"] == {"api_url": API_URL}
     assert seen["resolved"] == API_URL  # what `tether jobs --local` would call
     assert not state_path.exists() and seen["closed_with_file"] is False
-    assert f"State: {state_path}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"State: {state_path}" in out
+    assert "Logs: /tmp/tether-local-test/logs/<function>.log" in out
 
 
 def test_a_state_file_taken_over_by_another_stack_is_left_alone(
