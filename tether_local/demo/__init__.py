@@ -19,7 +19,8 @@ heartbeat, 180 s timeout). The monitor runs every second (the demo's own clock t
 monitor run.
 
 Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, no-progress, supervisor-dead,
-over-budget, vast-flaky, zombie, crash-loop, killed-during-upload, killed-during-restore.
+over-budget, vast-flaky, vast-outage-during-stop, zombie, crash-loop, killed-during-upload,
+killed-during-restore.
 `run_scenario(name)` starts a stack and returns a `DemoSummary`; tests pass their own stack
 (`demo_stack_config()`) to share one start-up.
 
