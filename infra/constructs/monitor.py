@@ -1,8 +1,9 @@
 """The monitor: a function that EventBridge Scheduler runs every minute.
 
 It reads and writes the table (pulse, spend, observations, host reputation, events), reads the
-provider secrets, and starts lifecycle executions and reads how they ended; nothing else. Scheduler does not retry a
-failed run (the next minute's run is the retry) and drops an invocation older than a minute.
+provider secrets, starts lifecycle executions and reads how they ended; nothing else. Scheduler
+does not retry a failed run (the next minute's run is the retry) and drops an invocation older
+than a minute.
 """
 
 from __future__ import annotations
