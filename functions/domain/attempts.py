@@ -24,7 +24,8 @@ once every attempt before it has closed, so two attempts of one transition never
 
 What a job in the middle of a transition is waiting for (`transition_under_way`) comes from its
 state alone: PENDING and PROVISIONING wait for their provision, REPLACING for the replace of
-its current generation, STOPPING for its stop.
+its current generation, STOPPING for its stop. While those attempts fail, the instances the
+transition would destroy are swept by the monitor (`doomed_instance_reason`), so no money goes.
 """
 
 from __future__ import annotations
@@ -126,9 +127,17 @@ def transition_under_way(job: Job) -> TransitionRequest | None:
     return None
 
 
-def stopping_for_s(job: Job, now: float) -> float | None:
-    """How long a STOPPING job has been stopping (its last transition was the move to
-    STOPPING, which stamped `updated_at`); None in any other state."""
-    if job.state != JobState.STOPPING:
+def doomed_instance_reason(job: Job, generation: int, *, now: float, grace_s: float) -> str | None:
+    """Why an instance of the job's `generation` that is otherwise live should be gone by now:
+    the job has been STOPPING, or REPLACING that generation, for at least `grace_s` — its
+    transition destroys it first; this is for when that transition's attempts keep failing.
+    None: leave it. How long the job has been in its state counts from its last move
+    (`updated_at`, which only a move of the job's state stamps)."""
+    waited = max(0.0, now - job.updated_at)
+    if waited < grace_s:
         return None
-    return max(0.0, now - job.updated_at)
+    if job.state == JobState.STOPPING:
+        return f"its job has been stopping for {waited:.0f} s"
+    if job.state == JobState.REPLACING and generation <= job.current_generation:
+        return f"its job has been replacing generation {generation} for {waited:.0f} s"
+    return None

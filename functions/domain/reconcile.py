@@ -18,7 +18,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.domain.attempts import stopping_for_s, transition_under_way
+from functions.domain.attempts import doomed_instance_reason, transition_under_way
 from functions.domain.credentials import needs_new_credentials
 from functions.domain.health import (
     HealthInput,
@@ -70,7 +70,8 @@ class SupervisionSettings(_Frozen):
         ge=0,
         description="A labelled instance younger than this is left alone: its rent may not be "
         "recorded yet. One interval, so orphans die within two (invariant 3). Also how long a "
-        "STOPPING job's instances are left to its stop before the sweep destroys them.",
+        "STOPPING job's instances (a REPLACING job's old one) are left to its transition "
+        "before the sweep destroys them.",
     )
     avoid_host_s: float = Field(
         default=7 * 86_400, ge=0, description="How long a host that killed a job is avoided."
@@ -262,7 +263,8 @@ def find_orphans(
 
     Live: the instance recorded for an active job's current generation, and the next
     generation's instance while the lifecycle is renting it (not recorded yet); but no
-    instance of a job that has been STOPPING for longer than the grace. Instances younger than
+    instance of a job that has been STOPPING, nor of the generation a REPLACING job replaces,
+    for longer than the grace. Instances younger than
     the grace are left for the next run: a rent lands in Vast's list before the lifecycle
     records it.
     """
@@ -275,11 +277,12 @@ def find_orphans(
         job_id, generation = parsed
         snapshot = by_job.get(job_id)
         reason = _orphan_reason(snapshot, instance, generation)
-        stopping = stopping_for_s(snapshot.job, now) if snapshot is not None else None
-        if reason is None and stopping is not None and stopping >= settings.orphan_grace_s:
-            # Its stop should have destroyed it by now: money stops even while the stop's
-            # executions keep failing (they are retried as new attempts meanwhile).
-            reason = f"its job has been stopping for {stopping:.0f} s"
+        if reason is None and snapshot is not None:
+            # Its stop or replace should have destroyed it by now: money stops even while that
+            # transition's executions keep failing (they are retried as new attempts).
+            reason = doomed_instance_reason(
+                snapshot.job, generation, now=now, grace_s=settings.orphan_grace_s
+            )
         if reason is None:
             continue
         age = now - instance.start_date if instance.start_date is not None else 0.0

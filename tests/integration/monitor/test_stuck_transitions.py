@@ -20,6 +20,7 @@ from tests.integration.supervision_harness import Supervised, supervised_stack
 
 INTERVAL_S = 60  # the monitor's interval (its default; the stack sets the same)
 BUDGET_USD = 0.2
+HEARTBEAT_TIMEOUT_S = 180  # the job spec's default
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +121,39 @@ def test_a_stopping_jobs_host_is_destroyed_even_while_every_attempt_fails(
     found = sup.store.get_job(job.job_id)
     assert found is not None and found.state == JobState.CANCELLED
     assert sup.executions(job.job_id)[f"{job.job_id}-stop-a3"] == "SUCCEEDED"
+
+
+def test_a_replaced_host_is_destroyed_even_while_every_replace_attempt_fails(
+    sup: Supervised, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's agent died; the replace's DestroyPrevious fails every time: the sweep
+    destroys the old host one interval after the replace began; the next attempt that works
+    rents the new one."""
+    job, first = sup.provisioned(budget_usd=BUDGET_USD)
+    old = first.instance_id or 0
+    sup.heartbeat(job.job_id, 1, step=5)
+    sup.clock.advance(HEARTBEAT_TIMEOUT_S + INTERVAL_S)  # no heartbeat since
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("destroy step broken")
+
+    monkeypatch.setattr(lifecycle_service, "destroy", broken)
+    replacing_at = sup.clock()
+    assert sup.monitor()["verdicts"] == {"dead": 1}
+    assert sup.wait_for(f"{job.job_id}-replace-g2-a1")["status"] == "FAILED"
+
+    report = interval(sup, job.job_id)
+
+    assert report["orphans_destroyed"] == 1 and report["transitions_retried"] == 1
+    closed_at = sup.vast.ledger(old).closed_at
+    assert closed_at is not None and closed_at - replacing_at <= INTERVAL_S
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.REPLACING
+    assert sup.vast.gpu_billing_instances() == []
+
+    monkeypatch.undo()
+    interval(sup, job.job_id)
+    assert sup.executions(job.job_id)[f"{job.job_id}-replace-g2-a3"] == "SUCCEEDED"
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.RUNNING and found.current_generation == 2
+    assert len(sup.vast.gpu_billing_instances()) == 1

@@ -7,9 +7,9 @@ import pytest
 
 from functions.domain.attempts import (
     MAX_ATTEMPTS,
+    doomed_instance_reason,
     give_up,
     next_step,
-    stopping_for_s,
     transition_under_way,
 )
 from functions.domain.job import JobState, TransitionRequest
@@ -115,8 +115,30 @@ def test_running_and_ended_jobs_wait_for_no_transition(state: JobState):
     assert transition_under_way(job(state)) is None
 
 
-def test_stopping_for_counts_from_the_move_to_stopping():
-    assert stopping_for_s(job(JobState.STOPPING, updated_at=NOW - 90), NOW) == 90
-    assert stopping_for_s(job(JobState.STOPPING, updated_at=NOW + 5), NOW) == 0
-    assert stopping_for_s(job(JobState.RUNNING, updated_at=NOW - 90), NOW) is None
-    assert stopping_for_s(job(JobState.CANCELLED, updated_at=NOW - 90), NOW) is None
+@pytest.mark.parametrize(
+    ("state", "generation", "in_state_s", "reason"),
+    [
+        (JobState.STOPPING, 1, 59, None),  # within the grace: its stop destroys it
+        (JobState.STOPPING, 1, 60, "its job has been stopping for 60 s"),
+        (JobState.STOPPING, 2, 600, "its job has been stopping for 600 s"),
+        (JobState.REPLACING, 1, 59, None),
+        (JobState.REPLACING, 1, 60, "its job has been replacing generation 1 for 60 s"),
+        (JobState.REPLACING, 2, 600, None),  # the replacement being rented
+        (JobState.RUNNING, 1, 600, None),
+        (JobState.PROVISIONING, 1, 600, None),
+        (JobState.PENDING, 1, 600, None),
+    ],
+)
+def test_the_instances_a_stuck_transition_would_destroy_are_doomed_after_the_grace(
+    state: JobState, generation: int, in_state_s: float, reason: str | None
+):
+    stuck = job(state, 1, updated_at=NOW - in_state_s)
+    assert doomed_instance_reason(stuck, generation, now=NOW, grace_s=60) == reason
+
+
+def test_a_clock_behind_the_last_move_counts_as_no_time_in_the_state():
+    ahead = job(JobState.STOPPING, 1, updated_at=NOW + 5)
+    assert doomed_instance_reason(ahead, 1, now=NOW, grace_s=0) == (
+        "its job has been stopping for 0 s"
+    )
+    assert doomed_instance_reason(ahead, 1, now=NOW, grace_s=1) is None

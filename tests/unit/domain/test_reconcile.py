@@ -127,3 +127,16 @@ def test_a_young_instance_of_a_stopping_job_waits_out_the_grace_too() -> None:
     stopping = job(JobState.STOPPING, 1, updated_at=NOW - 3600, stop_reason="cancelled")
     facts = [InstanceFacts(id=100, label=instance_label("t-0123abcd", 1), start_date=NOW - 10)]
     assert find_orphans([JobSnapshot(job=stopping)], facts, now=NOW, settings=SETTINGS) == []
+
+
+def test_a_replacing_jobs_old_instance_is_swept_once_its_replace_had_one_grace() -> None:
+    replacing = job(JobState.REPLACING, 1, updated_at=NOW - 60, state_reason="dead: gone")
+    snapshot = JobSnapshot(job=replacing, generations=(gen(1, is_current=False),))
+    facts = [
+        InstanceFacts(id=100, label=instance_label("t-0123abcd", 1), start_date=NOW - 3600),
+        InstanceFacts(id=101, label=instance_label("t-0123abcd", 2), start_date=NOW - 3600),
+    ]
+    found = find_orphans([snapshot], facts, now=NOW, settings=SETTINGS)
+    assert [(o.instance_id, o.reason) for o in found] == [
+        (100, "its job has been replacing generation 1 for 60 s")
+    ]
