@@ -264,9 +264,8 @@ def find_orphans(
     Live: the instance recorded for an active job's current generation, and the next
     generation's instance while the lifecycle is renting it (not recorded yet); but no
     instance of a job that has been STOPPING, nor of the generation a REPLACING job replaces,
-    for longer than the grace. Instances younger than
-    the grace are left for the next run: a rent lands in Vast's list before the lifecycle
-    records it.
+    for longer than the grace. Instances younger than the grace are left for the next run: a
+    rent lands in Vast's list before the lifecycle records it.
     """
     by_job = {s.job.job_id: s for s in snapshots}
     orphans = []
