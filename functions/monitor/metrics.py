@@ -25,7 +25,7 @@ from functions.observability import MetricUnit, metrics
 RECORDS_SKIPPED_METRIC = "VastRecordsSkipped"
 FIELDS_DROPPED_METRIC = "VastFieldsDropped"
 # A stop past its last attempt (functions/domain/attempts.py): the job stays STOPPING while
-# the orphan sweep destroys its instances; someone should look.
+# the orphan sweep destroys its instances; the TransitionGaveUp alarm asks someone to look.
 TRANSITIONS_EXHAUSTED_METRIC = "TransitionsExhausted"
 
 
