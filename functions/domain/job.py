@@ -90,7 +90,7 @@ _NAME_PART = 40
 def new_job_id(name: str) -> str:
     """`<spec name, at most 40 chars>-<8 hex>`: readable in Vast labels and execution names.
 
-    Execution names are capped at 80 characters; `<id>-provision-g<n>` stays well below.
+    Execution names are capped at 80 characters; `<id>-provision-g<n>-a<k>` stays below.
     """
     return f"{name[:_NAME_PART].rstrip('-')}-{secrets.token_hex(4)}"
 
@@ -98,10 +98,15 @@ def new_job_id(name: str) -> str:
 # --- lifecycle transitions (state machine input contract, fixed) ----------------------------
 
 TransitionAction = Literal["provision", "replace", "stop"]
+MAX_ATTEMPT_NUMBER = 99  # keeps `-a<k>` two digits: names stay within Step Functions' 80
 
 
 class TransitionRequest(BaseModel):
-    """Input of the lifecycle state machine."""
+    """Input of the lifecycle state machine: one attempt of one transition.
+
+    A transition (`action` of `job_id` towards `generation`) is tried as attempts 1, 2, …: the
+    monitor starts the next one only when the previous one closed FAILED, TIMED_OUT or ABORTED
+    (`functions/domain/attempts.py`, `functions/monitor/repair.py`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -109,18 +114,23 @@ class TransitionRequest(BaseModel):
     job_id: str
     generation: int = Field(ge=0)
     reason: str
+    attempt: int = Field(default=1, ge=1, le=MAX_ATTEMPT_NUMBER)
 
     @property
     def execution_name(self) -> str:
-        return execution_name(self.action, self.job_id, self.generation)
+        return execution_name(self.action, self.job_id, self.generation, self.attempt)
+
+    def with_attempt(self, attempt: int) -> TransitionRequest:
+        return self.model_copy(update={"attempt": attempt})
 
 
-def execution_name(action: TransitionAction, job_id: str, generation: int) -> str:
-    """Deterministic, so a retried submit or overlapping monitor runs collide instead of
-    starting a second transition (ExecutionAlreadyExists is success)."""
+def execution_name(action: TransitionAction, job_id: str, generation: int, attempt: int = 1) -> str:
+    """`<job>-<action>-g<n>-a<k>` (`<job>-stop-a<k>`): deterministic, so a retried submit or
+    overlapping monitor runs collide on the same attempt instead of starting a second one
+    (ExecutionAlreadyExists: someone else started it)."""
     if action == "stop":
-        return f"{job_id}-stop"
-    return f"{job_id}-{action}-g{generation}"
+        return f"{job_id}-stop-a{attempt}"
+    return f"{job_id}-{action}-g{generation}-a{attempt}"
 
 
 # --- records ------------------------------------------------------------------------------

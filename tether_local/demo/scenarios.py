@@ -17,12 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import httpx
 from tether_agent.checkpoints import MANIFEST_NAME
 
 from functions.adapters.store import JobView
 from functions.domain.job import Generation, JobState
 from tether_local.demo.evidence import checkpoint_dirs, restore_candidates
-from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
+from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, SIGNED, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, Scenario
 from tether_local.demo.storage_attacks import HostKeys, copy_checkpoint, crafted_manifests
 from tether_local.hosts import marked_processes
@@ -189,6 +190,53 @@ def _crash_loop(run: DemoRun) -> None:
         )
 
 
+def _vast_outage_during_stop(run: DemoRun) -> None:
+    """Vast answers 502 to everything while the job is cancelled: the stop's first attempt
+    fails (its destroy step gives up), and once Vast is back the host is destroyed — by the
+    monitor's sweep of a stopping job's instances, and by the next attempt, which ends it."""
+    vast = run.stack.vast
+    g = run.wait_step(1, 50, checkpoint=50)
+    instance = run.instance(g)
+    run.say("Vast API: 502 Bad Gateway on every request from now on")
+    fault = run.fault("vast-outage", g, vast.outage)
+    cancelled = httpx.post(
+        f"{run.stack.api_url}/jobs/{run.job_id}/cancel", headers=SIGNED, timeout=30
+    )
+    if cancelled.status_code != 202:
+        raise DemoError(f"cancel refused: {cancelled.status_code} {cancelled.text[:300]}")
+    run.say("cancelled the job while Vast is down")
+
+    def attempt_failed(view: JobView) -> str | None:
+        failed = [e for e in view.events if e.kind == "transition_failed"]
+        return failed[0].message if failed else None
+
+    message = run.wait("the stop's first attempt to fail", attempt_failed)
+    run.say(f"lifecycle: {message[:160]}")
+    vast.outage(False)
+    recovered_at = time.time()
+    run.say(f"Vast answers again ({recovered_at - fault.at:.1f} s of outage)")
+
+    def destroyed(_view: JobView) -> float | None:
+        return vast.ledger(instance).closed_at
+
+    closed_at = run.wait(f"instance {instance} destroyed", destroyed)
+    assert run.clock is not None
+    intervals = (closed_at - recovered_at) / run.clock.effective_interval_s
+    run.say(
+        f"instance {instance} destroyed {closed_at - recovered_at:.1f} s after Vast recovered "
+        f"({intervals:.1f} monitor intervals)"
+    )
+    run.faults[-1] = fault.model_copy(update={"detected_at": closed_at})
+    view = run.wait("the job to end", lambda v: v.job.state == JobState.CANCELLED and v)
+    kinds = [e.kind for e in view.events]
+    run.checks["first_attempt_failed_during_the_outage"] = "transition_failed" in kinds
+    run.checks["retried_as_a_new_attempt"] = "transition_retried" in kinds
+    run.checks["destroyed_within_two_intervals_of_recovery"] = (
+        closed_at - recovered_at <= 2 * run.clock.effective_interval_s + OUTAGE_SLACK_S
+    )
+
+
+OUTAGE_SLACK_S = 2.0  # the invariants' slack: scheduling jitter of the demo machine
 TRANSFER_BALLAST_MB = 96
 CATCH_POLL_S = 0.01
 _T = TypeVar("_T")
@@ -427,6 +475,14 @@ SCENARIOS: dict[str, Scenario] = {
             TrainArgs(steps=200, crash_at_step=75),
             _crash_loop,
             expected_state=JobState.FAILED,
+        ),
+        Scenario(
+            "vast-outage-during-stop",
+            "Vast answers 502 to everything while the job is cancelled: the stop fails, is "
+            "retried as a new attempt, and the host is destroyed soon after Vast is back",
+            TrainArgs(steps=100_000),
+            _vast_outage_during_stop,
+            expected_state=JobState.CANCELLED,
         ),
         Scenario(
             "killed-during-upload",

@@ -123,6 +123,31 @@ def test_vast_flaky_api_still_replaces_once(demo_stack: LocalStack) -> None:
     assert not demo_stack.vast.pending_faults()
 
 
+def test_vast_outage_during_stop_is_retried_and_the_host_destroyed_after_recovery(
+    demo_stack: LocalStack,
+) -> None:
+    summary = run_scenario("vast-outage-during-stop", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.final_state == "CANCELLED"
+    assert summary.scenario_checks == {
+        "first_attempt_failed_during_the_outage": True,
+        "retried_as_a_new_attempt": True,
+        "destroyed_within_two_intervals_of_recovery": True,
+    }
+    executions = demo_stack.aws.client("stepfunctions").list_executions(
+        stateMachineArn=demo_stack.state_machine_arn()
+    )["executions"]
+    first = f"{summary.job_id}-stop-a1"
+    stops = {
+        e["name"]: e["status"]
+        for e in executions
+        if e["name"].startswith(f"{summary.job_id}-stop-a")
+    }
+    assert stops.pop(first) == "FAILED"
+    assert "SUCCEEDED" in stops.values()  # a later attempt ended the job
+    assert not demo_stack.vast.in_outage and demo_stack.vast.instances() == []
+
+
 def test_crash_loop_fails_after_max_restarts(demo_stack: LocalStack) -> None:
     summary = run_scenario("crash-loop", stack=demo_stack)
     _assert_sound(summary)

@@ -95,7 +95,7 @@ def test_cancel_during_provisioning_ends_cancelled_and_nothing_bills(sup: Superv
         clock=sup.clock,
     )
     job_service.cancel_job(deps, job.job_id, identity="tester")
-    stopped = sup.wait_for(f"{job.job_id}-stop")
+    stopped = sup.wait_for(f"{job.job_id}-stop-a1")
     provisioned = sup.aws.wait_execution(provision_arn, timeout_s=60)
 
     assert stopped["status"] == "SUCCEEDED" and provisioned["status"] == "SUCCEEDED"

@@ -52,7 +52,7 @@ def test_dead_host_is_replaced_with_new_generation_and_credentials(sup: Supervis
     sup.vast.kill(first.instance_id or 0, "offline")
 
     report = sup.monitor()
-    result = sup.wait_for(f"{job.job_id}-replace-g2")
+    result = sup.wait_for(f"{job.job_id}-replace-g2-a1")
 
     assert report["verdicts"] == {"dead": 1} and result["status"] == "SUCCEEDED"
     found = sup.store.get_job(job.job_id)
@@ -76,7 +76,7 @@ def test_hung_host_is_replaced_and_blocklisted(sup: Supervised) -> None:
     sup.heartbeat(job.job_id, 1, gpu=GpuProbe(available=True, responsive=False, unresponsive_s=400))
 
     report = sup.monitor()
-    result = sup.wait_for(f"{job.job_id}-replace-g2")
+    result = sup.wait_for(f"{job.job_id}-replace-g2-a1")
 
     assert report["verdicts"] == {"hung": 1} and report["hosts_blamed"] == 1
     assert result["status"] == "SUCCEEDED"
@@ -93,7 +93,7 @@ def test_over_budget_stops_the_job_and_destroys_its_host(sup: Supervised) -> Non
     sup.heartbeat(job.job_id, 1)
 
     report = sup.monitor()
-    result = sup.wait_for(f"{job.job_id}-stop")
+    result = sup.wait_for(f"{job.job_id}-stop-a1")
 
     assert report["verdicts"] == {"over_budget": 1} and result["status"] == "SUCCEEDED"
     found = sup.store.get_job(job.job_id)
@@ -109,7 +109,7 @@ def test_overlapping_monitor_runs_rent_exactly_once(sup: Supervised) -> None:
     sup.vast.kill(first.instance_id or 0, "exited")
 
     reports = [sup.monitor(), sup.monitor()]
-    sup.wait_for(f"{job.job_id}-replace-g2")
+    sup.wait_for(f"{job.job_id}-replace-g2-a1")
     sup.monitor()  # a third run after the replacement: the new host is starting, left alone
 
     # The second run sees the job dead again, or already REPLACING: either way no new rent.
@@ -117,7 +117,7 @@ def test_overlapping_monitor_runs_rent_exactly_once(sup: Supervised) -> None:
     executions = sup.sfn.list_executions(stateMachineArn=sup.state_machine_arn)["executions"]
     assert sorted(
         e["name"] for e in executions if e["name"].startswith(f"{job.job_id}-replace")
-    ) == [f"{job.job_id}-replace-g2"]
+    ) == [f"{job.job_id}-replace-g2-a1"]
     assert sup.rents() == 2  # the first host and its one replacement
     assert len(sup.vast.gpu_billing_instances()) == 1
 
@@ -207,7 +207,7 @@ def test_one_unreadable_record_neither_stops_the_run_nor_hides_an_orphan(sup: Su
     sup.heartbeat(healthy_job.job_id, 1)
 
     report = sup.monitor()
-    replaced = sup.wait_for(f"{dying_job.job_id}-replace-g2")
+    replaced = sup.wait_for(f"{dying_job.job_id}-replace-g2-a1")
 
     assert report["verdicts"] == {"healthy": 1, "dead": 1}
     assert (report["instances"], report["vast_records_skipped"]) == (4, 1)
