@@ -102,6 +102,7 @@ class VastClient:
         deadline_s: float = 60,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not api_key or not api_key.strip():
             raise ValueError("api_key must not be empty")
@@ -113,15 +114,16 @@ class VastClient:
         self._timeout_s = timeout_s
         self._deadline_s = deadline_s
         self._sleep = sleep
+        self._monotonic = monotonic
         self._rng = rng if rng is not None else random.Random()
-        self._until: float | None = None  # time.monotonic() by which every call must end
+        self._until: float | None = None  # self._monotonic() by which every call must end
 
     def bounded(self, seconds: float) -> VastClient:
         """This client (same connection pool and key), with every call from now on ending
         within `seconds`: a request gets at most the time left, no retry starts that cannot
         end in it, and a call made after it raises VastUnavailable at once."""
         bounded = copy.copy(self)
-        bounded._until = time.monotonic() + max(0.0, seconds)
+        bounded._until = self._monotonic() + max(0.0, seconds)
         return bounded
 
     # -- offers ---------------------------------------------------------------------------
@@ -350,7 +352,7 @@ class VastClient:
         params: dict[str, str] | None,
         idempotent: bool,
     ) -> httpx.Response:
-        started = time.monotonic()
+        started = self._monotonic()
         waited = 0.0  # counted separately so an injected (instant) sleep still ends the loop
         backoff = FIRST_BACKOFF_S * self._rng.uniform(1.0, 1.5)
         headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
@@ -364,7 +366,7 @@ class VastClient:
             failure: VastError
             timeout_s = self._timeout_s
             if self._until is not None:
-                timeout_s = max(0.001, min(timeout_s, self._until - time.monotonic()))
+                timeout_s = max(0.001, min(timeout_s, self._until - self._monotonic()))
             try:
                 response = self._client.request(
                     method, url, json=json_body, params=params, headers=headers,
@@ -391,7 +393,7 @@ class VastClient:
                     )
                 else:
                     return response
-            elapsed = max(time.monotonic() - started, waited)
+            elapsed = max(self._monotonic() - started, waited)
             if elapsed + backoff > deadline_s:
                 raise failure
             self._sleep(backoff)

@@ -3,6 +3,11 @@
 The monitor destroys them. An instance is left alone while younger than the grace (a rent lands
 in Vast's list before the lifecycle records it); one listed without a start date is as old as
 its first sighting, which the monitor keeps (`first_seen`), so it is swept all the same.
+
+The instances of a job that has been STOPPING for longer than the grace, and the old instance of
+a job that has been REPLACING it for as long, are swept too (`doomed_instance_reason`): their
+transition destroys them first, so this only acts while that transition's attempts keep failing
+(`functions/domain/attempts.py`), and money stops all the same.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from functions.domain.attempts import doomed_instance_reason
 from functions.domain.job import JobState
 from functions.domain.labels import parse_label
 from functions.domain.supervision_facts import (
@@ -66,9 +72,11 @@ def find_orphans(
     """Labelled instances that belong to no live generation (DESIGN §3, invariant 3).
 
     Live: the instance recorded for an active job's current generation, and the next
-    generation's instance while the lifecycle is renting it (not recorded yet). Instances
-    younger than the grace are left for the next run: a rent lands in Vast's list before the
-    lifecycle records it. An instance without a start date is as old as its first sighting.
+    generation's instance while the lifecycle is renting it (not recorded yet); but no
+    instance of a job that has been STOPPING, nor of the generation a REPLACING job replaces,
+    for longer than the grace. Instances younger than the grace are left for the next run: a
+    rent lands in Vast's list before the lifecycle records it. An instance without a start
+    date is as old as its first sighting.
     """
     by_job = {s.job.job_id: s for s in snapshots}
     seen = first_seen or {}
@@ -80,6 +88,12 @@ def find_orphans(
         job_id, generation = parsed
         snapshot = by_job.get(job_id)
         reason = _orphan_reason(snapshot, instance, generation)
+        if reason is None and snapshot is not None:
+            # Its stop or replace should have destroyed it by now: money stops even while that
+            # transition's executions keep failing (they are retried as new attempts).
+            reason = doomed_instance_reason(
+                snapshot.job, generation, now=now, grace_s=settings.orphan_grace_s
+            )
         if reason is None:
             continue
         age = now - instance_start(instance, seen, now)

@@ -12,8 +12,15 @@ whose facts cannot be read stops no other; `hold_correlated_loss` then looks acr
 
 - **Budget in every active state.** Over budget is judged for every active job, renting ones
   (PENDING, PROVISIONING, REPLACING) included: a replacement stuck for hours while the old host
-  bills is stopped like a running job. Health is judged where there is a host to judge: the
+  bills is stopped like a running job, and that stop takes precedence over the provision or
+  replace the job is in the middle of. Health is judged where there is a host to judge: the
   current generation of a RUNNING job.
+- **Transitions under way are named every run.** A job in the middle of one (PENDING,
+  PROVISIONING, REPLACING, STOPPING) gets the transition it waits for
+  (`functions.domain.attempts.transition_under_way`); the monitor's repair starts its next
+  attempt only if the last one closed unfinished (`functions/monitor/repair.py`). The orphan
+  sweep destroys a stuck STOPPING job's instances, and a stuck REPLACING job's old one
+  (`functions/domain/orphans.py`).
 - **Spend only moves up.** A job's spend is never below what is stored (`Job.spent_usd`): a run
   that could not read Vast's charges must not lower what an earlier run measured (and the store
   writes it conditionally too, for overlapping runs).
@@ -33,6 +40,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.attempts import transition_under_way
 from functions.domain.correlated import Watch, correlated, held, watch
 from functions.domain.credentials import needs_new_credentials
 from functions.domain.health import (
@@ -316,16 +324,16 @@ def decide_job(
         sightings=sightings,
     )
     if job.state == JobState.STOPPING:
-        # Started again every run: repairs a stop whose start was lost (the name dedupes).
-        stop = TransitionRequest(
-            action="stop",
-            job_id=job.job_id,
-            generation=job.current_generation,
-            reason=job.stop_reason or "cancelled",
-        )
-        return base.model_copy(update={"transition": stop})
+        # Named every run: the repair (functions/monitor/repair.py) starts its next attempt
+        # only when none was started, or the last one failed (functions/domain/attempts.py).
+        return base.model_copy(update={"transition": transition_under_way(job)})
     if job.state != JobState.RUNNING or current is None or observation is None:
-        return _budget_only(base, job, spend, price, settings)
+        # Over budget first: its stop takes precedence over the provision or replace the job
+        # is in the middle of (whose next attempt would rent again).
+        stopped = _budget_only(base, job, spend, price, settings)
+        if stopped.transition is not None:
+            return stopped
+        return base.model_copy(update={"transition": transition_under_way(job)})
     view = instance_view(instance, observation, listed=listed, now=now)
     heartbeat = heartbeat_view(current)
     verdict = classify(

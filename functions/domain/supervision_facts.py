@@ -50,7 +50,9 @@ class SupervisionSettings(_Frozen):
         default=60,
         ge=0,
         description="A labelled instance younger than this is left alone: its rent may not be "
-        "recorded yet. One interval, so orphans die within two (invariant 3).",
+        "recorded yet. One interval, so orphans die within two (invariant 3). Also how long a "
+        "STOPPING job's instances (a REPLACING job's old one) are left to its transition "
+        "before the sweep destroys them.",
     )
 
 

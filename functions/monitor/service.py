@@ -23,6 +23,12 @@ be read are left out and counted, never fatal (`VastRecordsSkipped`, `VastFields
 
 After every job's decision, the run looks across jobs for a correlated loss of heartbeats and
 holds those dead verdicts (`functions/domain/correlated.py`, `DeadVerdictsHeld`).
+
+A transition a decision names — a verdict's replace or stop, or the one a job in the middle of a
+transition waits for — goes through the repair (`functions/monitor/repair.py`): it starts the
+attempt that is due, if one is, counting later attempts (`TransitionsRetried`) and stops past
+their last attempt (`TransitionsExhausted`). A job over budget is stopped even while a provision
+or replace is under way (`functions/domain/reconcile.py`).
 """
 
 from __future__ import annotations
@@ -63,14 +69,15 @@ from functions.domain.reconcile import (
     unseen_starts,
 )
 from functions.domain.spend import VastCharges, vast_charges
+from functions.monitor import repair
 from functions.observability import logger
 
 SPEND_EPSILON_USD = 1e-6
 # The monitor's Lambda runs for at most 55 s (one interval less 5 s). Of what is left when a
 # run starts, Vast's listing and charges may take all but APPLY_RESERVE_S; a job's evaluation
-# starts only with JOB_RESERVE_S left (a few table writes and one StartExecution), a credential
-# renewal only with CLOUDFLARE_RESERVE_S (the Cloudflare client's own deadline is 30 s), an
-# orphan's destroy only with ORPHAN_RESERVE_S.
+# starts only with JOB_RESERVE_S left (a few table writes, the repair's DescribeExecution calls
+# and one StartExecution), a credential renewal only with CLOUDFLARE_RESERVE_S (the Cloudflare
+# client's own deadline is 30 s), an orphan's destroy only with ORPHAN_RESERVE_S.
 APPLY_RESERVE_S = 20.0
 JOB_RESERVE_S = 5.0
 CLOUDFLARE_RESERVE_S = 35.0
@@ -107,6 +114,8 @@ class MonitorReport:
     verdicts: dict[str, int] = field(default_factory=dict)
     held: int = 0  # dead verdicts held: heartbeats lost together (correlated loss)
     transitions_started: int = 0
+    transitions_retried: int = 0  # later attempts (and stops of given-up transitions) started
+    transitions_exhausted: int = 0  # stops past their last attempt (the orphan sweep goes on)
     credentials_renewed: int = 0
     hosts_blamed: int = 0
     orphans_destroyed: int = 0
@@ -317,7 +326,7 @@ def _apply(
     if decision.replaced_for is not None and decision.generation is not None:
         store.record_replacement_cause(job.job_id, decision.generation, decision.replaced_for)
     if decision.transition is not None:
-        _start_transition(deps, snapshot, decision, now, report)
+        _advance_transition(deps, snapshot, decision, now, report)
     current = snapshot.current
     if current is None or decision.generation is None or decision.observation is None:
         return  # nothing rented to supervise: no lease to renew
@@ -330,15 +339,21 @@ def _apply(
     store.record_supervised(job.job_id, decision.generation, decision.observation, at=now)
 
 
-def _start_transition(
+def _advance_transition(
     deps: MonitorDeps,
     snapshot: JobSnapshot,
     decision: JobDecision,
     now: float,
     report: MonitorReport,
 ) -> None:
+    """Start the attempt of the decision's transition that is due, if one is
+    (`functions/monitor/repair.py`); the first attempt of a verdict's transition is told on the
+    timeline (with the incident and the work lost, for a replace)."""
     assert decision.transition is not None
-    if not deps.transitions.start(decision.transition):
+    outcome = repair.advance(deps.transitions, deps.store, decision.transition, now=now)
+    report.transitions_retried += outcome.retried
+    report.transitions_exhausted += outcome.status == "exhausted"
+    if not outcome.started_first_attempt:
         return
     report.transitions_started += 1
     lost = None
@@ -394,8 +409,9 @@ def _renew_credentials(
     report: MonitorReport,
     remaining_s: Callable[[], float],
 ) -> Generation:
-    """Mint fresh job-scoped credentials onto the generation; the agent gets them with its
-    next heartbeat reply (only while the job is supervised). A Cloudflare failure, or too
+    """Mint the generation's two keys (read the job's prefix, write its own `g<n>/`) afresh
+    onto it; the agent gets them with its next heartbeat reply (only while the job is
+    supervised). A Cloudflare failure, or too
     little time left for the call, waits for the next run: they are renewed two intervals
     before they would no longer outlive a lease. Returns the generation as it now stands."""
     if remaining_s() < CLOUDFLARE_RESERVE_S:
@@ -407,6 +423,7 @@ def _renew_credentials(
             client,
             account,
             job.job_id,
+            generation.generation,
             ttl_s=credentials_ttl_s(job.spec.policy),
             lease_s=job.spec.policy.lease_window_s,
             endpoint=account.r2_endpoint(deps.r2_endpoint),
@@ -468,6 +485,8 @@ def report_fields(report: MonitorReport) -> dict[str, Any]:
         "verdicts": report.verdicts,
         "held": report.held,
         "transitions_started": report.transitions_started,
+        "transitions_retried": report.transitions_retried,
+        "transitions_exhausted": report.transitions_exhausted,
         "credentials_renewed": report.credentials_renewed,
         "hosts_blamed": report.hosts_blamed,
         "orphans_destroyed": report.orphans_destroyed,

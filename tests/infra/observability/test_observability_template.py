@@ -72,7 +72,7 @@ def widget_metrics(template: dict[str, Any]) -> dict[str, set[str]]:
 def test_every_alarm_notifies_the_alarm_topic(template) -> None:
     topic = alarm_topic_id(template)
     alarms = resources(template, "AWS::CloudWatch::Alarm")
-    assert len(alarms) == 7
+    assert len(alarms) == 8
     for props in (a["Properties"] for a in alarms.values()):
         assert props["AlarmActions"] == [{"Ref": topic}]
 
@@ -87,6 +87,7 @@ def test_every_alarm_notifies_the_alarm_topic(template) -> None:
         ("JobFailed", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
         ("HeartbeatsLostTogether", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
         ("JobsUnsupervised", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+        ("TransitionGaveUp", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
     ],
 )
 def test_alarm_thresholds(template, name: str, operator: str, threshold: float, missing: str):
@@ -117,6 +118,7 @@ def test_alarms_watch_the_right_metrics(template) -> None:
         ("JobFailed", obs.LIFECYCLE_FAILED_METRIC),
         ("HeartbeatsLostTogether", obs.HELD_METRIC),
         ("JobsUnsupervised", obs.UNSUPERVISED_METRIC),
+        ("TransitionGaveUp", "TransitionsExhausted"),
     ):
         (stat,) = metric_stats(alarm(template, name)).values()
         assert stat["Namespace"] == names.METRICS_NAMESPACE

@@ -103,7 +103,7 @@ def test_a_job_item_that_no_longer_validates_stops_no_other_jobs_supervision(
     sup.heartbeat(job.job_id, 1)
 
     report = sup.monitor()
-    result = sup.wait_for(f"{job.job_id}-stop")
+    result = sup.wait_for(f"{job.job_id}-stop-a1")
 
     assert (report["jobs"], report["supervised"], report["unsupervised"]) == (2, 1, 1)
     assert report["verdicts"] == {"over_budget": 1} and result["status"] == "SUCCEEDED"

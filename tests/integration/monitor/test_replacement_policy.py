@@ -72,13 +72,13 @@ def test_a_job_whose_hosts_keep_dying_fails_at_its_cap_with_the_reason_and_an_ev
     job, first = sup.provisioned(policy={"max_replacements_dead": 1})
     sup.vast.kill(first.instance_id or 0, "offline")
     sup.monitor()
-    assert sup.wait_for(f"{job.job_id}-replace-g2")["status"] == "SUCCEEDED"
+    assert sup.wait_for(f"{job.job_id}-replace-g2-a1")["status"] == "SUCCEEDED"
     second = sup.store.get_generation(job.job_id, 2)
     assert second is not None
     sup.vast.kill(second.instance_id or 0, "offline")
 
     report = sup.monitor()
-    stopped = sup.wait_for(f"{job.job_id}-stop")
+    stopped = sup.wait_for(f"{job.job_id}-stop-a1")
 
     assert report["verdicts"] == {"failed": 1} and stopped["status"] == "SUCCEEDED"
     found = sup.store.get_job(job.job_id)
@@ -106,7 +106,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_job_and_blames_no_host(
     sup.clock.advance(60)
 
     report = sup.monitor()
-    sup.wait_for(f"{job.job_id}-stop")
+    sup.wait_for(f"{job.job_id}-stop-a1")
 
     assert report["verdicts"] == {"failed": 1} and report["hosts_blamed"] == 0
     found = sup.store.get_job(job.job_id)
@@ -158,7 +158,7 @@ def test_one_dead_job_among_running_ones_is_still_replaced(sup: Supervised) -> N
     report = sup.monitor()
 
     assert report["verdicts"] == {"dead": 1, "healthy": 2} and report["held"] == 0
-    assert sup.wait_for(f"{jobs[0].job_id}-replace-g2")["status"] == "SUCCEEDED"
+    assert sup.wait_for(f"{jobs[0].job_id}-replace-g2-a1")["status"] == "SUCCEEDED"
 
 
 def test_a_gpu_busy_through_the_window_is_not_hung_by_one_idle_sample(sup: Supervised) -> None:

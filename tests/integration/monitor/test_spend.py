@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.vast import VastClient, VastUnavailable
+from functions.adapters.vast import VastClient, VastError, VastUnavailable
 from functions.domain.job import JobState, TimelineEvent
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.monitor.test_monitor import rent_outside
@@ -63,12 +63,29 @@ def stuck_replacing(sup: Supervised, job_id: str) -> None:
     sup.store.supersede_generation(job_id, 1, host_blamed=False)
 
 
+def refuse_destroys(monkeypatch: pytest.MonkeyPatch, instance_id: int) -> None:
+    """Vast answers every destroy of `instance_id` with an error (the lifecycle's steps and the
+    monitor's sweep alike): nobody can end that instance."""
+    real = VastClient.destroy_instance
+
+    def destroy(self: VastClient, iid: int) -> None:
+        if iid == instance_id:
+            raise VastError(f"destroy of {iid} refused", status=400)
+        real(self, iid)
+
+    monkeypatch.setattr(VastClient, "destroy_instance", destroy)
+
+
 def test_three_hours_running_and_nine_stopped_are_billed_as_vast_bills_them(
-    sup: Supervised,
+    sup: Supervised, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reproduction: a host ran 3 h and then sat stopped 9 h (superseded, its agent stopped
     it; the replace stalled). Vast billed $1.32 ($0.40/h GPU for 3 h, $0.01/h disk for 12 h);
-    tether counted $0.41/h for all 12 h, $4.92, enough to end a $5 job as over budget."""
+    tether counted $0.41/h for all 12 h, $4.92, enough to end a $5 job as over budget.
+
+    A stalled replace is now retried and its old host swept, so here Vast refuses every destroy
+    of that host: it sits stopped for 9 h while the replace's attempts, and then the stop of the
+    job they gave up on, keep failing, and the monitor keeps counting what it bills."""
     price_every_offer(sup, gpu=0.40, storage_per_gb_month=0.72)  # 10 GB: $0.01/h of disk
     job, generation = sup.provisioned(budget_usd=5)
     instance_id = generation.instance_id or 0
@@ -76,14 +93,21 @@ def test_three_hours_running_and_nine_stopped_are_billed_as_vast_bills_them(
         sup.clock.advance(900)
         sup.heartbeat(job.job_id, 1)
         sup.monitor()
+    refuse_destroys(monkeypatch, instance_id)
     stuck_replacing(sup, job.job_id)
     sup.stop_instance(instance_id)  # the superseded agent stops its machine
-    for _ in range(9 * 4):
-        sup.clock.advance(900)
+    sup.clock.advance(900)
+    sup.monitor()  # sees the stop; then a run every hour
+    sup.settle(job.job_id)
+    for seconds in [3600] * 8 + [2700]:  # 15 min + 8 h 45 min: 9 h stopped
+        sup.clock.advance(seconds)
         sup.monitor()
+        sup.settle(job.job_id)
 
     found = sup.store.get_job(job.job_id)
-    assert found is not None and found.state == JobState.REPLACING  # under its budget
+    assert found is not None and found.stop_reason != "over_budget"  # under its budget
+    assert found.state == JobState.STOPPING  # the replace given up on; its stop cannot destroy
+    assert sup.vast.instance(instance_id) is not None  # still there: Vast refuses its destroy
     billed = sup.vast.ledger(instance_id).total_usd
     assert billed == pytest.approx(1.32, abs=0.01)
     # errs high by at most the one interval before the stop was first seen
@@ -93,24 +117,28 @@ def test_three_hours_running_and_nine_stopped_are_billed_as_vast_bills_them(
 def test_the_budget_is_judged_while_a_replacement_is_stuck(sup: Supervised) -> None:
     """Reproduction: a replace stalled after RUNNING → REPLACING with the old host still
     running (its agent dead): no budget rule ran outside RUNNING, and 10 h later the job was
-    still REPLACING at $0.70 of $0.20. Now it is stopped once over budget, its host destroyed."""
+    still REPLACING at $0.70 of $0.20. Now the budget is judged in every active state, and a
+    job found over it while REPLACING is stopped: the stop takes precedence over the replace's
+    next attempt (which would rent again), and its host is destroyed."""
     job, generation = sup.provisioned(budget_usd=0.2)
     instance_id = generation.instance_id or 0
-    stuck_replacing(sup, job.job_id)
-    reports = []
-    for _ in range(10 * 6):  # ten hours, a run every 10 minutes
-        sup.clock.advance(600)
-        reports.append(sup.monitor())
-        if reports[-1]["transitions_started"]:
-            break
-    result = sup.wait_for(f"{job.job_id}-stop")
+    sup.heartbeat(job.job_id, 1)
+    budget_lasts_s = 0.2 / generation.usd_per_hour * 3600
+    sup.clock.advance(budget_lasts_s - 30)  # within one 60 s interval of the budget
+    stuck_replacing(sup, job.job_id)  # the replace began; its execution died
+    report = sup.monitor()
+    executions = sup.settle(job.job_id)
 
-    assert reports[-1]["verdicts"] == {"over_budget": 1} and result["status"] == "SUCCEEDED"
+    assert report["verdicts"] == {"over_budget": 1} and report["transitions_started"] == 1
+    assert executions == {
+        f"{job.job_id}-provision-g1-a1": "SUCCEEDED",
+        f"{job.job_id}-stop-a1": "SUCCEEDED",
+    }  # no attempt of the replace was started
     found = sup.store.get_job(job.job_id)
     assert found is not None and found.state == JobState.OVER_BUDGET
     assert sup.vast.instance(instance_id) is None
     billed = sup.vast.ledger(instance_id).total_usd
-    assert billed <= 0.2 + generation.usd_per_hour * 600 / 3600  # within one interval
+    assert billed <= 0.2 + generation.usd_per_hour * 60 / 3600  # within one interval
 
 
 def test_every_instance_ever_rented_for_the_job_is_counted(sup: Supervised) -> None:

@@ -114,3 +114,12 @@ def test_the_handler_budgets_the_run_by_the_invocations_remaining_time(monkeypat
     monkeypatch.setattr(monitor_service, "run_monitor", run)
     monitor_handler.handler({}, Context())
     assert seen == [42.0]
+
+
+def test_later_attempts_and_a_stop_past_its_last_attempt_are_counted(monkeypatch, capsys) -> None:
+    report = MonitorReport(jobs=3, transitions_started=1, transitions_retried=2,
+                           transitions_exhausted=1)  # fmt: skip
+    emitted = run_handler(monkeypatch, capsys, report)
+    assert emitted["TransitionsStarted"] == ([1], "Count")
+    assert emitted["TransitionsRetried"] == ([2], "Count")
+    assert emitted[obs.TRANSITIONS_EXHAUSTED_METRIC] == ([1], "Count")  # TransitionGaveUp
