@@ -18,8 +18,9 @@ heartbeat, 180 s timeout). The monitor runs every second (the demo's own clock t
 `supervisor-dead` can stop it), and the API treats the supervisor as dead after 4 s without a
 monitor run.
 
-Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, no-progress, supervisor-dead,
-over-budget, vast-flaky, zombie, crash-loop, killed-during-upload, killed-during-restore.
+Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, hung-gpu-real-probe, no-progress,
+supervisor-dead, over-budget, vast-flaky, zombie, crash-loop, killed-during-upload,
+killed-during-restore.
 `run_scenario(name)` starts a stack and returns a `DemoSummary`; tests pass their own stack
 (`demo_stack_config()`) to share one start-up.
 
