@@ -7,9 +7,11 @@ from __future__ import annotations
 import subprocess
 import threading
 from collections.abc import Sequence
+from typing import IO
 
 import pytest
 from tether_agent import gpu
+from tether_agent.protocol import GpuProbe
 
 SCRIPT_UNUSED = "raise SystemExit('never run: the test spawns its own children')"
 
@@ -19,8 +21,8 @@ class WedgedChild:
     for it never returns (each `communicate` gives up after its timeout), until `release()`."""
 
     def __init__(self) -> None:
-        self.stdout = None
-        self.stderr = None
+        self.stdout: IO[bytes] | None = None
+        self.stderr: IO[bytes] | None = None
         self.kills = 0
         self._released = threading.Event()
 
@@ -68,7 +70,7 @@ def test_a_child_that_survives_its_kill_is_abandoned_and_no_second_one_starts() 
     monitor = gpu.GpuMonitor(probe, interval_s=1)
 
     first = in_thread(monitor)
-    assert isinstance(first, gpu.GpuProbe)
+    assert isinstance(first, GpuProbe)
     assert first.available and not first.responsive and first.utilization_pct is None
     assert first.error == "probe did not answer within 0.05s"
     assert len(spawn.children) == 1 and spawn.children[0].kills == 1
@@ -76,7 +78,7 @@ def test_a_child_that_survives_its_kill_is_abandoned_and_no_second_one_starts() 
 
     # While it lives: no new child, still unresponsive, the streak keeps growing.
     second = in_thread(monitor)
-    assert isinstance(second, gpu.GpuProbe)
+    assert isinstance(second, GpuProbe)
     assert not second.responsive and "has not exited" in (second.error or "")
     assert len(spawn.children) == 1
     assert second.unresponsive_s >= first.unresponsive_s > 0
@@ -108,7 +110,7 @@ def test_the_streak_counts_from_the_first_unanswered_probe_and_grows_between_pro
     probe = gpu.ChildProcessProbe(SCRIPT_UNUSED, [], timeout_s=0.2, reap_s=0.01, spawn=spawn)
     monitor = gpu.GpuMonitor(probe, interval_s=1)
     state = in_thread(monitor)
-    assert isinstance(state, gpu.GpuProbe)
+    assert isinstance(state, GpuProbe)
     assert state.unresponsive_s >= 0.2  # the probe began one deadline ago
     earlier = monitor.current().unresponsive_s
     threading.Event().wait(0.05)
