@@ -309,5 +309,6 @@ class GpuMonitor:
         next_at = time.monotonic()
         while not self._stop.is_set():
             self.probe_once()
-            next_at = max(next_at + self._interval_s, time.monotonic())
+            # One sample per interval; after a slow probe (a deadline), half an interval of rest.
+            next_at = max(next_at + self._interval_s, time.monotonic() + self._interval_s / 2)
             self._stop.wait(next_at - time.monotonic())
