@@ -4,6 +4,7 @@ signalled in any phase (a final `stopping` heartbeat, never a death by the signa
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -110,8 +111,20 @@ def silent_s3() -> Iterator[str]:
 def test_sigterm_during_restore_sends_a_final_stopping_heartbeat(
     tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
 ) -> None:
+    # Restore reads only what the control plane recorded: one candidate of g1 for this g2, so the
+    # restore goes to the bucket, which never answers.
+    candidate = {
+        "step": 100,
+        "generation": 1,
+        "manifest_key": "jobs/j1/g1/checkpoints/000000000100/manifest.json",
+        "manifest_sha256": "0" * 64,
+    }
     with silent_s3() as endpoint:
-        env = agent_env(tmp_path, s3_server, bucket, control_plane, TETHER_S3_ENDPOINT=endpoint)
+        env = agent_env(
+            tmp_path, s3_server, bucket, control_plane,
+            TETHER_S3_ENDPOINT=endpoint, TETHER_GENERATION="2",
+            TETHER_RESTORE_CHECKPOINTS=json.dumps([candidate]),
+        )  # fmt: skip
         agent = start_agent(env, fake_train("--steps", "1"))
         try:
             control_plane.wait_for(lambda hb: hb["phase"] == "restoring")
@@ -142,6 +155,6 @@ def test_sigterm_during_training_ends_stopping_not_failed_and_uploads_the_last_s
     assert last["last_checkpoint"]["step"] == 101  # saved on SIGTERM, then uploaded
     storage = make_storage(s3_server.endpoint_url, bucket)
     try:
-        assert {c.step for c in storage.list_checkpoints()} == {1, 101}
+        assert {c.step for c in storage.list_checkpoints(1)} == {1, 101}
     finally:
         storage.close()
