@@ -15,18 +15,20 @@ The step's time budget. The function times out after 180 s (`infra/constructs/li
 a step killed mid-rent is run again (Retry on `Sandbox.Timedout`) and destroys what it left
 unrecorded, but it must not depend on that. One Vast call takes at most its retry deadline plus
 one request's timeout (a request started just before the deadline): 20 + 10 = 30 s with the
-lifecycle's settings. Before the first rent: the stray list (30 s; one page per 25 instances),
-destroying a stray (30 s, normally none), the offer search (30 s), DynamoDB reads (about 2 s)
-and minting the job's R2 credentials (Cloudflare: 30 s deadline + 20 s timeout = 50 s): at
-worst 142 s. One rent: the rent itself (30 s), the instance list after an unsure answer (30 s),
-the record and, after a lost race, the destroy (30 s) and two DynamoDB writes: at worst 90 s
-plus about 5 s. So a rent is started only while `rent_reserve_s` (3 calls + 10 s = 100 s) is
-left (`RentBudget`); otherwise the step stops trying offers (no capacity: it waits and tries
-again, counted against the provision timeout). The worst step therefore ends by
-max(142 + 2, 180 − 100 + 100) = 180 s, and with Vast answering at its usual pace every offer of
-the plan (`MAX_OFFERS_PER_ATTEMPT`, 5) is tried. `tests/integration/lifecycle/
-test_provision_budget.py` measures it against a Vast and a Cloudflare that answer each request
-only after its full timeout: 80.6 s, stopping before a rent (181.6 s without the budget).
+lifecycle's settings. Before the keys: the stray list (30 s; one page per 25 instances),
+destroying a stray (30 s, normally none), the offer search (30 s) and DynamoDB reads (about
+2 s): at worst 92 s. Minting the generation's two R2 keys takes two Cloudflare calls (30 s
+deadline + 20 s timeout = 50 s each): at worst 100 s, so they are minted only while
+`mint_reserve_s` (100 s) is left. One rent: the rent itself (30 s), the instance list after an
+unsure answer (30 s), the record and, after a lost race, the destroy (30 s) and two DynamoDB
+writes: at worst 90 s plus about 5 s. So a rent is started only while `rent_reserve_s` (3 calls
++ 10 s = 100 s) is left (`RentBudget`); otherwise the step stops trying offers (no capacity: it
+waits and tries again, counted against the provision timeout). The worst step therefore ends by
+max(92 + 2, 180 − 100 + 100, 180 − 100 + 100) = 180 s, and with Vast and Cloudflare answering
+at their usual pace every offer of the plan (`MAX_OFFERS_PER_ATTEMPT`, 5) is tried.
+`tests/integration/lifecycle/test_provision_budget.py` measures it against a Vast and a
+Cloudflare that answer each request only after its full timeout: 120.8 s, stopping before a
+rent (221.8 s without the budget).
 """
 
 from __future__ import annotations
@@ -120,6 +122,10 @@ def _rent_down(
 ) -> ProvisionOutput:
     """Try the plan's offers in order until one rents; then record it."""
     spec = job.spec
+    budget = RentBudget(deps.settings.vast_deadline_s, deps.settings.vast_timeout_s)
+    if not budget.fits_mint(deps.remaining_s()):
+        why = "out of time in this step before minting the storage keys (Vast is slow)"
+        return _no_capacity(deps, job, inp, now, why)
     cloudflare, account = deps.cloudflare()
     storage = mint_job_credentials(
         cloudflare, account, job.job_id, inp.generation, ttl_s=credentials_ttl_s(spec.policy),
@@ -128,7 +134,6 @@ def _rent_down(
     onstart = build_onstart(agent_wheel_url=deps.artifacts().presign_agent_wheel(WHEEL_URL_TTL_S))
     account_secrets = deps.account_secrets()
     checkpoints = restore_candidates(job, inp.generation)
-    budget = RentBudget(deps.settings.vast_deadline_s, deps.settings.vast_timeout_s)
     for tried, candidate in enumerate(plan.candidates):
         if not budget.fits(deps.remaining_s()):
             why = f"out of time in this step after {tried} offer(s) (Vast is slow)"
@@ -165,11 +170,13 @@ def _rent_down(
 
 RENT_VAST_CALLS = 3  # the rent, the list after an unsure answer, the destroy after a lost race
 RENT_MARGIN_S = 10.0  # the DynamoDB writes of a rent, and the step's last event
+KEYS_MINTED = 2  # a generation's read key and write key: one Cloudflare call each
+CLOUDFLARE_CALL_WORST_S = 30.0 + 20.0  # the factory's deadline + one request's timeout
 
 
 @dataclass(frozen=True)
 class RentBudget:
-    """Whether another rent fits in what is left of the invocation."""
+    """Whether minting the keys, or another rent, fits in what is left of the invocation."""
 
     vast_deadline_s: float
     vast_timeout_s: float
@@ -182,8 +189,16 @@ class RentBudget:
     def rent_reserve_s(self) -> float:
         return RENT_VAST_CALLS * self.vast_call_worst_s + RENT_MARGIN_S
 
+    @property
+    def mint_reserve_s(self) -> float:
+        return KEYS_MINTED * CLOUDFLARE_CALL_WORST_S
+
     def fits(self, remaining_s: float) -> bool:
         return remaining_s >= self.rent_reserve_s
+
+    def fits_mint(self, remaining_s: float) -> bool:
+        """The generation's keys can still be minted within what is left."""
+        return remaining_s >= self.mint_reserve_s
 
 
 def _record(

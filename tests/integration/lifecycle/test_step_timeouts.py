@@ -39,9 +39,10 @@ def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
 @pytest.fixture
 def sup(stack: Supervised, monkeypatch: pytest.MonkeyPatch) -> Supervised:
     stack.fresh()
-    # No rent fits a 1 s invocation by the provision's own budget; the simulator answers at
-    # once, so here it rents regardless.
+    # No key mint or rent fits a 1 s invocation by the provision's own budget; the simulators
+    # answer at once, so here it mints and rents regardless.
     monkeypatch.setattr(RentBudget, "fits", lambda _self, _remaining_s: True)
+    monkeypatch.setattr(RentBudget, "fits_mint", lambda _self, _remaining_s: True)
     return stack
 
 
