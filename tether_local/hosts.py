@@ -24,28 +24,32 @@ The environment: `LocalHost.received_env` is exactly what Vast gives the contain
 account secrets. The process environment adds what the container image and the disk would
 provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR` and `TETHER_PROGRESS_FILE`
 are mapped into the host's disk (`/workspace/ckpt` → `<disk>/workspace/ckpt`), `HOME` is the
-disk, `PATH` is the image's (above), the GPU probe is the scriptable fake
-(`TETHER_GPU_PROBE=fake:<machine>/gpu-probe`), and `TETHER_VAST_URL` points at the simulator
-when the rent did not set it. Nothing else is mapped: any other absolute path a job names is this
-machine's, so job commands should use the `TETHER_*` paths or paths relative to the disk.
+disk, `PATH` is the image's (above), the GPU is scripted through `<machine>/gpu-probe` (below),
+and `TETHER_VAST_URL` points at the simulator when the rent did not set it. Nothing else is
+mapped: any other absolute path a job names is this machine's, so job commands should use the
+`TETHER_*` paths or paths relative to the disk.
+
+The GPU (`LocalHosts.use_gpu`, chosen when a host is rented). `fake-probe` (the default): the
+agent's fake probe reads the file (`TETHER_GPU_PROBE=fake:<file>`). `fake-nvml`: the probe path of
+a real host, the agent's own NVML probe (`TETHER_GPU_PROBE=nvml`) importing a fake `pynvml`
+(`tether_local.fake_nvml`) that reads the file (`FAKE_NVML_FILE`); that module sits in the
+site-packages of a second agent venv, so no other host can import it.
 
 Chaos: `destroy` (the machine dies: processes killed, disk gone, Vast shows it offline),
-`hang_gpu` / `heal_gpu` (the fake probe hangs), `freeze` / `thaw` (SIGSTOP / SIGCONT),
-`zombie` (a destroyed host comes back and runs its old agent again, on an empty disk). Cutting
-heartbeats is the API front's switch (`ApiFront.cut_heartbeats`); API faults are
-`VastSimulator.inject`.
+`hang_gpu` / `idle_gpu` / `heal_gpu` (the GPU's file: hung, idle, responsive), `freeze` /
+`thaw` (SIGSTOP / SIGCONT), `zombie` (a destroyed host comes back and runs its old agent again,
+on an empty disk). Cutting heartbeats is the API front's switch (`ApiFront.cut_heartbeats`); API
+faults are `VastSimulator.inject`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -54,8 +58,9 @@ from pathlib import Path
 from typing import Literal
 
 from functions.domain import agent_env
-from infra.synth import BUILD, build_agent_wheel
+from tether_local import fake_nvml as fake_nvml_module
 from tether_local import images
+from tether_local.agent_install import agent_venv
 from tether_local.vast_sim import SimInstance, VastSimulator
 
 LOG = logging.getLogger(__name__)
@@ -64,60 +69,8 @@ HOST_MARKER = "TETHER_LOCAL_HOST"  # on every process of a local host: "<stack i
 _MAPPED_PATHS = (agent_env.CHECKPOINT_DIR, agent_env.WORK_DIR, agent_env.PROGRESS_FILE)
 _DEFAULT_WORK_DIR = "/var/lib/tether"
 HostState = Literal["booting", "running", "stopped", "destroyed", "pull_failed"]
+HostGpu = Literal["fake-probe", "fake-nvml"]  # see the module docstring
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"  # after the image's bin on the host's PATH
-
-
-# --- the agent install (once, shared by every host) --------------------------------------------
-
-
-def agent_venv() -> Path:
-    """A venv under build/ with the agent wheel installed (built once per wheel, reused).
-
-    The wheel is installed with pip `--no-deps`; its dependencies (boto3, httpx, pydantic,
-    watchdog) come from this interpreter's site-packages through a `.pth` line, because tests
-    may not reach PyPI. The agent's own code is the wheel's. None of it reaches the training
-    command: that runs with the image's interpreter (`tether_local.images`)."""
-    wheel_dir = build_agent_wheel(bundle=True)
-    wheels = sorted(wheel_dir.glob("*.whl"))
-    if not wheels:
-        raise RuntimeError(f"no agent wheel in {wheel_dir}")
-    target = BUILD / "local-host" / f"agent-{wheel_dir.name}"
-    if (target / ".complete").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with (target.parent / ".lock").open("w") as lock:  # xdist workers build it once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / ".complete").exists():
-            return target
-        # Built in place under the lock: a venv's scripts name its absolute path.
-        shutil.rmtree(target, ignore_errors=True)
-        _run([sys.executable, "-m", "venv", "--without-pip", str(target)])
-        python = target / "bin" / "python"
-        _run(
-            [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-             "--no-deps", "--no-index", "--disable-pip-version-check", str(wheels[-1])]
-        )  # fmt: skip
-        site = _site_packages(python)
-        ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
-        (Path(site) / "tether-local-deps.pth").write_text("\n".join(ours) + "\n")
-        (target / ".complete").write_text(wheels[-1].name + "\n")
-    return target
-
-
-def _run(cmd: list[str]) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:4])}… failed:\n{done.stdout}{done.stderr}"[-2000:])
-
-
-def _site_packages(python: Path) -> str:
-    done = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 # --- processes of a host --------------------------------------------------------------------
@@ -161,6 +114,7 @@ class LocalHost:
     received_env: dict[str, str]
     machine: Path
     marker: str
+    gpu: HostGpu = "fake-probe"
     state: HostState = "booting"
     frozen: bool = False
     starts: int = 0
@@ -218,18 +172,25 @@ class LocalHosts:
         self.stack_id = stack_id
         self.stop_grace_s = stop_grace_s
         self.extra_env = dict(extra_env or {})
-        self._venv: Path | None = None
+        self._venvs: dict[HostGpu, Path] = {}
+        self.gpu: HostGpu = "fake-probe"  # what the next rented host gets (`use_gpu`)
         self._hosts: dict[int, LocalHost] = {}
         self._timers: dict[int, threading.Timer] = {}
         self._lock = threading.RLock()
         self._closed = False
 
     def attach(self) -> None:
-        self._venv = agent_venv()
+        self._venvs["fake-probe"] = agent_venv()
         self.sim.on_rent = self._on_rent
         self.sim.on_start = self._on_start
         self.sim.on_stop = self._on_stop
         self.sim.on_destroy = self._on_destroy
+
+    def use_gpu(self, gpu: HostGpu) -> None:
+        """The GPU of hosts rented from now on (their agent venv is built here, not at boot)."""
+        if gpu not in self._venvs:
+            self._venvs[gpu] = agent_venv(fake_nvml=gpu == "fake-nvml")
+        self.gpu = gpu
 
     # looking
 
@@ -265,6 +226,7 @@ class LocalHosts:
                 received_env=instance.container_env(),
                 machine=self.root / str(instance.id),
                 marker=f"{self.stack_id}:{instance.id}",
+                gpu=self.gpu,
             )
             host.disk.mkdir(parents=True, exist_ok=True)
             host.gpu_probe_file.write_text("responsive\n")
@@ -358,7 +320,8 @@ class LocalHosts:
             host.state = "running"
 
     def _spawn(self, host: LocalHost) -> None:
-        assert self._venv is not None, "attach() first"
+        venv = self._venvs.get(host.gpu)
+        assert venv is not None, "attach() first (and use_gpu() for another GPU)"
         env = self.process_env(host)
         host.disk.mkdir(parents=True, exist_ok=True)
         work_dir = Path(env[agent_env.WORK_DIR])
@@ -366,7 +329,7 @@ class LocalHosts:
         log = host.log_file.open("ab")  # the child gets its own copy; closed below
         try:
             host.process = subprocess.Popen(
-                [str(self._venv / "bin" / "tether-agent"), "run"],
+                [str(venv / "bin" / "tether-agent"), "run"],
                 env=env,
                 cwd=host.disk,
                 stdin=subprocess.DEVNULL,
@@ -397,7 +360,11 @@ class LocalHosts:
             value = env.get(name)
             if value and value.startswith("/"):
                 env[name] = str(host.disk / value.lstrip("/"))
-        env[agent_env.GPU_PROBE] = f"fake:{host.gpu_probe_file}"
+        if host.gpu == "fake-nvml":
+            env[agent_env.GPU_PROBE] = "nvml"
+            env[fake_nvml_module.FILE_ENV] = str(host.gpu_probe_file)
+        else:
+            env[agent_env.GPU_PROBE] = f"fake:{host.gpu_probe_file}"
         env.setdefault(agent_env.VAST_URL, self.vast_url)
         return env
 
@@ -495,4 +462,4 @@ class LocalHosts:
         return iter(self.all())
 
 
-__all__ = ["HOST_MARKER", "LocalHost", "LocalHosts", "agent_venv", "marked_processes"]
+__all__ = ["HOST_MARKER", "HostGpu", "LocalHost", "LocalHosts", "agent_venv", "marked_processes"]

@@ -3,7 +3,15 @@
 Exit codes (`ExitCode`): 0 training finished; the training command's own non-zero status is
 passed through (128+N when a signal N killed it); 2 bad configuration; 10 lease expired (the
 supervisor went silent); 11 stopped by a `stop` command; 12 superseded by a newer generation;
-13 checkpoint storage unreadable at restore (no recorded checkpoint could even be judged).
+13 checkpoint storage unreadable at restore (no recorded checkpoint could even be judged);
+128+N the agent got signal N (SIGTERM, SIGINT) before training started.
+
+Signals. SIGTERM and SIGINT are handled in every phase: during training they are forwarded to the
+training group and the agent ends as the training does; before it, a restore in progress is
+cancelled; either way the final heartbeat says `stopping` (stopped from outside: not `finished`,
+even if the training exits 0) and the agent never dies of the signal itself. A signal after the
+training has exited changes nothing: the final upload and heartbeat go on. If the agent dies
+anyway (SIGKILL, the OOM killer), the training's guard (`guard.py`) stops the training.
 """
 
 from __future__ import annotations
@@ -13,10 +21,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from pathlib import Path
 from types import FrameType
+from typing import Any, TypeVar
 
 from tether_agent.checkpoints import MIB, generation_prefix
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
@@ -50,6 +59,8 @@ from tether_agent.vast import stop_own_instance
 
 log = logging.getLogger(__name__)
 HOOKS_DIR = Path(__file__).parent / "_hooks"  # holds only tether_hooks.py (stdlib only)
+SIGNAL_CANCEL_WAIT_S = 2.0  # after a signal, how long a cancelled restore may take to stop
+_T = TypeVar("_T")
 SECRET_VARS = (
     "TETHER_AGENT_TOKEN",
     "TETHER_S3_ACCESS_KEY_ID",
@@ -93,6 +104,8 @@ class Agent:
         self.exit_code: int | None = None
         self.restored: Restored | None = None
         self._command: tuple[Command, str | None] | None = None
+        self._signalled: int | None = None  # the last SIGTERM/SIGINT received, in any phase
+        self._interrupted = False  # one reached the training before it exited: not `finished`
         self._wake = threading.Event()
         # Two keys: read-only on the job's prefix (restore), read-write on this generation's
         # own prefix (checkpoints, logs). `self.storage` writes, `self.reader` restores.
@@ -281,11 +294,14 @@ class Agent:
         s = self.settings
         s.work_dir.mkdir(parents=True, exist_ok=True)
         s.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        previous = self._handle_signals()
         self.gpu.start()
         self.heartbeater.start()
         try:
             return self._run()
         finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             self.gpu.stop()
             self._ship_rest_of_log()
             self.uploader.close()
@@ -294,7 +310,13 @@ class Agent:
 
     def _run(self) -> int:
         self._set_phase("restoring")
-        if not self._restore() and self._command is None:
+        try:
+            readable = self._restore()
+        except _Signalled:
+            return self._stopped_by_signal()
+        if self._signalled is not None:
+            return self._stopped_by_signal()
+        if not readable and self._command is None:
             self.exit_code = None
             self._set_phase("failed")
             self.heartbeater.stop(final=True)
@@ -322,6 +344,8 @@ class Agent:
                 ),
                 self.log_shipper,
             ),
+            orphan_grace_s=self.settings.grace_s,
+            orphan_log=self.settings.work_dir / "logs" / "training.log",
         )
         try:
             self.training.start()
@@ -333,7 +357,9 @@ class Agent:
             self.heartbeater.stop(final=True)
             return 127
         self._set_phase("training")
-        self._forward_signals()
+        if self._signalled is not None and not self._interrupted:  # came while it started
+            self._interrupted = True
+            self.training.signal(self._signalled)
 
         while True:
             self.training.exited.wait(timeout=max(0.01, min(1.0, self.lease.remaining_s())))
@@ -345,13 +371,16 @@ class Agent:
 
     def _restore(self) -> bool:
         """Restore the newest usable recorded checkpoint; False when storage could not be read
-        at all. A bad candidate never fails it: it is skipped and reported in the heartbeats."""
+        at all. A bad candidate never fails it: it is skipped and reported in the heartbeats.
+        Raises `_Signalled` when SIGTERM/SIGINT arrives meanwhile (the restore is abandoned)."""
         s = self.settings
         candidates, unreadable = parse_candidates(s.restore_checkpoints)
         try:
-            result = restore_latest(
-                self.reader, candidates, s.generation, s.checkpoint_dir,
-                self.tuning.file_concurrency,
+            result = self._unless_signalled(
+                lambda: restore_latest(
+                    self.reader, candidates, s.generation, s.checkpoint_dir,
+                    self.tuning.file_concurrency,
+                )
             )  # fmt: skip
         except TransferCancelled:
             return True  # told to stop meanwhile: the command decides what happens next
@@ -388,7 +417,10 @@ class Agent:
             return self._shut_down()
         self.log_shipper.note(f"training exited with {code}")
         self._ship_rest_of_log()
-        self._set_phase("finished" if code == 0 else "failed")
+        if self._interrupted:
+            self._set_phase("stopping")  # stopped from outside: not finished, whatever its code
+        else:
+            self._set_phase("finished" if code == 0 else "failed")
         self.heartbeater.stop(final=True)
         return code
 
@@ -437,14 +469,60 @@ class Agent:
         )
         return env
 
-    def _forward_signals(self) -> None:
+    # -- signals ----------------------------------------------------------------------------
+
+    def _handle_signals(self) -> dict[int, Any]:
+        """SIGTERM/SIGINT for the whole run (main thread only); returns the handlers replaced."""
         if threading.current_thread() is not threading.main_thread():
-            return
+            return {}
 
-        def forward(signum: int, frame: FrameType | None) -> None:
-            log.info("got signal %d: forwarding it to the training group", signum)
-            if self.training:
-                self.training.signal(signum)
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self._signalled = signum
+            training = self.training
+            if training is None:
+                log.warning("got signal %d before training: stopping", signum)
+                self.storage.cancel.set()  # shared by `self.reader`: a restore stops too
+            elif training.pid is not None:  # (still starting: `_run` forwards it once started)
+                self._interrupted = self._interrupted or training.poll() is None
+                log.info("got signal %d: forwarding it to the training group", signum)
+                training.signal(signum)
 
-        signal.signal(signal.SIGTERM, forward)
-        signal.signal(signal.SIGINT, forward)
+        return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def _unless_signalled(self, work: Callable[[], _T]) -> _T:
+        """`work()` in a thread, abandoned when a signal arrives: a transfer stuck in a socket
+        cannot keep the final heartbeat from going out. Raises `_Signalled`."""
+        result: list[_T] = []
+        error: list[BaseException] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                result.append(work())
+            except BaseException as exc:  # re-raised in the caller's thread
+                error.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="restore", daemon=True).start()
+        while not done.wait(0.1):
+            if self._signalled is not None:
+                done.wait(SIGNAL_CANCEL_WAIT_S)  # most transfers end at once, cancelled
+                raise _Signalled
+        if error:
+            raise error[0]
+        return result[0]
+
+    def _stopped_by_signal(self) -> int:
+        """A signal before training: report `stopping` and exit 128+N (the host is being stopped
+        from outside; the control plane decides what comes next)."""
+        signum = self._signalled or signal.SIGTERM
+        log.warning("stopped by signal %d before training started", signum)
+        self.exit_code = None
+        self._set_phase("stopping")
+        self.heartbeater.stop(final=True)
+        return 128 + signum
+
+
+class _Signalled(Exception):
+    """SIGTERM/SIGINT arrived while the agent waited for work in another thread."""

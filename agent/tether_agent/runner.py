@@ -1,5 +1,9 @@
 """The user's training command: its own process group, output teed to the console and a
-rotated log file, signals forwarded to the whole group."""
+rotated log file, signals forwarded to the whole group.
+
+With `orphan_grace_s` the command runs under the guard (`guard.py`), the leader of its group:
+if the agent dies, the guard stops the training (SIGTERM, the grace, SIGKILL) and nothing of it is
+left running."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 log = logging.getLogger(__name__)
+GUARD = Path(__file__).with_name("guard.py")
 
 
 class RotatingLog:
@@ -63,8 +68,14 @@ class TrainingProcess:
         env: Mapping[str, str],
         log_file: LogSink,
         console: BinaryIO | None = None,
+        *,
+        orphan_grace_s: float | None = None,
+        orphan_log: Path | None = None,
     ) -> None:
         self._argv = list(argv)
+        self._orphan_grace_s = orphan_grace_s
+        self._orphan_log = orphan_log
+        self._output: BinaryIO | None = None
         self._env = dict(env)
         self._log_file = log_file
         self._console = console if console is not None else sys.stdout.buffer
@@ -74,14 +85,36 @@ class TrainingProcess:
 
     def start(self) -> None:
         log.info("starting training: %s", " ".join(self._argv))
-        self._process = subprocess.Popen(
-            self._argv,
-            env=self._env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: signals reach every worker
-        )
+        read_fd, write_fd = os.pipe()  # stdout and stderr together
+        argv = self._argv
+        keep: tuple[int, ...] = ()
+        if self._orphan_grace_s is not None:
+            # The guard keeps a copy of the read end, to drain the output if the agent dies.
+            argv = [
+                sys.executable, "-I", str(GUARD),
+                "--agent-pid", str(os.getpid()),
+                "--grace-s", repr(float(self._orphan_grace_s)),
+                "--drain-fd", str(read_fd),
+                *(["--log", str(self._orphan_log)] if self._orphan_log else []),
+                "--", *self._argv,
+            ]  # fmt: skip
+            keep = (read_fd,)
+        try:
+            self._process = subprocess.Popen(
+                argv,
+                env=self._env,
+                stdout=write_fd,
+                stderr=write_fd,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: signals reach every worker
+                pass_fds=keep,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        self._output = os.fdopen(read_fd, "rb")
         self._pump = threading.Thread(target=self._pump_output, name="training-output", daemon=True)
         self._pump.start()
 
@@ -90,14 +123,15 @@ class TrainingProcess:
         return self._process.pid if self._process else None
 
     def _pump_output(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        for line in iter(self._process.stdout.readline, b""):
+        assert self._process is not None and self._output is not None
+        for line in iter(self._output.readline, b""):
             try:
                 self._console.write(line)
                 self._console.flush()
             except (OSError, ValueError):
                 pass  # a closed console must not stop training
             self._log_file.write(line)
+        self._output.close()
         self._process.wait()
         self.exited.set()
 

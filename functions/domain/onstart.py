@@ -37,7 +37,9 @@ _ABS_PATH = re.compile(r"^/[A-Za-z0-9_./-]+$")
 #   the installed agent and the running pid and does nothing twice;
 # - downloads with curl, wget or Python (5 tries, growing pauses), installs into a venv, or,
 #   when the image lacks python3-venv, with `pip install --target $V/lib`, then runs the agent
-#   with that dir on sys.path (not PYTHONPATH: the training command must not inherit it).
+#   with that dir on sys.path (not PYTHONPATH: the training command must not inherit it);
+# - installs the wheel with its `[gpu]` extra (`nvidia-ml-py`, NVML's binding): without it the
+#   GPU probe reports "no GPU" on every host and the monitor's hung rules can never fire.
 _TEMPLATE = r"""#!/bin/sh
 # tether onstart: install the agent, start it. Job values come from the env (TETHER_*).
 U={{URL}}
@@ -66,11 +68,11 @@ log "try $i/5 failed: $1";sleep $((i*i));done;return 1;}
 if [ ! -x "$V/bin/tether-agent" ]&&[ ! -d "$V/lib/tether_agent" ];then
 retry fetch "$U" "$W/$F"||{ log "agent wheel download failed";exit 1;}
 if "$P" -m venv "$V"&&"$V/bin/python" -m pip --version >/dev/null 2>&1;then
-retry "$V/bin/python" -m pip install -q "$W/$F"||{ log "pip install into $V failed";exit 1;}
+retry "$V/bin/python" -m pip install -q "$W/$F[gpu]"||{ log "pip install into $V failed";exit 1;}
 else
 log "python3 -m venv failed (no python3-venv?): pip install --target $V/lib"
 rm -rf "$V"
-retry "$P" -m pip install -q --target "$V/lib" "$W/$F"||{
+retry "$P" -m pip install -q --target "$V/lib" "$W/$F[gpu]"||{
 log "no pip: add python3-venv or pip to the image";exit 1;}
 fi;fi
 if [ -x "$V/bin/tether-agent" ];then set -- "$V/bin/tether-agent" run

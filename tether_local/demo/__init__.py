@@ -20,8 +20,8 @@ run that completed the job's evaluation. A Vast call retries for 0.5 s (`TETHER_
 30 s for the monitor and 20 s for the lifecycle in AWS), so a Vast outage fails a lifecycle step
 within seconds.
 
-Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, no-progress, monitor-crash,
-supervisor-dead, over-budget, vast-flaky, vast-outage-during-stop, zombie, crash-loop,
+Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, hung-gpu-real-probe, no-progress,
+monitor-crash, supervisor-dead, over-budget, vast-flaky, vast-outage-during-stop, zombie, crash-loop,
 killed-during-upload, killed-during-restore, forged-manifest.
 `run_scenario(name)` starts a stack and returns a `DemoSummary`; tests pass their own stack
 (`demo_stack_config()`) to share one start-up.

@@ -42,6 +42,8 @@ def _run_on(stack: LocalStack, scenario: Scenario, timeline: Timeline) -> DemoSu
     run.clock = MonitorClock(stack, MONITOR_INTERVAL_S)
     run.say(f"scenario {scenario.name}: {scenario.description}")
     spec = demo_job(scenario.train, **scenario.spec_overrides)
+    if stack.hosts is not None:
+        stack.hosts.use_gpu(scenario.host_gpu)  # for the hosts this run rents
     try:
         created = httpx.post(stack.api_url + "/jobs", json=spec, headers=SIGNED, timeout=60)
         if created.status_code != 201:
@@ -62,6 +64,8 @@ def _run_on(stack: LocalStack, scenario: Scenario, timeline: Timeline) -> DemoSu
         )
     finally:
         run.clock.close()
+        if stack.hosts is not None:
+            stack.hosts.use_gpu("fake-probe")
     view = run.poll()
     return summarize(run, view)
 

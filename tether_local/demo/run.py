@@ -16,6 +16,7 @@ from functions.domain.job import Generation, JobState
 from tether_local.demo.evidence import checkpoint_facts
 from tether_local.demo.job import TrainArgs
 from tether_local.demo.timeline import JobTimeline, Timeline, quiet
+from tether_local.hosts import HostGpu
 from tether_local.invariants import (
     BillingSample,
     CheckpointFacts,
@@ -233,6 +234,7 @@ class Scenario:
     expected_state: JobState = JobState.FINISHED
     spec_overrides: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float = 60
+    host_gpu: HostGpu = "fake-probe"  # the GPU of the scenario's hosts (`tether_local.hosts`)
 
 
 __all__ = ["DemoError", "DemoRun", "MonitorClock", "Scenario", "Timeline", "quiet"]

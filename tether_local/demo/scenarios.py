@@ -21,6 +21,7 @@ import httpx
 from tether_agent.checkpoints import MANIFEST_NAME
 
 from functions.adapters.store import JobView
+from functions.domain import agent_env
 from functions.domain.job import Generation, JobState
 from tether_local.demo.evidence import checkpoint_dirs, restore_candidates
 from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, SIGNED, TrainArgs
@@ -56,6 +57,32 @@ def _hung_gpu(run: DemoRun) -> None:
     g = run.wait_step(1, 50, checkpoint=50)
     instance = run.instance(g)
     run.fault("hung", g, lambda: hosts.hang_gpu(instance))
+
+
+def _hung_gpu_real_probe(run: DemoRun) -> None:
+    """A real host's probe path: the agent's own NVML probe, over the fake `pynvml` its venv
+    holds (`tether_local.fake_nvml`). The driver wedges: NVML calls block, the probe's deadline
+    kills the child, and "unresponsive" grows until the monitor judges the host hung."""
+    assert run.stack.hosts is not None
+    hosts = run.stack.hosts
+    g = run.wait_step(1, 50, checkpoint=50)
+    instance = run.instance(g)
+    seen = g.heartbeat.gpu if g.heartbeat is not None else None
+    run.say(f"g1's NVML probe (fake pynvml) reads: {seen.model_dump() if seen else None}")
+    env = hosts.process_env(hosts.get(instance))
+    run.checks["probed_through_nvml"] = env[agent_env.GPU_PROBE] == "nvml"
+    run.checks["nvml_reading_before_the_fault"] = (
+        seen is not None and seen.available and seen.responsive and seen.utilization_pct == 97
+    )
+    run.fault("hung", g, lambda: hosts.hang_gpu(instance))
+    run.wait_training(2)
+    view = run.poll()
+    last = g1.heartbeat if (g1 := run.generation(view, 1)) is not None else None
+    error = last.gpu.error if last is not None else None
+    run.say(f"g1's last heartbeat: GPU {error}")
+    run.checks["hang_seen_by_the_probe_deadline"] = bool(
+        error and error.startswith("probe did not answer within")
+    )
 
 
 def _stall_training(run: DemoRun, g: Generation) -> None:
@@ -429,6 +456,14 @@ SCENARIOS: dict[str, Scenario] = {
             "the GPU stops answering; the host is replaced as hung",
             TrainArgs(steps=300),
             _hung_gpu,
+        ),
+        Scenario(
+            "hung-gpu-real-probe",
+            "a real host's probe path (the agent's NVML probe over a fake pynvml): the driver "
+            "wedges, NVML calls block; the host is replaced as hung",
+            TrainArgs(steps=300),
+            _hung_gpu_real_probe,
+            host_gpu="fake-nvml",
         ),
         Scenario(
             "no-progress",

@@ -95,6 +95,21 @@ def test_hung_gpu_is_replaced(demo_stack: LocalStack) -> None:
     assert summary.incidents[0].detected_after_s is not None
 
 
+def test_hung_gpu_through_the_real_nvml_probe_is_replaced(demo_stack: LocalStack) -> None:
+    summary = run_scenario("hung-gpu-real-probe", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.scenario_checks == {
+        "probed_through_nvml": True,
+        "nvml_reading_before_the_fault": True,
+        "hang_seen_by_the_probe_deadline": True,
+    }
+    assert [i.kind for i in summary.incidents] == ["hung"]
+    assert _generations(demo_stack, summary.job_id) == [1, 2]
+    assert summary.identical_to_uninterrupted
+    # The next scenario's hosts are back on the fake probe.
+    assert demo_stack.hosts is not None and demo_stack.hosts.gpu == "fake-probe"
+
+
 def test_no_progress_with_idle_gpu_is_replaced(demo_stack: LocalStack) -> None:
     summary = run_scenario("no-progress", stack=demo_stack)
     _assert_sound(summary)

@@ -201,8 +201,8 @@ def test_gpu_probe_hang_reported_in_heartbeat(
         probe_file.write_text("responsive")
         hb = control_plane.wait_for(lambda hb: hb["gpu"]["utilization_pct"] == 97.0)
         assert hb["gpu"]["unresponsive_s"] == 0
-        # The agent forwards SIGTERM only once training runs (before, it dies of it): a loaded
-        # machine can still be restoring when the probe reading above arrives.
+        # Signalled before training, the agent would stop without running it (exit 143 too, but
+        # not the training's): a loaded machine can still be restoring when the reading arrives.
         control_plane.wait_for(lambda hb: hb["phase"] == "training")
     finally:
         agent.send_signal(signal.SIGTERM)  # forwarded to training, which exits 143

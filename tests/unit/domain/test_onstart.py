@@ -281,10 +281,14 @@ HOSTILE_RUN = "echo \"$(touch PWNED_RUN)\"; touch PWNED_RUN2 && echo 'it''s' `to
 
 def run_onstart(tmp_path: Path, script: str, env: dict[str, str], path_dirs: list[Path]) -> None:
     (tmp_path / "onstart.sh").write_text(script)
+    wheels = tmp_path / "index"  # the only "index": pip finds the GPU extra's package here
+    wheels.mkdir(exist_ok=True)
+    build_fake_nvml_wheel(wheels)
     full_env = {
         "PATH": os.pathsep.join([*map(str, path_dirs), "/usr/bin", "/bin"]),
         "HOME": str(tmp_path),
         "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheels),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         **env,
     }
@@ -336,8 +340,34 @@ def test_starts_an_installed_agent_once_and_never_evaluates_the_run_command(
         os.kill(pid, 15)
 
 
+def write_wheel(path: Path, dist: str, files: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+        wheel.writestr(f"{dist}/RECORD", "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n")
+    return path
+
+
+WHEEL_META = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+
+
+def build_fake_nvml_wheel(directory: Path) -> Path:
+    """A stand-in for nvidia-ml-py (its `pynvml` module), so the GPU extra installs offline."""
+    dist = "nvidia_ml_py-13.615.71.dist-info"
+    return write_wheel(
+        directory / "nvidia_ml_py-13.615.71-py3-none-any.whl",
+        dist,
+        {
+            "pynvml.py": "FAKE = True\n",
+            f"{dist}/METADATA": "Metadata-Version: 2.1\nName: nvidia-ml-py\nVersion: 13.615.71\n",
+            f"{dist}/WHEEL": WHEEL_META,
+        },
+    )
+
+
 def build_fake_agent_wheel(directory: Path) -> Path:
-    """A real, dependency-free wheel named tether-agent whose `main` records how it ran."""
+    """A real wheel named tether-agent whose `main` records how it ran; like the real one, its
+    `[gpu]` extra requires nvidia-ml-py (and nothing else is required)."""
     path = directory / WHEEL
     dist = "tether_agent-0.1.0.dist-info"
     main = (
@@ -351,16 +381,12 @@ def build_fake_agent_wheel(directory: Path) -> Path:
     files = {
         "tether_agent/__init__.py": "",
         "tether_agent/main.py": main,
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: tether-agent\nVersion: 0.1.0\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
+        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: tether-agent\nVersion: 0.1.0\n"
+        "Provides-Extra: gpu\nRequires-Dist: nvidia-ml-py==13.615.71; extra == 'gpu'\n",
+        f"{dist}/WHEEL": WHEEL_META,
         f"{dist}/entry_points.txt": "[console_scripts]\ntether-agent = tether_agent.main:main\n",
     }
-    with zipfile.ZipFile(path, "w") as wheel:
-        for name, text in files.items():
-            wheel.writestr(name, text)
-        wheel.writestr(f"{dist}/RECORD", "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n")
-    return path
+    return write_wheel(path, dist, files)
 
 
 def fake_tools(tmp_path: Path, wheel: Path, *, venv_works: bool) -> Path:
@@ -406,6 +432,11 @@ def test_installs_the_wheel_and_starts_the_agent(tmp_path: Path, venv_works: boo
     assert (tmp_path / "curl-url").read_text() == url
     assert (venv / "bin" / "tether-agent").exists() is venv_works
     assert (venv / "lib" / "tether_agent").is_dir() is not venv_works
+    # With its GPU extra: NVML's binding is where the agent's probe imports it.
+    if venv_works:
+        assert list(venv.glob("lib/python*/site-packages/pynvml.py"))
+    else:
+        assert (venv / "lib" / "pynvml.py").is_file()
     log = (tmp_path / "work" / "onstart.log").read_text()
     assert "agent started" in log
     assert ("python3-venv" in log) is not venv_works
