@@ -244,3 +244,21 @@ def test_a_body_nested_deeper_than_32_levels_is_refused(api, live, target, level
 def test_a_list_limit_out_of_bounds_or_not_a_number_is_a_400(api, limit):
     reply = api.jobs("GET", "/jobs", query={"limit": limit})
     assert_rejected(api, reply, 400, "invalid_request", "query.limit")
+
+
+def test_a_heartbeat_number_nearer_zero_than_dynamodb_stores_is_not_a_500(api, live):
+    """Found by the fuzz test above: `agent_time: 1e-166` passed `> 0` and failed the write
+    (DynamoDB's smallest is 1e-130). Below 1e-9 a heartbeat number reads as 0: agent_time is
+    then refused by its own bound, a utilisation of 1e-300 % is stored as 0."""
+    before = api.items()
+    body = heartbeat_body(live)
+    refused = api.heartbeat("POST", HB, body=with_literal(body, "agent_time", "1e-166"),
+                            headers=JSON | auth())  # fmt: skip
+    assert_rejected(api, refused, 400, "invalid_request", "agent_time")
+    assert api.items() == before
+    accepted = api.heartbeat(
+        "POST", HB, body=with_literal(body, "gpu.utilization_pct", "1e-300"), headers=JSON | auth()
+    )
+    assert accepted.status == 200, accepted.body
+    generation = api.store.get_job_view(live).generations[0]
+    assert generation.heartbeat is not None and generation.heartbeat.gpu.utilization_pct == 0.0
