@@ -213,7 +213,8 @@ class ApiFront:
 
     `cut_heartbeats(job_id, generation)` makes the front drop that generation's heartbeats (the
     host's network to the API is cut; a chaos control). `observe_heartbeats(fn)` passes every
-    heartbeat body that reached a function to `fn` (the stack bills the bytes it reports)."""
+    heartbeat body the function answered 200 to `fn` (the stack bills the bytes it reports;
+    the flood scenario times the real agent's heartbeats)."""
 
     def __init__(
         self,
@@ -253,6 +254,10 @@ class ApiFront:
 
     def observe_heartbeats(self, observer: HeartbeatObserver) -> None:
         self._observers.append(observer)
+
+    def stop_observing(self, observer: HeartbeatObserver) -> None:
+        if observer in self._observers:
+            self._observers.remove(observer)
 
     def throttle(self, route_key: str) -> Throttle | None:
         """The route's bucket as the template set it (None: not throttled)."""
@@ -295,7 +300,7 @@ class ApiFront:
         event = _event(request, route, params, iam_arn)
         response = self._invoke(route.function_arn, event)
         if heartbeat is not None and response.status_code == HTTPStatus.OK:
-            for observer in self._observers:
+            for observer in list(self._observers):
                 try:
                     observer(heartbeat)
                 except Exception:

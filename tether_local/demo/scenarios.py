@@ -23,6 +23,7 @@ from functions.adapters.store import JobView
 from functions.domain.job import Generation, JobState
 from functions.domain.storage_layout import job_prefix
 from tether_local.demo.evidence import checkpoint_dirs
+from tether_local.demo.flood import drive_heartbeat_flood
 from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, Scenario
 from tether_local.hosts import marked_processes
@@ -331,6 +332,14 @@ SCENARIOS: dict[str, Scenario] = {
             TrainArgs(steps=200, ballast_mb=TRANSFER_BALLAST_MB),
             _killed_during_upload,
             spec_overrides={"data": {"upload_gb_per_checkpoint": 0.1}},
+        ),
+        Scenario(
+            "heartbeat-flood",
+            "junk heartbeats (bad tokens, unknown jobs, malformed bodies) at three times the "
+            "heartbeat route's throttle for 8 s: all refused, nothing stored, the agent's own "
+            "heartbeats get through, no host replaced or blamed",
+            TrainArgs(steps=500),
+            drive_heartbeat_flood,
         ),
         Scenario(
             "killed-during-restore",
