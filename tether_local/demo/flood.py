@@ -254,22 +254,25 @@ def _front_5xx(run: DemoRun) -> int:
     return sum(n for status, n in run.stack.front.status_counts.items() if status >= 500)
 
 
-def _table_keys(run: DemoRun) -> list[str]:
+def _table_items(run: DemoRun) -> list[dict[str, Any]]:
     client = run.store.client
-    pages = client.get_paginator("scan").paginate(
-        TableName=run.stack.table_name(), ProjectionExpression="pk"
-    )
-    return [item["pk"]["S"] for page in pages for item in page["Items"]]
+    pages = client.get_paginator("scan").paginate(TableName=run.stack.table_name())
+    return [item for page in pages for item in page["Items"]]
 
 
 def _flood_items(run: DemoRun) -> list[str]:
     """Items a junk heartbeat could have written: any key naming a flood job."""
-    return [pk for pk in _table_keys(run) if "flood-" in pk]
+    return [item["pk"]["S"] for item in _table_items(run) if "flood-" in item["pk"]["S"]]
 
 
 def _host_items(run: DemoRun) -> list[str]:
-    """Host blame (`HOST#<machine_id>`): a healthy host flooded out would be remembered."""
-    return [pk for pk in _table_keys(run) if pk.startswith("HOST#")]
+    """Host blame for this job (`HOST#<machine_id>` items naming it): a healthy host flooded
+    out would be remembered there. Other jobs on the same stack may have blamed theirs."""
+    return [
+        item["pk"]["S"]
+        for item in _table_items(run)
+        if item["pk"]["S"].startswith("HOST#") and run.job_id in json.dumps(item)
+    ]
 
 
 __all__ = ["JUNK_STEP", "Flood", "FloodReport", "drive_heartbeat_flood", "junk_requests"]
