@@ -180,13 +180,13 @@ class Flood:
 
 
 HEARTBEAT_ROUTE = "POST /agent/heartbeat"
-FLOOD_S = 8.0
+FLOOD_S = 10.0
 FLOOD_TIMES_THE_RATE = 3  # junk at three times the heartbeat route's rate: it is throttled
-FLOOD_THREADS = 6
+FLOOD_THREADS = 10
 
 
 def drive_heartbeat_flood(run: DemoRun) -> None:
-    """Junk heartbeats at three times the heartbeat route's rate for 8 s while g1 trains: the
+    """Junk heartbeats at three times the heartbeat route's rate for 10 s while g1 trains: the
     junk gets 4xx (429 past the bucket), the agent's own 429s are retried within half an
     interval, and its heartbeats never stop for a heartbeat timeout."""
     front = run.stack.front

@@ -21,10 +21,7 @@ from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
-TRAIN = (
-    "python -m tiny_train --steps 150 --checkpoint-every 50 "
-    "--step-seconds 0.02"
-)
+TRAIN = "python -m tiny_train --steps 150 --checkpoint-every 50 --step-seconds 0.02"
 
 
 class Terminal:

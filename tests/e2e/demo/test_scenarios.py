@@ -94,7 +94,7 @@ def test_crash_loop_fails_after_max_restarts(demo_stack: LocalStack) -> None:
 
 
 def test_heartbeat_flood_is_refused_and_replaces_no_host(demo_stack: LocalStack) -> None:
-    """Junk heartbeats at three times the heartbeat route's throttle for 8 s (issue 13, Why 7):
+    """Junk heartbeats at three times the heartbeat route's throttle for 10 s (issue 13, Why 7):
     every junk request a 4xx (429 past the bucket, as API Gateway answers), nothing stored, the
     agent's heartbeats never stopped for a heartbeat timeout, generation 1 trains to the end."""
     summary = run_scenario("heartbeat-flood", stack=demo_stack)
