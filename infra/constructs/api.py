@@ -52,14 +52,6 @@ HEARTBEAT_BURST_LIMIT = 100  # every agent of a 75-agent fleet at once, with roo
 # retries a 429. Each route has its own bucket of this size.
 USER_RATE_LIMIT = 10
 USER_BURST_LIMIT = 20
-# API Gateway's account-level quota per Region (default 10,000 requests/s, burst 5,000), shared
-# by every API of the account: no route can be given more.
-ACCOUNT_RATE_LIMIT = 10_000
-ACCOUNT_BURST_LIMIT = 5_000
-HEARTBEAT_RATE_PARAMETER = "HeartbeatRateLimit"
-HEARTBEAT_BURST_PARAMETER = "HeartbeatBurstLimit"
-USER_RATE_PARAMETER = "UserRateLimit"
-USER_BURST_PARAMETER = "UserBurstLimit"
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)
@@ -231,13 +223,13 @@ class Api(Construct):
         defaulting to the sizes above."""
         values = []
         for name, default, limit, what in (
-            (HEARTBEAT_RATE_PARAMETER, HEARTBEAT_RATE_LIMIT, ACCOUNT_RATE_LIMIT,
+            (names.HEARTBEAT_RATE_PARAMETER, HEARTBEAT_RATE_LIMIT, names.ACCOUNT_RATE_LIMIT,
              "Heartbeat route: steady requests per second (about agents / 15, times ten)."),
-            (HEARTBEAT_BURST_PARAMETER, HEARTBEAT_BURST_LIMIT, ACCOUNT_BURST_LIMIT,
+            (names.HEARTBEAT_BURST_PARAMETER, HEARTBEAT_BURST_LIMIT, names.ACCOUNT_BURST_LIMIT,
              "Heartbeat route: requests at once (the token bucket's size)."),
-            (USER_RATE_PARAMETER, USER_RATE_LIMIT, ACCOUNT_RATE_LIMIT,
+            (names.USER_RATE_PARAMETER, USER_RATE_LIMIT, names.ACCOUNT_RATE_LIMIT,
              "Each user route (submit, list, status, cancel, logs): steady requests per second."),
-            (USER_BURST_PARAMETER, USER_BURST_LIMIT, ACCOUNT_BURST_LIMIT,
+            (names.USER_BURST_PARAMETER, USER_BURST_LIMIT, names.ACCOUNT_BURST_LIMIT,
              "Each user route: requests at once."),
         ):  # fmt: skip
             parameter = CfnParameter(

@@ -338,7 +338,7 @@ SCENARIOS: dict[str, Scenario] = {
             "junk heartbeats (bad tokens, unknown jobs, malformed bodies) at three times the "
             "heartbeat route's throttle for 10 s: all refused, nothing stored, the agent's own "
             "heartbeats get through, no host replaced or blamed",
-            TrainArgs(steps=500),
+            TrainArgs(steps=600),
             drive_heartbeat_flood,
         ),
         Scenario(
