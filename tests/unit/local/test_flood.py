@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from tether_local.demo.flood import JUNK_STEP, Flood, junk_requests
+from tether_local.demo import JUNK_STEP, Flood, junk_requests
 from tether_local.http import LoopbackServer
 
 
