@@ -311,6 +311,8 @@ def test_heartbeat_storm_from_a_thousand_agents_gets_no_5xx(stack: LocalStack) -
         )
         return real, reply.status_code
 
+    assert stack.front is not None
+    throttled_before = stack.front.throttled.get("POST /agent/heartbeat", 0)
     clients = [httpx.Client(timeout=120) for _ in range(CONCURRENCY)]
     try:
         with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
@@ -326,8 +328,9 @@ def test_heartbeat_storm_from_a_thousand_agents_gets_no_5xx(stack: LocalStack) -
     real = [status for is_real, status in answers if is_real]
     assert set(real) <= {200, 429}  # the real generation's beats: through, or throttled
     assert real.count(200) >= 10
-    assert stack.front is not None
-    assert stack.front.throttled.get("POST /agent/heartbeat", 0) == statuses.count(429)
+    # The front counted each of those 429s (and any the stack's running agents got meanwhile).
+    throttled = stack.front.throttled.get("POST /agent/heartbeat", 0) - throttled_before
+    assert throttled >= statuses.count(429)
     assert stack.hosts is not None
     stack.hosts.destroy(job.instance_id)
 
