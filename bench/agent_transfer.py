@@ -126,11 +126,13 @@ def transfer_bench(work: Path, total_mb: int, *, direct: bool = False) -> dict[s
         uploader = CheckpointUploader(storage, src.parent, MARKER, 1, 3, file_concurrency=4)
 
         c0, t0 = cpu_s(), time.perf_counter()
-        assert uploader.upload_pending(), "agent uploaded nothing"
+        uploaded = uploader.upload_pending()
+        assert uploaded, "agent uploaded nothing"
         t1, c1 = time.perf_counter(), cpu_s()
-        restored = restore_latest(storage, 1, work / "agent-restore", file_concurrency=4)
+        # generation 2 restores what generation 1 uploaded (and the control plane recorded)
+        result = restore_latest(storage, uploaded, 2, work / "agent-restore", file_concurrency=4)
         t2, c2 = time.perf_counter(), cpu_s()
-        assert restored is not None and restored.ref.step == 100
+        assert result.restored is not None and result.restored.ref.step == 100
         storage.close()
 
         s0 = time.perf_counter()

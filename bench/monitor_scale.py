@@ -162,7 +162,7 @@ def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, in
     from functions.adapters.table import event_key, generation_key, job_item
     from functions.adapters.vast import VastClient
     from functions.domain.credentials import credentials_ttl_s
-    from functions.domain.heartbeat import GpuProbe, StorageCredentials
+    from functions.domain.heartbeat import GpuProbe, StorageCredentials, StorageKey
     from functions.domain.job import Generation, Heartbeat, JobState, new_job
     from functions.domain.jobspec import load_job_file, parse_job
     from functions.domain.labels import instance_label
@@ -189,10 +189,17 @@ def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, in
                 env={}, onstart="true",
             )  # fmt: skip
             due = i % renew_every == renew_every - 1
+            expires_at = clock() + (spec.policy.lease_window_s if due else ttl)
             credentials = StorageCredentials(
-                access_key_id=f"k{i}", secret_access_key="s", session_token="t",  # noqa: S106
-                expires_at=clock() + (spec.policy.lease_window_s if due else ttl),
-                endpoint="https://r2.sim", bucket=BUCKET, prefix=f"jobs/{job_id}/",
+                endpoint="https://r2.sim", bucket=BUCKET,
+                read=StorageKey(
+                    access_key_id=f"r{i}", secret_access_key="s", session_token="t",  # noqa: S106
+                    expires_at=expires_at, prefix=f"jobs/{job_id}/",
+                ),
+                write=StorageKey(
+                    access_key_id=f"w{i}", secret_access_key="s", session_token="t",  # noqa: S106
+                    expires_at=expires_at, prefix=f"jobs/{job_id}/g1/",
+                ),
             )  # fmt: skip
             usd_per_hour = float(offer["dph_base"]) + float(offer["storage_cost"]) * 10 / 720
             generation = Generation(

@@ -24,6 +24,8 @@ IDEMPOTENCY_TTL_ENV = "TETHER_IDEMPOTENCY_TTL_S"
 VAST_SECRET_ARN_ENV = "TETHER_VAST_SECRET_ARN"  # noqa: S105 (a name, not a secret)
 CLOUDFLARE_SECRET_ARN_ENV = "TETHER_CLOUDFLARE_SECRET_ARN"  # noqa: S105 (a name, not a secret)
 VAST_BASE_URL_ENV = "TETHER_VAST_BASE_URL"
+VAST_DEADLINE_ENV = "TETHER_VAST_DEADLINE_S"
+VAST_TIMEOUT_ENV = "TETHER_VAST_TIMEOUT_S"
 CLOUDFLARE_BASE_URL_ENV = "TETHER_CLOUDFLARE_BASE_URL"
 R2_ENDPOINT_ENV = "TETHER_R2_ENDPOINT"
 ARTIFACTS_BUCKET_ENV = "TETHER_ARTIFACTS_BUCKET"
@@ -104,6 +106,12 @@ class _ProviderSettings(_Settings):
         description="Default: https://<account_id>.r2.cloudflarestorage.com",
     )
     monitor_interval_s: float = Field(default=60, alias=MONITOR_INTERVAL_ENV, gt=0)
+    vast_deadline_s: float = Field(
+        default=30, alias=VAST_DEADLINE_ENV, gt=0, description="How long one Vast call retries."
+    )
+    vast_timeout_s: float = Field(
+        default=20, alias=VAST_TIMEOUT_ENV, gt=0, description="One Vast request's timeout."
+    )
 
 
 class MonitorSettings(_ProviderSettings):
@@ -113,6 +121,11 @@ class MonitorSettings(_ProviderSettings):
 
 
 class LifecycleSettings(_ProviderSettings):
+    # Shorter than the monitor's: the state machine retries a failed call itself, and the
+    # provision step must fit its worst case in the function's timeout
+    # (functions/lifecycle/provision.py, "The step's time budget").
+    vast_deadline_s: float = Field(default=20, alias=VAST_DEADLINE_ENV, gt=0)
+    vast_timeout_s: float = Field(default=10, alias=VAST_TIMEOUT_ENV, gt=0)
     artifacts_bucket: str = Field(alias=ARTIFACTS_BUCKET_ENV, min_length=3, max_length=63)
     api_url: str = Field(alias=API_URL_ENV, pattern=r"^https?://")
     job_events_topic_arn: str | None = Field(

@@ -85,19 +85,27 @@ def timeline_printer(console: Console) -> Any:
     return timeline
 
 
+MOTO_INTERPRETER_LOGGER = "moto.stepfunctions.parser"
+
+
 @contextlib.contextmanager
 def _quiet_functions() -> Any:
     """The in-process handlers log JSON lines and print EMF metrics to stdout; the demo shows
-    its own timeline instead."""
+    its own timeline instead. moto's Step Functions interpreter logs every failed execution as
+    an error with its whole state; the timeline says which step failed and why."""
     from functions.observability import logger
 
     previous = logger.log_level
     logger.setLevel(logging.WARNING)
+    interpreter = logging.getLogger(MOTO_INTERPRETER_LOGGER)
+    interpreter_level = interpreter.level
+    interpreter.setLevel(logging.CRITICAL)
     try:
         with contextlib.redirect_stdout(io.StringIO()) as sink:
             yield sink
     finally:
         logger.setLevel(previous)
+        interpreter.setLevel(interpreter_level)
 
 
 def _print_summary(console: Console, summary: Any) -> None:

@@ -46,14 +46,15 @@ class BillingSample(_Frozen):
 
 
 class CheckpointFacts(_Frozen):
-    """One `checkpoints/<step>-g<gen>/` directory in the S3 stand-in."""
+    """One `g<gen>/checkpoints/<step>/` directory in the S3 stand-in."""
 
-    prefix: str = Field(description="jobs/<id>/checkpoints/<step>-g<gen>/")
+    prefix: str = Field(description="jobs/<id>/g<gen>/checkpoints/<step>/")
     step: int
     generation: int
     has_manifest: bool
     verified: bool = Field(description="Manifest parses; every file's size and sha256 match.")
     written_at: float | None = Field(default=None, description="The manifest's time.")
+    manifest_sha256: str | None = Field(default=None, description="Of the manifest's bytes.")
 
 
 class Restore(_Frozen):
@@ -62,6 +63,24 @@ class Restore(_Frozen):
     generation: int
     step: int
     manifest_key: str
+    manifest_sha256: str | None = None
+
+
+class Recorded(_Frozen):
+    """A checkpoint the control plane recorded, as a generation was given it to restore."""
+
+    step: int
+    generation: int
+    manifest_key: str
+    manifest_sha256: str | None = None
+
+
+class KeyFacts(_Frozen):
+    """The scope of a storage key a host holds, as the Cloudflare simulator minted it."""
+
+    permission: str
+    prefixes: tuple[str, ...]
+    expires_at: float
 
 
 class Evidence(_Frozen):
@@ -71,7 +90,14 @@ class Evidence(_Frozen):
     billing_samples: tuple[BillingSample, ...]
     checkpoints: tuple[CheckpointFacts, ...]
     restores: tuple[Restore, ...]
+    restore_candidates: Mapping[int, tuple[Recorded, ...]] = Field(
+        default_factory=dict,
+        description="Generation → the recorded checkpoints it was given (its environment).",
+    )
     host_envs: Mapping[int, Mapping[str, str]]
+    key_scopes: Mapping[str, KeyFacts] = Field(
+        default_factory=dict, description="Access key id → its scope, for keys still live."
+    )
     account_secrets: tuple[str, ...]
     bad_input_statuses: Mapping[str, int] = Field(
         description="A bad request of each kind → the HTTP status it got."
@@ -128,12 +154,30 @@ def one_billing_instance(e: Evidence) -> Check:
 
 
 def no_bad_checkpoint_restored(e: Evidence) -> Check:
-    """2. A half-written or corrupt checkpoint is never restored; nor one written by a
-    generation after it was replaced (a zombie's late checkpoint)."""
+    """2. A half-written or corrupt checkpoint is never restored; nor one the control plane did
+    not record (a generation restores only what it was given), nor one written by a generation
+    after it was replaced (a zombie's late checkpoint)."""
     by_prefix = {c.prefix: c for c in e.checkpoints}
     ended = {g.generation: g.ended_at for g in e.generations}
+    for generation, given in e.restore_candidates.items():
+        for candidate in given:
+            if candidate.generation >= generation:
+                return _fail(
+                    f"g{generation} was given {candidate.manifest_key} of g{candidate.generation}"
+                )
     for restore in e.restores:
         prefix = restore.manifest_key.rsplit("/", 1)[0] + "/"
+        given = e.restore_candidates.get(restore.generation, ())
+        recorded = next((c for c in given if c.manifest_key == restore.manifest_key), None)
+        if recorded is None:
+            return _fail(f"g{restore.generation} restored {prefix}, which was never recorded")
+        if recorded.manifest_sha256 is None or (
+            restore.manifest_sha256 != recorded.manifest_sha256
+        ):
+            return _fail(
+                f"g{restore.generation} restored {prefix} with a manifest sha256 other than "
+                "the recorded one"
+            )
         found = by_prefix.get(prefix)
         if found is None:
             return _fail(f"g{restore.generation} restored {prefix}, never seen complete")
@@ -141,6 +185,8 @@ def no_bad_checkpoint_restored(e: Evidence) -> Check:
             return _fail(f"g{restore.generation} restored {prefix}, which has no manifest")
         if not found.verified:
             return _fail(f"g{restore.generation} restored {prefix}, which does not verify")
+        if found.manifest_sha256 is not None and found.manifest_sha256 != recorded.manifest_sha256:
+            return _fail(f"g{restore.generation} restored {prefix}, whose manifest changed")
         end = ended.get(found.generation)
         if end is not None and found.written_at is not None and found.written_at > end:
             return _fail(
@@ -148,7 +194,25 @@ def no_bad_checkpoint_restored(e: Evidence) -> Check:
                 "was replaced"
             )
     incomplete = sum(1 for c in e.checkpoints if not c.has_manifest or not c.verified)
-    return _ok(f"{len(e.restores)} restore(s), all verified ({incomplete} incomplete left alone)")
+    return _ok(
+        f"{len(e.restores)} restore(s), each of a recorded, verified checkpoint "
+        f"({incomplete} incomplete or unverifiable left alone)"
+    )
+
+
+def result_checkpoint(
+    checkpoints: Sequence[CheckpointFacts], generations: Sequence[Generation]
+) -> CheckpointFacts | None:
+    """The job's result as invariant 8 compares it: the highest verified checkpoint written
+    while its generation was live (a zombie's late one, however valid, is not the job's)."""
+    ended = {g.generation: g.ended_at for g in generations}
+
+    def live_when_written(c: CheckpointFacts) -> bool:
+        end = ended.get(c.generation)
+        return end is None or c.written_at is None or c.written_at <= end
+
+    ours = [c for c in checkpoints if c.verified and live_when_written(c)]
+    return max(ours, key=lambda c: (c.step, c.generation), default=None)
 
 
 def instances_end_with_generation(e: Evidence) -> Check:
@@ -208,7 +272,8 @@ def bad_input_refused(e: Evidence) -> Check:
 
 
 def hosts_hold_job_scoped_credentials(e: Evidence) -> Check:
-    """6. A rented host holds only job-scoped, expiring credentials."""
+    """6. A rented host holds only job-scoped, expiring credentials: a read-only key on the
+    job's prefix and a read-write key on its own generation's prefix, both expiring."""
     prefix = job_prefix(e.job.job_id)
     for instance_id, env in e.host_envs.items():
         for secret in e.account_secrets:
@@ -216,9 +281,24 @@ def hosts_hold_job_scoped_credentials(e: Evidence) -> Check:
                 return _fail(f"host {instance_id} holds an account-wide secret")
         if env.get("TETHER_S3_PREFIX") != prefix:
             return _fail(f"host {instance_id}: storage prefix {env.get('TETHER_S3_PREFIX')!r}")
-        if not env.get("TETHER_S3_CREDENTIALS_EXPIRE_AT"):
-            return _fail(f"host {instance_id}: storage credentials without an expiry")
-    return _ok(f"{len(e.host_envs)} host(s), job-scoped and expiring keys only")
+        for expiry in ("TETHER_S3_CREDENTIALS_EXPIRE_AT", "TETHER_S3_WRITE_CREDENTIALS_EXPIRE_AT"):
+            if not env.get(expiry):
+                return _fail(f"host {instance_id}: storage credentials without {expiry}")
+        own = f"{prefix}g{env.get('TETHER_GENERATION', '?')}/"
+        for name, permission, scope in (
+            ("TETHER_S3_ACCESS_KEY_ID", "object-read-only", (prefix,)),
+            ("TETHER_S3_WRITE_ACCESS_KEY_ID", "object-read-write", (own,)),
+        ):
+            found = e.key_scopes.get(env.get(name, ""))
+            if found is not None and (found.permission, found.prefixes) != (permission, scope):
+                return _fail(
+                    f"host {instance_id}: {name} is {found.permission} on {found.prefixes}, "
+                    f"not {permission} on {scope}"
+                )
+    return _ok(
+        f"{len(e.host_envs)} host(s), each a read-only key on the job and a read-write key on "
+        "its own generation, expiring"
+    )
 
 
 def rented_once_per_generation(e: Evidence) -> Check:
@@ -324,8 +404,11 @@ __all__ = [
     "Fault",
     "GenerationProgress",
     "Incident",
+    "KeyFacts",
     "LedgerFacts",
+    "Recorded",
     "Restore",
     "check_invariants",
     "incidents",
+    "result_checkpoint",
 ]

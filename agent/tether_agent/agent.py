@@ -3,7 +3,7 @@
 Exit codes (`ExitCode`): 0 training finished; the training command's own non-zero status is
 passed through (128+N when a signal N killed it); 2 bad configuration; 10 lease expired (the
 supervisor went silent); 11 stopped by a `stop` command; 12 superseded by a newer generation;
-13 checkpoint storage unreadable at restore.
+13 checkpoint storage unreadable at restore (no recorded checkpoint could even be judged).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from enum import IntEnum
 from pathlib import Path
 from types import FrameType
 
-from tether_agent.checkpoints import MIB
+from tether_agent.checkpoints import MIB, generation_prefix
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
 from tether_agent.logs import LogShipper, TeeLog
@@ -28,9 +28,12 @@ from tether_agent.protocol import (
     Command,
     HeartbeatRequest,
     Phase,
+    RestoreReport,
+    SkippedCheckpoint,
     StorageCredentials,
+    StorageKey,
 )
-from tether_agent.restore import Restored, RestoreError, restore_latest
+from tether_agent.restore import Restored, parse_candidates, restore_latest
 from tether_agent.runner import RotatingLog, TrainingProcess
 from tether_agent.settings import AgentSettings, Tuning
 from tether_agent.storage import (
@@ -39,6 +42,7 @@ from tether_agent.storage import (
     Storage,
     StorageError,
     TransferCancelled,
+    TransferStats,
 )
 from tether_agent.storage_credentials import Credentials, CredentialStore
 from tether_agent.uploader import CheckpointUploader
@@ -51,7 +55,17 @@ SECRET_VARS = (
     "TETHER_S3_ACCESS_KEY_ID",
     "TETHER_S3_SECRET_ACCESS_KEY",
     "TETHER_S3_SESSION_TOKEN",
+    "TETHER_S3_WRITE_ACCESS_KEY_ID",
+    "TETHER_S3_WRITE_SECRET_ACCESS_KEY",
+    "TETHER_S3_WRITE_SESSION_TOKEN",
 )
+
+
+RESTORE_CHECKPOINTS_VAR = "TETHER_RESTORE_CHECKPOINTS"
+
+
+def _reasons(report: RestoreReport) -> str:
+    return "; ".join(f"{s.manifest_key}: {s.reason}" for s in report.skipped)
 
 
 class ExitCode(IntEnum):
@@ -80,7 +94,19 @@ class Agent:
         self.restored: Restored | None = None
         self._command: tuple[Command, str | None] | None = None
         self._wake = threading.Event()
+        # Two keys: read-only on the job's prefix (restore), read-write on this generation's
+        # own prefix (checkpoints, logs). `self.storage` writes, `self.reader` restores.
         self.credentials = CredentialStore(
+            Credentials(
+                access_key_id=settings.s3_write_access_key_id,
+                secret_access_key=settings.s3_write_secret_access_key,
+                session_token=settings.s3_write_session_token,
+                expires_at=settings.s3_write_credentials_expire_at,
+                endpoint=settings.s3_endpoint,
+                bucket=settings.s3_bucket,
+            )
+        )
+        self.read_credentials = CredentialStore(
             Credentials(
                 access_key_id=settings.s3_access_key_id,
                 secret_access_key=settings.s3_secret_access_key,
@@ -91,16 +117,12 @@ class Agent:
             )
         )
         limit = tuning.bandwidth_limit_mb_s
-        self.storage = Storage(
-            self.credentials,
-            settings.s3_prefix,
-            concurrency=tuning.upload_concurrency,
-            part_size=tuning.part_size_mb * MIB,
-            limiter=RateLimiter(limit * 1e6 if limit else None),
-            nice=tuning.upload_nice,
-            backoff_s=min(1.0, settings.heartbeat_interval_s),
-            credential_wait_s=max(4 * settings.heartbeat_interval_s, 1.0),
+        limiter = RateLimiter(limit * 1e6 if limit else None)
+        self.storage = self._storage(self.credentials, limiter, TransferStats(), None)
+        self.reader = self._storage(
+            self.read_credentials, limiter, self.storage.stats, self.storage.cancel
         )
+        self.restore_report: RestoreReport | None = None
         self.progress_file = settings.progress_file or settings.work_dir / "progress.json"
         self.uploader = CheckpointUploader(
             self.storage,
@@ -137,6 +159,29 @@ class Agent:
         )
         self.training: TrainingProcess | None = None
 
+    def _storage(
+        self,
+        store: CredentialStore,
+        limiter: RateLimiter,
+        stats: TransferStats,
+        cancel: threading.Event | None,
+    ) -> Storage:
+        """A `Storage` on the job's prefix with one of the two keys; both share the bandwidth
+        cap, the transfer counts and the cancel event."""
+        s, tuning = self.settings, self.tuning
+        return Storage(
+            store,
+            s.s3_prefix,
+            concurrency=tuning.upload_concurrency,
+            part_size=tuning.part_size_mb * MIB,
+            limiter=limiter,
+            nice=tuning.upload_nice,
+            backoff_s=min(1.0, s.heartbeat_interval_s),
+            credential_wait_s=max(4 * s.heartbeat_interval_s, 1.0),
+            cancel=cancel,
+            stats=stats,
+        )
+
     # -- callbacks from other threads -------------------------------------------------------
 
     def _heartbeat_request(self) -> HeartbeatRequest:
@@ -148,13 +193,23 @@ class Agent:
             step=current_step(s.checkpoint_dir, s.marker, self.progress_file),
             last_checkpoint=self.uploader.last,
             restored_checkpoint=self.restored.ref if self.restored else None,
+            restore=self.restore_report,
             gpu=self.gpu.current(),
             exit_code=self.exit_code,
             bytes_downloaded=self.storage.stats.bytes_downloaded,
             bytes_uploaded=self.storage.stats.bytes_uploaded,
             agent_time=time.time(),
-            credentials_expire_at=self.credentials.current().expires_at,
+            credentials_expire_at=self._credentials_expire_at(),
         )
+
+    def _credentials_expire_at(self) -> float | None:
+        """When the first of the two keys expires (None: neither says)."""
+        found = [
+            c.expires_at
+            for c in (self.credentials.current(), self.read_credentials.current())
+            if c.expires_at is not None
+        ]
+        return min(found) if found else None
 
     def _on_command(self, command: Command, reason: str | None) -> None:
         if self._command is None:
@@ -165,35 +220,40 @@ class Agent:
         self._wake.set()
 
     def _on_credentials(self, new: StorageCredentials) -> None:
-        if new.prefix != self.settings.s3_prefix:
+        s = self.settings
+        expected = (s.s3_prefix, generation_prefix(s.s3_prefix, s.generation))
+        if (new.read.prefix, new.write.prefix) != expected:
             log.warning(
-                "credentials for prefix %s ignored (job prefix %s)",
-                new.prefix,
-                self.settings.s3_prefix,
-            )
+                "credentials for prefixes %s, %s ignored (expected %s, %s)",
+                new.read.prefix, new.write.prefix, *expected,
+            )  # fmt: skip
             return
-        self.credentials.offer(
-            Credentials(
-                access_key_id=new.access_key_id,
-                secret_access_key=new.secret_access_key,
-                session_token=new.session_token,
-                expires_at=new.expires_at,
-                endpoint=new.endpoint,
-                bucket=new.bucket,
-            )
+        for store, key in ((self.read_credentials, new.read), (self.credentials, new.write)):
+            store.offer(self._credentials_of(key, new))
+
+    def _credentials_of(self, key: StorageKey, new: StorageCredentials) -> Credentials:
+        return Credentials(
+            access_key_id=key.access_key_id,
+            secret_access_key=key.secret_access_key,
+            session_token=key.session_token,
+            expires_at=key.expires_at,
+            endpoint=new.endpoint,
+            bucket=new.bucket,
         )
 
     def _secret_values(self) -> list[str]:
         """Everything secret this agent holds: scrubbed from the shipped log."""
         s = self.settings
-        creds = self.credentials.current()
+        held = (self.credentials.current(), self.read_credentials.current())
         return [
             s.agent_token,
             s.container_api_key,
             s.s3_secret_access_key,
             s.s3_session_token,
-            creds.secret_access_key,
-            creds.session_token,
+            s.s3_write_secret_access_key,
+            s.s3_write_session_token,
+            *(c.secret_access_key for c in held),
+            *(c.session_token for c in held),
         ]
 
     def _ship_rest_of_log(self) -> None:
@@ -230,21 +290,15 @@ class Agent:
             self._ship_rest_of_log()
             self.uploader.close()
             self.storage.close()
+            self.reader.close()
 
     def _run(self) -> int:
         self._set_phase("restoring")
-        try:
-            self.restored = restore_latest(
-                self.storage, self.settings.generation, self.settings.checkpoint_dir,
-                self.tuning.file_concurrency,
-            )  # fmt: skip
-        except (RestoreError, StorageError) as exc:
-            if self._command is None:
-                log.error("restore failed: %s", exc)
-                self.exit_code = None
-                self._set_phase("failed")
-                self.heartbeater.stop(final=True)
-                return ExitCode.STORAGE_FAILED
+        if not self._restore() and self._command is None:
+            self.exit_code = None
+            self._set_phase("failed")
+            self.heartbeater.stop(final=True)
+            return ExitCode.STORAGE_FAILED
         if self.restored:
             self.uploader.already_remote(self.restored.ref.step, self.restored.ref)
         if self._command or self.lease.expired():
@@ -288,6 +342,35 @@ class Agent:
             code = self.training.poll()
             if code is not None:
                 return self._finish(code)
+
+    def _restore(self) -> bool:
+        """Restore the newest usable recorded checkpoint; False when storage could not be read
+        at all. A bad candidate never fails it: it is skipped and reported in the heartbeats."""
+        s = self.settings
+        candidates, unreadable = parse_candidates(s.restore_checkpoints)
+        try:
+            result = restore_latest(
+                self.reader, candidates, s.generation, s.checkpoint_dir,
+                self.tuning.file_concurrency,
+            )  # fmt: skip
+        except TransferCancelled:
+            return True  # told to stop meanwhile: the command decides what happens next
+        report = result.report
+        if unreadable:  # said once, as a skip of the whole list
+            skip = SkippedCheckpoint(manifest_key=RESTORE_CHECKPOINTS_VAR, reason=unreadable)
+            report = report.model_copy(update={"skipped": [skip]})
+        self.restored = result.restored
+        self.restore_report = report
+        if report.outcome == "unreadable":
+            log.error("restore failed: storage could not be read (%s)", _reasons(report))
+            return False
+        if report.skipped:
+            self.log_shipper.note(
+                f"restore skipped {len(report.skipped)} recorded checkpoint(s): {_reasons(report)}"
+            )
+        if result.restored is None and report.candidates:
+            self.log_shipper.note("no recorded checkpoint was usable: starting from scratch")
+        return True
 
     def _finish(self, code: int) -> int:
         """Training ended on its own: upload what it marked, report, exit with its status."""

@@ -1,20 +1,28 @@
-"""Checkpoint layout and rules, pure (no I/O): keys, manifests, which checkpoint to restore.
+"""Checkpoint layout and rules, pure (no I/O): keys, manifests, which checkpoints to restore.
 
 Remote layout (DESIGN §3), under the job prefix `jobs/<job_id>/`::
 
-    checkpoints/<step zero-padded to 12>-g<generation>/<files…>
-    checkpoints/<step zero-padded to 12>-g<generation>/manifest.json   (written last)
+    g<generation>/checkpoints/<step zero-padded to 12>/<files…>
+    g<generation>/checkpoints/<step zero-padded to 12>/manifest.json   (written last)
 
-A checkpoint exists only once its manifest exists.
+A generation writes only under its own `g<generation>/` (its read-write key reaches nothing
+else) and reads the job's prefix (a read-only key). A checkpoint exists only once its manifest
+exists.
 
-Restore rule, exactly: consider every `checkpoints/<step>-g<gen>/` directory whose generation
-`gen` is ≤ the agent's own generation (a directory from a newer generation means this agent is a
-zombie; it never reads, trusts or deletes those). Try them in order of step descending, then
-generation descending (at equal steps the newer generation wins: it is the one that was current
-when it was written, an older generation's copy can only come from a superseded zombie). The
-first one whose manifest exists, parses, names the same step and generation as its directory,
-and whose every file downloads with the listed size and sha256, is restored. Any failure falls
-back to the next candidate; no candidate means a fresh start.
+Restore rule, exactly: the agent does not look for checkpoints; it restores only the ones the
+control plane recorded from heartbeats of the then-current generation, which it is given at
+start (newest first, `TETHER_RESTORE_CHECKPOINTS`), and tries them in that order. A candidate
+is skipped, with the reason reported in a heartbeat, when anything about it is wrong: it carries
+no recorded sha256, it is of this generation or a newer one, its manifest key is not where the
+layout puts its step and generation (`candidate_problem`); the manifest is missing, larger than
+`MAX_MANIFEST_BYTES`, its bytes do not hash to the recorded sha256, it does not parse, it names
+another step or generation, a path outside its directory, a duplicate, or too many files
+(`manifest_problem`); a listed file is missing or has another size in the bucket, the files do
+not fit on the disk, or a download does not match its size and sha256. Any exception at all on a
+candidate is a skip; no usable candidate means a fresh start.
+
+Retention: a generation deletes only its own checkpoints (`retention_victims`), the older ones
+beyond `keep_last`; older generations' checkpoints are out of its reach and stay.
 
 Local layout: the training script saves each checkpoint as a subdirectory of the checkpoint dir
 and writes the marker file into it last. The step is the last number in the subdirectory's name
@@ -32,6 +40,8 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tether_agent.protocol import CheckpointRef
+
 MANIFEST_NAME = "manifest.json"
 STEP_DIGITS = 12
 MIB = 1024 * 1024
@@ -39,7 +49,11 @@ MIN_PART = 5 * MIB  # R2 / S3: every part but the last at least 5 MiB
 MAX_PART = 5 * 1024 * MIB
 MAX_PARTS = 10_000
 
-_REMOTE_DIR = re.compile(rf"^(\d{{{STEP_DIGITS}}})-g(\d+)$")
+MAX_MANIFEST_BYTES = 16 * MIB  # a manifest of 100,000 files is about 15 MiB
+MAX_MANIFEST_FILES = 100_000
+
+_STEP_DIR = re.compile(rf"^(\d{{{STEP_DIGITS}}})$")
+_MANIFEST_KEY = re.compile(rf"^g([1-9]\d{{0,8}})/checkpoints/(\d{{{STEP_DIGITS}}})/manifest\.json$")
 _LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
 
@@ -64,37 +78,62 @@ class Manifest(BaseModel):
         return sum(f.size for f in self.files)
 
 
+def generation_prefix(prefix: str, generation: int) -> str:
+    """`jobs/<job_id>/g<generation>/`: all a generation may write."""
+    return f"{prefix}g{generation}/"
+
+
+def checkpoints_prefix(prefix: str, generation: int) -> str:
+    return f"{generation_prefix(prefix, generation)}checkpoints/"
+
+
 @dataclass(frozen=True, order=True)
 class RemoteCheckpointId:
-    """One `checkpoints/<step>-g<generation>/` directory; orders by (step, generation)."""
+    """One `g<generation>/checkpoints/<step>/` directory; orders by (step, generation)."""
 
     step: int
     generation: int
 
     @property
     def dirname(self) -> str:
-        return f"{self.step:0{STEP_DIGITS}d}-g{self.generation}"
+        return f"{self.step:0{STEP_DIGITS}d}"
 
     def dir_key(self, prefix: str) -> str:
-        return f"{prefix}checkpoints/{self.dirname}/"
+        return f"{checkpoints_prefix(prefix, self.generation)}{self.dirname}/"
 
     def manifest_key(self, prefix: str) -> str:
         return self.dir_key(prefix) + MANIFEST_NAME
 
 
-def checkpoints_prefix(prefix: str) -> str:
-    return f"{prefix}checkpoints/"
+def parse_remote_dir(name: str) -> int | None:
+    """The step of a directory under a generation's `checkpoints/` (`000000000500`, with or
+    without a trailing slash); anything else → None."""
+    match = _STEP_DIR.match(name.rstrip("/"))
+    return int(match.group(1)) if match else None
 
 
-def parse_remote_dir(name: str) -> RemoteCheckpointId | None:
-    """`000000000500-g2` (with or without a trailing slash) → (500, 2); anything else → None."""
-    match = _REMOTE_DIR.match(name.rstrip("/"))
-    if not match:
+def parse_manifest_key(prefix: str, key: str) -> RemoteCheckpointId | None:
+    """The checkpoint whose manifest `key` is, under the job prefix `prefix`; else None."""
+    if not key.startswith(prefix):
         return None
-    generation = int(match.group(2))
-    if generation < 1:
-        return None
-    return RemoteCheckpointId(int(match.group(1)), generation)
+    match = _MANIFEST_KEY.match(key[len(prefix) :])
+    return RemoteCheckpointId(int(match.group(2)), int(match.group(1))) if match else None
+
+
+def candidate_problem(
+    ref: CheckpointRef, prefix: str, own_generation: int
+) -> tuple[RemoteCheckpointId | None, str | None]:
+    """The checkpoint a recorded candidate stands for, or why it cannot be tried at all."""
+    if ref.manifest_sha256 is None:
+        return None, "no recorded manifest sha256"
+    if ref.generation >= own_generation:
+        return None, f"written by g{ref.generation}, not an earlier generation"
+    cid = parse_manifest_key(prefix, ref.manifest_key)
+    if cid is None:
+        return None, "manifest key is not in the job's checkpoint layout"
+    if (cid.step, cid.generation) != (ref.step, ref.generation):
+        return None, "manifest key names another step or generation"
+    return cid, None
 
 
 def manifest_problem(manifest: Manifest, cid: RemoteCheckpointId) -> str | None:
@@ -103,9 +142,16 @@ def manifest_problem(manifest: Manifest, cid: RemoteCheckpointId) -> str | None:
     The rule every reader of a manifest applies (the restore, and the local stack's judge)."""
     if (manifest.step, manifest.generation) != (cid.step, cid.generation):
         return "manifest names another step or generation"
+    if len(manifest.files) > MAX_MANIFEST_FILES:
+        return f"manifest lists {len(manifest.files)} files (at most {MAX_MANIFEST_FILES})"
     bad = [f.path for f in manifest.files if not is_safe_relative(f.path)]
     if bad:
-        return f"unsafe path in manifest: {bad[0]}"
+        return f"unsafe path in manifest: {bad[0][:100]}"
+    paths = [PurePosixPath(f.path).as_posix() for f in manifest.files]
+    if len(set(paths)) != len(paths):
+        return "manifest lists a file twice"
+    if MANIFEST_NAME in paths:
+        return f"manifest lists a file named {MANIFEST_NAME}"
     return None
 
 
@@ -124,28 +170,20 @@ def is_safe_relative(path: str) -> bool:
     return not pure.is_absolute() and ".." not in pure.parts and "\\" not in path and bool(path)
 
 
-def restore_candidates(
-    found: list[RemoteCheckpointId], own_generation: int
-) -> list[RemoteCheckpointId]:
-    """The restore order of the module docstring: newer generations dropped, best first."""
-    eligible = {c for c in found if c.generation <= own_generation}
-    return sorted(eligible, reverse=True)
-
-
 def retention_victims(
     found: list[RemoteCheckpointId],
     complete: set[RemoteCheckpointId],
     own_generation: int,
     keep_last: int,
 ) -> list[RemoteCheckpointId]:
-    """Checkpoints to delete so the newest `keep_last` complete ones remain.
+    """This generation's checkpoints to delete so its newest `keep_last` complete ones remain.
 
-    Only directories of this generation or older are touched. Incomplete directories (no
-    manifest: killed uploads) older than the oldest kept checkpoint go too; newer incomplete
-    ones may still be in flight and stay. Nothing is deleted until `keep_last` complete ones
-    exist, so a deletion always has a newer manifest behind it.
+    Only its own directories are touched (older generations' are out of its key's reach).
+    Incomplete directories (no manifest: killed uploads) older than the oldest kept checkpoint
+    go too; newer incomplete ones may still be in flight and stay. Nothing is deleted until
+    `keep_last` complete ones exist, so a deletion always has a newer manifest behind it.
     """
-    mine = [c for c in found if c.generation <= own_generation]
+    mine = [c for c in found if c.generation == own_generation]
     kept = sorted((c for c in mine if c in complete), reverse=True)[:keep_last]
     if len(kept) < keep_last:
         return []

@@ -1,13 +1,15 @@
 """The training log, shipped to the bucket in segments so `tether logs` works from anywhere.
 
-Layout (the API lists it; `functions/api/logs_service.py` parses the same names):
+Layout (the API lists it; `functions/api/logs_service.py` parses the same keys), under the
+generation's own prefix, the only one its key may write:
 
-    jobs/<job_id>/logs/g<generation, 4 digits>-<sequence, 6 digits>.log
+    jobs/<job_id>/g<generation>/logs/<sequence, 6 digits>.log
 
-Names sort in the order they were written, across host replacements too: a newer generation's
-segments come after every segment of the one it replaced. Each segment is written once and never
-changed (R2 takes about one write per second per key), at most `segment_bytes` long, cut at a
-line break where there is one.
+The API names a segment `g<generation, 4 digits>-<sequence, 6 digits>.log`, names that sort in
+the order they were written, across host replacements too: a newer generation's segments come
+after every segment of the one it replaced. Each segment is written once and never changed (R2
+takes about one write per second per key), at most `segment_bytes` long, cut at a line break
+where there is one.
 
 Bounded: the shipper holds at most `max_buffer_bytes` in memory (when uploads fail, the oldest
 bytes are dropped and a notice says how many) and uploads at most `max_total_bytes` per
@@ -44,12 +46,12 @@ class SegmentWriter(Protocol):
     def put_bytes(self, key: str, data: bytes, content_type: str = ...) -> None: ...
 
 
-def logs_prefix(job_prefix: str) -> str:
-    return f"{job_prefix}logs/"
+def logs_prefix(job_prefix: str, generation: int) -> str:
+    return f"{job_prefix}g{generation}/logs/"
 
 
 def segment_key(job_prefix: str, generation: int, sequence: int) -> str:
-    return f"{logs_prefix(job_prefix)}g{generation:04d}-{sequence:06d}.log"
+    return f"{logs_prefix(job_prefix, generation)}{sequence:06d}.log"
 
 
 class LogShipper:

@@ -40,6 +40,8 @@ MAX_BYTES = 10**18
 MAX_EPOCH_S = 1e11  # year 5138: a clock off by centuries still fits
 MAX_MB = 1e9
 MAX_SECONDS = 1e9
+MAX_REASON = 300  # characters of one skipped candidate's reason
+MAX_RESTORE_CANDIDATES = 16  # the recorded checkpoints a generation is given, at most
 
 
 class GpuProbe(_Wire):
@@ -58,6 +60,34 @@ class CheckpointRef(_Wire):
     step: int = Field(ge=0, le=MAX_STEP)
     generation: int = Field(ge=1, le=MAX_GENERATION)
     manifest_key: str = Field(min_length=1, max_length=1024)
+    manifest_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the manifest's bytes as uploaded; the control plane records "
+        "only checkpoints that carry it, and restore trusts a manifest only if it matches.",
+    )
+
+
+class SkippedCheckpoint(_Wire):
+    """A restore candidate the agent passed over, and why (any exception on it is a skip)."""
+
+    manifest_key: str = Field(min_length=1, max_length=1024)
+    reason: str = Field(min_length=1, max_length=MAX_REASON)
+
+
+class RestoreReport(_Wire):
+    """How the agent's restore went, sent in every heartbeat once it is over.
+
+    `restored`: a recorded checkpoint verified and was restored (after skipping `skipped`);
+    `fresh`: none was usable (or none was recorded), training starts from scratch;
+    `unreadable`: storage could not be read, so no candidate could be judged (the agent fails
+    the generation rather than throw the recorded work away)."""
+
+    outcome: Literal["restored", "fresh", "unreadable"]
+    candidates: int = Field(ge=0, le=MAX_RESTORE_CANDIDATES)
+    skipped: list[SkippedCheckpoint] = Field(
+        default_factory=list, max_length=MAX_RESTORE_CANDIDATES
+    )
 
 
 class HeartbeatRequest(_Wire):
@@ -67,6 +97,9 @@ class HeartbeatRequest(_Wire):
     step: int | None = Field(default=None, ge=0, le=MAX_STEP)
     last_checkpoint: CheckpointRef | None = None
     restored_checkpoint: CheckpointRef | None = None
+    restore: RestoreReport | None = Field(
+        default=None, description="How the restore went; None until it is over."
+    )
     gpu: GpuProbe
     exit_code: int | None = Field(default=None, ge=-255, le=255)
     bytes_downloaded: int = Field(default=0, ge=0, le=MAX_BYTES)
@@ -80,14 +113,28 @@ class HeartbeatRequest(_Wire):
     )
 
 
-class StorageCredentials(_Wire):
+class StorageKey(_Wire):
+    """One R2 temporary credential: one permission on one prefix, until `expires_at`."""
+
     access_key_id: str = Field(min_length=1)
     secret_access_key: str = Field(min_length=1)
     session_token: str
     expires_at: float
+    prefix: str = Field(min_length=1, description="The only keys it reaches.")
+
+
+class StorageCredentials(_Wire):
+    """A generation's two keys (R2 temporary credentials carry one permission each)."""
+
     endpoint: str = Field(min_length=1)
     bucket: str = Field(min_length=1)
-    prefix: str = Field(min_length=1, description="jobs/<job_id>/")
+    read: StorageKey = Field(description="object-read-only on jobs/<job_id>/")
+    write: StorageKey = Field(description="object-read-write on jobs/<job_id>/g<generation>/")
+
+    @property
+    def expires_at(self) -> float:
+        """When the first of the two stops working."""
+        return min(self.read.expires_at, self.write.expires_at)
 
 
 class HeartbeatReply(_Wire):

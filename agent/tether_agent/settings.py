@@ -54,6 +54,23 @@ class AgentSettings(BaseModel):
     s3_credentials_expire_at: float | None = Field(
         default=None, alias="TETHER_S3_CREDENTIALS_EXPIRE_AT", gt=0
     )
+    # The read-write key on jobs/<job_id>/g<generation>/ (the one above is read-only on the
+    # job's prefix): checkpoints and log segments go up with it.
+    s3_write_access_key_id: str = Field(alias="TETHER_S3_WRITE_ACCESS_KEY_ID", min_length=1)
+    s3_write_secret_access_key: str = Field(
+        alias="TETHER_S3_WRITE_SECRET_ACCESS_KEY", min_length=1, repr=False
+    )
+    s3_write_session_token: str = Field(
+        default="", alias="TETHER_S3_WRITE_SESSION_TOKEN", repr=False
+    )
+    s3_write_credentials_expire_at: float | None = Field(
+        default=None, alias="TETHER_S3_WRITE_CREDENTIALS_EXPIRE_AT", gt=0
+    )
+    # The recorded checkpoints it may restore, newest first: a JSON list, read by the restore
+    # (which turns an unreadable list into a reported fresh start, never a failed start).
+    restore_checkpoints: str | None = Field(
+        default=None, alias="TETHER_RESTORE_CHECKPOINTS", max_length=64 * 1024
+    )
     lease_expires_at: float | None = Field(default=None, alias="TETHER_LEASE_EXPIRES_AT", gt=0)
     heartbeat_interval_s: float = Field(
         default=15, alias="TETHER_HEARTBEAT_INTERVAL_S", gt=0, le=3600

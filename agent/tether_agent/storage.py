@@ -136,7 +136,10 @@ def _error_code(exc: ClientError) -> str:
 
 
 class Storage:
-    """Everything the agent does with the bucket, under the job's prefix."""
+    """Everything the agent does with the bucket, under the job's prefix `prefix`, with the
+    credentials of `store`: the agent holds two, one per key (the read-only key on the job's
+    prefix restores; the read-write key on its generation's prefix uploads checkpoints and
+    logs), sharing the cancel event and the transfer counts."""
 
     def __init__(
         self,
@@ -151,12 +154,13 @@ class Storage:
         backoff_s: float = 0.5,
         credential_wait_s: float = 60.0,
         cancel: threading.Event | None = None,
+        stats: TransferStats | None = None,
     ) -> None:
         self.store = store
         self.prefix = prefix
         self.part_size = part_size
         self.limiter = limiter or RateLimiter(None)
-        self.stats = TransferStats()
+        self.stats = stats or TransferStats()
         self.cancel = cancel or threading.Event()
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
@@ -233,18 +237,35 @@ class Storage:
 
     # -- listing ---------------------------------------------------------------------------
 
-    def list_checkpoints(self) -> list[RemoteCheckpointId]:
+    def list_checkpoints(self, generation: int) -> list[RemoteCheckpointId]:
+        """The checkpoint directories of `generation` (complete or not)."""
+        root = checkpoints_prefix(self.prefix, generation)
         found: list[RemoteCheckpointId] = []
-        for common in self._list(checkpoints_prefix(self.prefix), delimiter="/"):
-            cid = parse_remote_dir(common.removeprefix(checkpoints_prefix(self.prefix)))
-            if cid:
-                found.append(cid)
+        for common in self._list(root, delimiter="/"):
+            step = parse_remote_dir(common.removeprefix(root))
+            if step is not None:
+                found.append(RemoteCheckpointId(step, generation))
         return found
+
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        """Every key under `prefix` with its size."""
+        return dict(self._list_objects(prefix))
 
     def list_keys(self, prefix: str) -> list[str]:
         return list(self._list(prefix, delimiter=None))
 
     def _list(self, prefix: str, delimiter: str | None) -> Iterator[str]:
+        if delimiter is None:
+            yield from (key for key, _ in self._list_objects(prefix))
+            return
+        for page in self._pages(prefix, delimiter):
+            yield from (p["Prefix"] for p in page.get("CommonPrefixes", []))
+
+    def _list_objects(self, prefix: str) -> Iterator[tuple[str, int]]:
+        for page in self._pages(prefix, None):
+            yield from ((o["Key"], int(o.get("Size", 0))) for o in page.get("Contents", []))
+
+    def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:
 
@@ -256,11 +277,8 @@ class Storage:
                     kwargs["ContinuationToken"] = token
                 return client.list_objects_v2(**kwargs)
 
-            reply = self.call(f"list {prefix}", page)
-            if delimiter:
-                yield from (p["Prefix"] for p in reply.get("CommonPrefixes", []))
-            else:
-                yield from (o["Key"] for o in reply.get("Contents", []))
+            reply: dict[str, Any] = self.call(f"list {prefix}", page)
+            yield reply
             token = reply.get("NextContinuationToken")
             if not reply.get("IsTruncated") or not token:
                 return
@@ -297,10 +315,13 @@ class Storage:
         data = self.get_bytes(cid.manifest_key(self.prefix))
         return Manifest.model_validate_json(data) if data is not None else None
 
-    def put_manifest(self, cid: RemoteCheckpointId, manifest: Manifest) -> str:
+    def put_manifest(self, cid: RemoteCheckpointId, manifest: Manifest) -> tuple[str, str]:
+        """Write the manifest (last: now the checkpoint exists); its key and the sha256 of the
+        bytes written, which the control plane records and a restore checks."""
         key = cid.manifest_key(self.prefix)
-        self.put_bytes(key, manifest.model_dump_json(indent=1).encode(), "application/json")
-        return key
+        data = manifest.model_dump_json(indent=1).encode()
+        self.put_bytes(key, data, "application/json")
+        return key, hashlib.sha256(data).hexdigest()
 
     def delete_checkpoint(self, cid: RemoteCheckpointId) -> None:
         """Manifest first: a half-deleted checkpoint must already count as nonexistent."""

@@ -1,4 +1,5 @@
-"""Uploads each marked local checkpoint, then applies retention.
+"""Uploads each marked local checkpoint under this generation's prefix, then applies retention
+to this generation's checkpoints only.
 
 Watching uses inotify through watchdog (a polling observer where inotify is unavailable) plus a
 slow periodic rescan as a safety net, so an idle agent sleeps. A checkpoint directory is never
@@ -159,8 +160,8 @@ class CheckpointUploader:
     def _upload_checkpoint(self, step: int, path: Path) -> CheckpointRef | None:
         cid = RemoteCheckpointId(step, self.generation)
         files = sorted(p for p in path.rglob("*") if p.is_file())
-        log.info("uploading checkpoint %s (%d files) as %s", path.name, len(files), cid.dirname)
         base = cid.dir_key(self.storage.prefix)
+        log.info("uploading checkpoint %s (%d files) to %s", path.name, len(files), base)
         relative = [f.relative_to(path).as_posix() for f in files]
         if MANIFEST_NAME in relative:
             log.error("%s contains a file named %s; skipped", path, MANIFEST_NAME)
@@ -190,9 +191,11 @@ class CheckpointUploader:
                 for rel, (size, sha) in zip(relative, results, strict=True)
             ],
         )
-        key = self.storage.put_manifest(cid, manifest)  # last: now the checkpoint exists
+        key, sha256 = self.storage.put_manifest(cid, manifest)  # last: now it exists
         self._done_steps.add(step)
-        return CheckpointRef(step=step, generation=self.generation, manifest_key=key)
+        return CheckpointRef(
+            step=step, generation=self.generation, manifest_key=key, manifest_sha256=sha256
+        )
 
     def _after_upload(self, ref: CheckpointRef, path: Path) -> None:
         self.last = ref
@@ -207,20 +210,23 @@ class CheckpointUploader:
             self._prune_local(keep=path)
 
     def apply_retention(self) -> list[RemoteCheckpointId]:
-        root = checkpoints_prefix(self.storage.prefix)
+        """Delete this generation's checkpoints beyond the newest `keep_last` complete ones.
+        Older generations' checkpoints are outside this generation's key and stay."""
+        root = checkpoints_prefix(self.storage.prefix, self.generation)
         found: set[RemoteCheckpointId] = set()
         complete: set[RemoteCheckpointId] = set()
         for key in self.storage.list_keys(root):
             dirname, _, rest = key.removeprefix(root).partition("/")
-            cid = parse_remote_dir(dirname)
-            if cid is None:
+            step = parse_remote_dir(dirname)
+            if step is None:
                 continue
+            cid = RemoteCheckpointId(step, self.generation)
             found.add(cid)
             if rest == MANIFEST_NAME:
                 complete.add(cid)
         victims = retention_victims(list(found), complete, self.generation, self.keep_last)
         for cid in victims:
-            log.info("retention: deleting remote checkpoint %s", cid.dirname)
+            log.info("retention: deleting remote checkpoint %s", cid.dir_key(self.storage.prefix))
             self.storage.delete_checkpoint(cid)
         return victims
 

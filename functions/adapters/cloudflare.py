@@ -9,9 +9,11 @@ So the client spends from a local token bucket (default 1000 per 5 min, leaving 
 dashboard and other tools on the same user), and after a 429 it fails fast until the block is over
 instead of extending it.
 
-`mint_job_credentials` is the one place job-scoped credentials are minted (the lifecycle at
-rent, the monitor on renewal, the tests that provision by hand): read-write on `jobs/<job_id>/`
-and nothing else, returned as the domain's `StorageCredentials` the agent receives.
+`mint_job_credentials` is the one place a generation's credentials are minted (the lifecycle at
+rent, the monitor on renewal, the tests that provision by hand): two keys, because an R2
+temporary credential carries one permission — `object-read-only` on `jobs/<job_id>/` and
+`object-read-write` on `jobs/<job_id>/g<generation>/` — returned as the domain's
+`StorageCredentials` the agent receives.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any, Literal
 
 import httpx
 
-from functions.domain.heartbeat import StorageCredentials
-from functions.domain.storage_layout import job_prefix
+from functions.domain.heartbeat import StorageCredentials, StorageKey
+from functions.domain.storage_layout import generation_prefix, job_prefix
 
 DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"
 MAX_TTL_S = 604_800  # Cloudflare's maximum (7 days)
@@ -371,24 +373,33 @@ def mint_job_credentials(
     client: CloudflareClient,
     account: CloudflareAccount,
     job_id: str,
+    generation: int,
     *,
     ttl_s: int,
     endpoint: str,
     lease_s: float | None = None,
 ) -> StorageCredentials:
-    """Read-write credentials on the job's prefix only (invariant 6), valid `ttl_s` seconds,
-    for the S3 API at `endpoint`. `lease_s`: the lease they go out with, which they must
-    outlive (see `mint_temp_credentials`)."""
-    prefix = job_prefix(job_id)
-    minted = client.mint_temp_credentials(
-        account.bucket, account.parent_access_key_id, prefix, ttl_s, lease_s=lease_s
-    )
+    """A generation's keys (invariant 6): read-only on the job's prefix, read-write on the
+    generation's own prefix and nothing else, both valid `ttl_s` seconds, for the S3 API at
+    `endpoint`. `lease_s`: the lease they go out with, which they must outlive (see
+    `mint_temp_credentials`)."""
+
+    def mint(prefix: str, permission: Permission) -> StorageKey:
+        minted = client.mint_temp_credentials(
+            account.bucket, account.parent_access_key_id, prefix, ttl_s, permission,
+            lease_s=lease_s,
+        )  # fmt: skip
+        return StorageKey(
+            access_key_id=minted.access_key_id,
+            secret_access_key=minted.secret_access_key,
+            session_token=minted.session_token,
+            expires_at=minted.expires_at,
+            prefix=prefix,
+        )
+
     return StorageCredentials(
-        access_key_id=minted.access_key_id,
-        secret_access_key=minted.secret_access_key,
-        session_token=minted.session_token,
-        expires_at=minted.expires_at,
         endpoint=endpoint,
         bucket=account.bucket,
-        prefix=prefix,
+        read=mint(job_prefix(job_id), "object-read-only"),
+        write=mint(generation_prefix(job_id, generation), "object-read-write"),
     )

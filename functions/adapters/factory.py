@@ -140,7 +140,12 @@ def cloudflare_account(secret_arn: str) -> CloudflareAccount:
     return CloudflareAccount(**{f: str(data[f]) for f in CLOUDFLARE_FIELDS})
 
 
-def vast(secret_arn: str, base_url: str) -> VastClient:
+def vast(
+    secret_arn: str, base_url: str, *, deadline_s: float = 30, timeout_s: float = 20
+) -> VastClient:
+    """`deadline_s`: how long one call retries; `timeout_s`: one request's timeout. A call takes
+    at most about their sum (a request started just before the deadline)."""
+
     def build() -> VastClient:
         kwargs: dict[str, Any] = {}
         if _hooks.sleep is not None:
@@ -149,11 +154,13 @@ def vast(secret_arn: str, base_url: str) -> VastClient:
             vast_api_key(secret_arn),
             base_url=base_url,
             client=_http_client("vast"),
-            deadline_s=30,
+            deadline_s=deadline_s,
+            timeout_s=timeout_s,
             **kwargs,
         )
 
-    client: VastClient = _cached(("vast", secret_arn, base_url), build)
+    key = ("vast", secret_arn, base_url, str(deadline_s), str(timeout_s))
+    client: VastClient = _cached(key, build)
     return client
 
 

@@ -2,14 +2,18 @@
 
 Callers speak the domain: a method per thing that happens (`create_job`, `transition_job`,
 `record_generation`, `supersede_generation`, `end_generation`, `store_heartbeat`,
-`store_credentials`, `record_observation`, `record_spend`, `record_incident`,
+`record_checkpoints`, `store_credentials`, `record_observation`, `record_spend`, `record_incident`,
 `record_host_failure`, …), never a dict of attribute names. The items, keys, indexes and the
 codec between items and records are `functions/adapters/table.py`.
+
+Why one file past 500 lines: its transactions span a job and its generations (`record_generation`,
+`record_checkpoints`), so splitting the class by item would split them; what is below the level
+of jobs and generations already lives in `table.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,6 +32,7 @@ from functions.adapters.table import (
     as_generation,
     as_job,
     as_reputation,
+    condition_check,
     decode_page_token,
     deserialize,
     encode_page_token,
@@ -44,7 +49,7 @@ from functions.adapters.table import (
     serialize_value,
     state_in,
 )
-from functions.domain.heartbeat import StorageCredentials
+from functions.domain.heartbeat import CheckpointRef, StorageCredentials
 from functions.domain.job import (
     ACTIVE_STATES,
     Generation,
@@ -370,6 +375,47 @@ class JobStore:
             UpdateExpression=expression,
             ConditionExpression="is_current = :true AND token_hash = :hash",
             ExpressionAttributeValues=serialize(values),
+        )
+
+    def record_checkpoints(
+        self,
+        job_id: str,
+        generation: int,
+        *,
+        token_hash: str,
+        checkpoints: Sequence[CheckpointRef],
+        previous_version: int,
+    ) -> bool:
+        """Store the job's recorded checkpoints (newest first) in one transaction, only while
+        `generation` is current with this token and the stored list is still version
+        `previous_version` (the one `checkpoints` came from). False when either fails: a
+        superseded generation records nothing; a lost race is retried by the next heartbeat."""
+        values = {
+            ":list": [c.model_dump(mode="json", exclude_none=True) for c in checkpoints],
+            ":next": previous_version + 1,
+            ":prev": previous_version,
+            ":gen": generation,
+        }
+        return self._table.transact(
+            [
+                condition_check(
+                    self.table_name,
+                    generation_key(job_id, generation),
+                    "is_current = :true AND token_hash = :hash",
+                    {":true": True, ":hash": token_hash},
+                ),
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": serialize(job_key(job_id)),
+                        "UpdateExpression": "SET recorded_checkpoints = :list, "
+                        "recorded_checkpoints_version = :next",
+                        "ConditionExpression": "current_generation = :gen AND (attribute_not_exists"
+                        "(recorded_checkpoints_version) OR recorded_checkpoints_version = :prev)",
+                        "ExpressionAttributeValues": serialize(values),
+                    }
+                },
+            ]
         )
 
     def record_generation(

@@ -1,13 +1,14 @@
 """The tether table: one table, on demand, point-in-time recovery (the single-table layout).
 
 - job — `pk=JOB#<id> sk=JOB`: the `Job` record (spec as a map, state, budget, spend, current
-  generation); `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"`
-  only while the job is active.
+  generation, the recorded checkpoints a new generation may restore and their version);
+  `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"` only while the
+  job is active.
 - generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
   id, $/h, prices, agent token sha256 (`token_hash`), status, `is_current`, `lease_expires_at`,
   `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
-  bytes down/up), `credentials` (R2 key, secret, session token, expiry, endpoint, bucket,
-  prefix).
+  bytes down/up, how the restore went), `credentials` (endpoint, bucket, and the read and the
+  write R2 key, each with its secret, session token, expiry and prefix).
 - timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
 - idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
   TTL removes it after a day).
@@ -280,6 +281,21 @@ def set_clause(fields: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str
     values = {f":u{i}": value for i, value in enumerate(fields.values())}
     clause = ", ".join(f"#u{i} = :u{i}" for i in range(len(fields)))
     return f"SET {clause}", names, values
+
+
+def condition_check(
+    table_name: str, key: Mapping[str, Any], condition: str, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A ConditionCheck of a transaction: the transaction applies only if `condition` holds
+    on the item at `key` (plain values)."""
+    return {
+        "ConditionCheck": {
+            "TableName": table_name,
+            "Key": serialize(key),
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": serialize(values),
+        }
+    }
 
 
 def state_in(expected: Iterable[JobState], values: dict[str, Any]) -> str:

@@ -1,8 +1,10 @@
-"""Starts lifecycle transitions: executions of the lifecycle state machine (Step Functions).
+"""Starts lifecycle transitions: executions of the lifecycle state machine (Step Functions),
+and tells how an attempt's execution ended.
 
-The execution name is deterministic (`functions.domain.job.execution_name`), so starting the
-same transition twice (a retried submit, overlapping monitor runs) collides with
-ExecutionAlreadyExists, which is success: the transition is already under way or done.
+The execution name is deterministic per attempt (`functions.domain.job.execution_name`), so
+starting the same attempt twice (a retried submit, overlapping monitor runs) collides with
+ExecutionAlreadyExists, which is success: that attempt is already under way or done. Which
+attempt to start is the monitor's repair (`functions/monitor/repair.py`).
 
 Each start's input carries a `request_id` of its own. Step Functions answers a start whose name
 AND input match a RUNNING execution with that execution, as if it had started it (StartExecution
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import ClientError
 
+from functions.domain.attempts import ExecutionStatus
 from functions.domain.job import TransitionRequest
 
 if TYPE_CHECKING:
@@ -32,6 +35,8 @@ class TransitionStarter:
     def __init__(self, state_machine_arn: str, client: SFNClient | None = None) -> None:
         self.state_machine_arn = state_machine_arn
         self.client: SFNClient = client or boto3.client("stepfunctions")
+        # arn:aws:states:<region>:<account>:stateMachine:<name> → …:execution:<name>:<exec>
+        self._execution_prefix = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":"
 
     def start(self, request: TransitionRequest) -> bool:
         """Start the transition; False when an execution of that name already exists (running
@@ -48,3 +53,17 @@ class TransitionStarter:
                 return False
             raise
         return True
+
+    def status(self, request: TransitionRequest) -> ExecutionStatus | None:
+        """How the execution of this attempt stands (RUNNING, SUCCEEDED, FAILED, …); None when
+        it was never started."""
+        try:
+            described = self.client.describe_execution(
+                executionArn=self._execution_prefix + request.execution_name
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+                return None
+            raise
+        status: ExecutionStatus = described["status"]
+        return status

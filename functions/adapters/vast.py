@@ -99,6 +99,7 @@ class VastClient:
         deadline_s: float = 60,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not api_key or not api_key.strip():
             raise ValueError("api_key must not be empty")
@@ -110,6 +111,7 @@ class VastClient:
         self._timeout_s = timeout_s
         self._deadline_s = deadline_s
         self._sleep = sleep
+        self._monotonic = monotonic
         self._rng = rng if rng is not None else random.Random()
 
     # -- offers ---------------------------------------------------------------------------
@@ -338,7 +340,7 @@ class VastClient:
         params: dict[str, str] | None,
         idempotent: bool,
     ) -> httpx.Response:
-        started = time.monotonic()
+        started = self._monotonic()
         waited = 0.0  # counted separately so an injected (instant) sleep still ends the loop
         backoff = FIRST_BACKOFF_S * self._rng.uniform(1.0, 1.5)
         headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
@@ -371,7 +373,7 @@ class VastClient:
                     )
                 else:
                     return response
-            elapsed = max(time.monotonic() - started, waited)
+            elapsed = max(self._monotonic() - started, waited)
             if elapsed + backoff > self._deadline_s:
                 raise failure
             self._sleep(backoff)

@@ -17,9 +17,20 @@ from pydantic import ValidationError
 
 from functions.adapters.store import JobStore
 from functions.domain.agent_token import hash_token
+from functions.domain.checkpoint_record import (
+    checkpoint_to_record,
+    restore_event,
+    with_recorded,
+)
 from functions.domain.errors import FieldError, Invalid, Unauthenticated, field_errors
 from functions.domain.heartbeat import HeartbeatReply, HeartbeatRequest
-from functions.domain.job import HeartbeatDecision, decide_heartbeat, heartbeat_record
+from functions.domain.job import (
+    Generation,
+    HeartbeatDecision,
+    Job,
+    decide_heartbeat,
+    heartbeat_record,
+)
 from functions.domain.measures import (
     checkpoint_upload_lag_s,
     is_first_training_heartbeat,
@@ -117,6 +128,8 @@ def handle_heartbeat(
             training_start_step=training_start_step(request) if first_training else None,
         )
         if stored:  # measured against the generation as it was before this heartbeat
+            _record_checkpoint(deps, job, generation, request, token_hash)
+            _report_restore(deps, generation, request, now)
             measures = HeartbeatMeasures(
                 recovery_to_training_s=recovery_to_training_s(job, generation, request, now),
                 checkpoint_upload_lag_s=checkpoint_upload_lag_s(generation, request, now),
@@ -136,3 +149,38 @@ def handle_heartbeat(
         reason=decision.reason,
     )
     return HeartbeatOutcome(reply=reply, decision=decision, measures=measures)
+
+
+def _record_checkpoint(
+    deps: HeartbeatDeps,
+    job: Job,
+    generation: Generation,
+    request: HeartbeatRequest,
+    token_hash: str,
+) -> None:
+    """Add the checkpoint this heartbeat names to the job's record (`checkpoint_record.py`).
+    Conditional on the generation still being current: a lost race records nothing now, and
+    the next heartbeat, naming the same checkpoint, tries again."""
+    ref = checkpoint_to_record(job, generation, request)
+    if ref is None:
+        return
+    deps.store.record_checkpoints(
+        job.job_id,
+        generation.generation,
+        token_hash=token_hash,
+        checkpoints=with_recorded(
+            job.recorded_checkpoints, ref, keep_per_generation=job.spec.checkpoint.keep_last
+        ),
+        previous_version=job.recorded_checkpoints_version,
+    )
+
+
+def _report_restore(
+    deps: HeartbeatDeps, generation: Generation, request: HeartbeatRequest, now: float
+) -> None:
+    """The first heartbeat that says how the restore went puts it on the timeline when a
+    candidate was skipped or none could be used."""
+    already = generation.heartbeat is not None and generation.heartbeat.restore is not None
+    found = None if already else restore_event(request, now)
+    if found is not None:
+        deps.store.append_event(found)

@@ -258,7 +258,12 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
             "fraction_used": round(job.spent_usd / job.budget_usd, 4) if job.budget_usd else None,
         },
         "host": _generation_view(current) if current else None,
-        "last_checkpoint": last_checkpoint.model_dump(mode="json") if last_checkpoint else None,
+        "last_checkpoint": (
+            last_checkpoint.model_dump(mode="json", exclude_none=True) if last_checkpoint else None
+        ),
+        "recorded_checkpoints": [  # what the next host may restore, newest first
+            c.model_dump(mode="json", exclude_none=True) for c in job.recorded_checkpoints
+        ],
         "spec": job.spec.model_dump(mode="json"),
         "timeline": [
             {"at": e.at, "kind": e.kind, "message": e.message, "data": e.data} for e in view.events

@@ -1,11 +1,14 @@
 """`GET /jobs/{id}/logs`: the job's training-log segments as presigned GET URLs.
 
-The agent writes `jobs/<id>/logs/g<generation>-<sequence>.log` (`tether_agent/logs.py`; the
-layout is `functions/domain/storage_layout.py`); the names sort in writing order across host
-replacements. A page lists the segments after the cursor `after` (a segment name, e.g.
-`g0002-000017.log`), with a URL each that works for a few minutes; `next` is the cursor for the
-following page, and `ended` tells a follower that the job has reached a terminal state, so once
-a page comes back empty nothing more will come.
+Each generation's agent writes its segments under its own prefix,
+`jobs/<id>/g<generation>/logs/<sequence>.log` (`tether_agent/logs.py`; the layout is
+`functions/domain/storage_layout.py`). The API names each `g<generation>-<sequence>.log`
+(4 and 6 digits), names that sort in writing order across host replacements, and lists them
+generation by generation. A page lists the segments after the cursor `after` (a segment name,
+e.g. `g0002-000017.log`), with a URL each that works for a few minutes; `next` is the cursor for
+the following page, and `ended` tells a follower that the job has reached a terminal state, so
+once a page comes back empty nothing more will come. Each generation's prefix is read with a
+read-only key of its own (cached), so the API never holds a key to the job's checkpoints.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ from functions.adapters.store import JobStore
 from functions.api.job_service import JOB_ID_SHAPE
 from functions.domain.errors import DomainError, FieldError, Invalid, LogsUnavailable, NotFound
 from functions.domain.job import TERMINAL_STATES
-from functions.domain.storage_layout import SEGMENT_NAME, logs_prefix, parse_segment_key
+from functions.domain.storage_layout import (
+    SEGMENT_NAME,
+    log_segment_key,
+    log_segment_name,
+    logs_prefix,
+    parse_segment_key,
+    parse_segment_name,
+)
 
 URL_TTL_S = 300
 MAX_PAGE = 100
@@ -48,26 +58,37 @@ def list_logs(deps: LogsDeps, job_id: str, *, after: str | None, limit: int) -> 
     if job is None:
         raise NotFound(f"no job {job_id!r}", [FieldError(path="path.id", reason="unknown job")])
     after = validate_after(after)
-    prefix = logs_prefix(job_id)
+    cursor = parse_segment_name(after) if after else None
+    first = cursor[0] if cursor else 1
+    segments: list[dict[str, Any]] = []
+    more = False
     try:
         bucket = deps.bucket()
-        found = bucket.list_after(prefix, prefix + after if after else None, limit)
-        segments = []
-        for obj in found:
-            parsed = parse_segment_key(job_id, obj.key)
-            if parsed is None:
-                continue  # not ours to show (a stray object under the prefix)
-            url, expires_at = bucket.presign_get(prefix, obj.key, URL_TTL_S)
-            segments.append(
-                {
-                    "name": obj.key[len(prefix) :],
-                    "generation": parsed[0],
-                    "sequence": parsed[1],
-                    "size": obj.size,
-                    "url": url,
-                    "expires_at": expires_at,
-                }
-            )
+        for generation in range(first, job.current_generation + 1):
+            prefix = logs_prefix(job_id, generation)
+            start = None
+            if cursor and generation == cursor[0]:
+                start = log_segment_key(job_id, generation, cursor[1])
+            room = limit - len(segments)
+            found = bucket.list_after(prefix, start, room)
+            for obj in found:
+                parsed = parse_segment_key(job_id, obj.key)
+                if parsed is None or parsed[0] != generation:
+                    continue  # not ours to show (a stray object under the prefix)
+                url, expires_at = bucket.presign_get(prefix, obj.key, URL_TTL_S)
+                segments.append(
+                    {
+                        "name": log_segment_name(*parsed),
+                        "generation": parsed[0],
+                        "sequence": parsed[1],
+                        "size": obj.size,
+                        "url": url,
+                        "expires_at": expires_at,
+                    }
+                )
+            if len(found) >= room:
+                more = True
+                break
     except DomainError:
         raise
     except Exception as exc:
@@ -79,7 +100,7 @@ def list_logs(deps: LogsDeps, job_id: str, *, after: str | None, limit: int) -> 
         "ended": job.state in TERMINAL_STATES,
         "segments": segments,
         "next": segments[-1]["name"] if segments else after,
-        "more": len(found) >= limit,
+        "more": more,
     }
 
 

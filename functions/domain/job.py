@@ -20,12 +20,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.credentials import lease_within_credentials
 from functions.domain.heartbeat import (
     CheckpointRef,
     Command,
     GpuProbe,
     HeartbeatRequest,
     Phase,
+    RestoreReport,
     StorageCredentials,
 )
 from functions.domain.jobspec import JobSpec
@@ -88,7 +90,7 @@ _NAME_PART = 40
 def new_job_id(name: str) -> str:
     """`<spec name, at most 40 chars>-<8 hex>`: readable in Vast labels and execution names.
 
-    Execution names are capped at 80 characters; `<id>-provision-g<n>` stays well below.
+    Execution names are capped at 80 characters; `<id>-provision-g<n>-a<k>` stays below.
     """
     return f"{name[:_NAME_PART].rstrip('-')}-{secrets.token_hex(4)}"
 
@@ -96,10 +98,15 @@ def new_job_id(name: str) -> str:
 # --- lifecycle transitions (state machine input contract, fixed) ----------------------------
 
 TransitionAction = Literal["provision", "replace", "stop"]
+MAX_ATTEMPT_NUMBER = 99  # keeps `-a<k>` two digits: names stay within Step Functions' 80
 
 
 class TransitionRequest(BaseModel):
-    """Input of the lifecycle state machine."""
+    """Input of the lifecycle state machine: one attempt of one transition.
+
+    A transition (`action` of `job_id` towards `generation`) is tried as attempts 1, 2, …: the
+    monitor starts the next one only when the previous one closed FAILED, TIMED_OUT or ABORTED
+    (`functions/domain/attempts.py`, `functions/monitor/repair.py`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -107,18 +114,23 @@ class TransitionRequest(BaseModel):
     job_id: str
     generation: int = Field(ge=0)
     reason: str
+    attempt: int = Field(default=1, ge=1, le=MAX_ATTEMPT_NUMBER)
 
     @property
     def execution_name(self) -> str:
-        return execution_name(self.action, self.job_id, self.generation)
+        return execution_name(self.action, self.job_id, self.generation, self.attempt)
+
+    def with_attempt(self, attempt: int) -> TransitionRequest:
+        return self.model_copy(update={"attempt": attempt})
 
 
-def execution_name(action: TransitionAction, job_id: str, generation: int) -> str:
-    """Deterministic, so a retried submit or overlapping monitor runs collide instead of
-    starting a second transition (ExecutionAlreadyExists is success)."""
+def execution_name(action: TransitionAction, job_id: str, generation: int, attempt: int = 1) -> str:
+    """`<job>-<action>-g<n>-a<k>` (`<job>-stop-a<k>`): deterministic, so a retried submit or
+    overlapping monitor runs collide on the same attempt instead of starting a second one
+    (ExecutionAlreadyExists: someone else started it)."""
     if action == "stop":
-        return f"{job_id}-stop"
-    return f"{job_id}-{action}-g{generation}"
+        return f"{job_id}-stop-a{attempt}"
+    return f"{job_id}-{action}-g{generation}-a{attempt}"
 
 
 # --- records ------------------------------------------------------------------------------
@@ -150,6 +162,11 @@ class Job(BaseModel):
     incident_at: float | None = None
     incident_reason: str = ""
     incident_generation: int | None = None
+    # The checkpoints a new generation may restore, newest first: recorded from heartbeats of
+    # the current generation only (functions/domain/checkpoint_record.py). The version makes
+    # each write conditional on the list it was computed from.
+    recorded_checkpoints: list[CheckpointRef] = Field(default_factory=list)
+    recorded_checkpoints_version: int = 0
 
     @property
     def active(self) -> bool:
@@ -175,6 +192,7 @@ class Heartbeat(BaseModel):
     gpu: GpuProbe
     last_checkpoint: CheckpointRef | None = None
     restored_checkpoint: CheckpointRef | None = None
+    restore: RestoreReport | None = None
     exit_code: int | None = None
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
@@ -311,7 +329,9 @@ def decide_heartbeat(
     """What the agent of an authenticated generation is told.
 
     The lease is renewed only while the supervisor's pulse is fresh: with the monitor dead the
-    agent keeps its old expiry and stops the machine itself when it passes (invariant 4).
+    agent keeps its old expiry and stops the machine itself when it passes (invariant 4). A
+    renewed lease never runs past what the generation's storage credentials allow: a host that
+    could no longer save a checkpoint stops instead of training on (`credentials.py`).
     """
     if not generation.is_current or generation.generation != job.current_generation:
         return HeartbeatDecision(
@@ -331,6 +351,8 @@ def decide_heartbeat(
             spent_usd=job.spent_usd,
             usd_per_hour=generation.usd_per_hour,
         )
+        if generation.credentials is not None:
+            lease = lease_within_credentials(lease, generation.credentials.expires_at, now)
     command: Command = "continue"
     reason = None if renewed else "supervisor silent: lease not renewed"
     if job.state == JobState.STOPPING or is_terminal(job.state):
@@ -362,6 +384,7 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         gpu=request.gpu,
         last_checkpoint=request.last_checkpoint,
         restored_checkpoint=request.restored_checkpoint,
+        restore=request.restore,
         exit_code=request.exit_code,
         bytes_downloaded=request.bytes_downloaded,
         bytes_uploaded=request.bytes_uploaded,

@@ -11,15 +11,16 @@ last check before a rent: it refuses a script or environment that contains an ac
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from functions.domain import agent_env
-from functions.domain.heartbeat import StorageCredentials
+from functions.domain.heartbeat import CheckpointRef, StorageCredentials
 from functions.domain.jobspec import JobSpec
-from functions.domain.storage_layout import job_prefix
+from functions.domain.storage_layout import generation_prefix, job_prefix
 
 VAST_ONSTART_LIMIT = 4048  # characters, Vast's create-instance limit
 DEFAULT_VENV = "/opt/tether-agent"
@@ -137,6 +138,7 @@ def build_host_env(
     agent_token: str,
     storage: StorageCredentials,
     lease_expires_at: float,
+    restore_checkpoints: Sequence[CheckpointRef] = (),
     heartbeat_interval_s: float | None = None,
     grace_s: float = 120,
     vast_url: str | None = None,
@@ -146,14 +148,20 @@ def build_host_env(
 ) -> dict[str, str]:
     """The instance environment (Vast's `env`): the agent's settings plus the job's own `env`.
 
-    Only job-scoped values: the per-generation agent token and R2 credentials limited to
-    `jobs/<job_id>/`. `CONTAINER_ID` / `CONTAINER_API_KEY` are Vast's to set, not ours.
+    Only job-scoped values: the per-generation agent token and the generation's two R2 keys,
+    read-only on `jobs/<job_id>/` and read-write on `jobs/<job_id>/g<generation>/`; and the
+    checkpoints it may restore (`restore_checkpoints`, newest first). `CONTAINER_ID` /
+    `CONTAINER_API_KEY` are Vast's to set, not ours.
     """
-    expected_prefix = job_prefix(job_id)
-    if storage.prefix != expected_prefix:
-        raise ValueError(
-            f"storage.prefix: must be {expected_prefix!r} for job {job_id} (got {storage.prefix!r})"
-        )
+    for name, key, expected in (
+        ("storage.read", storage.read, job_prefix(job_id)),
+        ("storage.write", storage.write, generation_prefix(job_id, generation)),
+    ):
+        if key.prefix != expected:
+            raise ValueError(
+                f"{name}.prefix: must be {expected!r} for generation {generation} of job "
+                f"{job_id} (got {key.prefix!r})"
+            )
     env = dict(job.env)  # the job's variables; JobSpec already refuses reserved names
     ours: dict[str, str | None] = {
         agent_env.JOB_ID: job_id,
@@ -167,11 +175,16 @@ def build_host_env(
         agent_env.KEEP_LAST: str(job.checkpoint.keep_last),
         agent_env.S3_ENDPOINT: storage.endpoint,
         agent_env.S3_BUCKET: storage.bucket,
-        agent_env.S3_PREFIX: storage.prefix,
-        agent_env.S3_ACCESS_KEY_ID: storage.access_key_id,
-        agent_env.S3_SECRET_ACCESS_KEY: storage.secret_access_key,
-        agent_env.S3_SESSION_TOKEN: storage.session_token,
-        agent_env.S3_CREDENTIALS_EXPIRE_AT: _number(storage.expires_at),
+        agent_env.S3_PREFIX: storage.read.prefix,
+        agent_env.S3_ACCESS_KEY_ID: storage.read.access_key_id,
+        agent_env.S3_SECRET_ACCESS_KEY: storage.read.secret_access_key,
+        agent_env.S3_SESSION_TOKEN: storage.read.session_token,
+        agent_env.S3_CREDENTIALS_EXPIRE_AT: _number(storage.read.expires_at),
+        agent_env.S3_WRITE_ACCESS_KEY_ID: storage.write.access_key_id,
+        agent_env.S3_WRITE_SECRET_ACCESS_KEY: storage.write.secret_access_key,
+        agent_env.S3_WRITE_SESSION_TOKEN: storage.write.session_token,
+        agent_env.S3_WRITE_CREDENTIALS_EXPIRE_AT: _number(storage.write.expires_at),
+        agent_env.RESTORE_CHECKPOINTS: _checkpoints(restore_checkpoints),
         agent_env.LEASE_EXPIRES_AT: _number(lease_expires_at),
         agent_env.HEARTBEAT_INTERVAL_S: _number(
             job.policy.heartbeat_interval_s
@@ -201,6 +214,15 @@ def ensure_no_account_secrets(
         for name, value in env.items():
             if secret in value or secret in name:
                 raise ValueError(f"env.{name}: contains an account-wide secret; refusing to rent")
+
+
+def _checkpoints(refs: Sequence[CheckpointRef]) -> str | None:
+    """The restore candidates as a JSON list (absent when there are none)."""
+    if not refs:
+        return None
+    return json.dumps(
+        [r.model_dump(mode="json", exclude_none=True) for r in refs], separators=(",", ":")
+    )
 
 
 def _number(value: float) -> str:

@@ -18,6 +18,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.attempts import doomed_instance_reason, transition_under_way
 from functions.domain.credentials import needs_new_credentials
 from functions.domain.health import (
     HealthInput,
@@ -68,7 +69,9 @@ class SupervisionSettings(_Frozen):
         default=60,
         ge=0,
         description="A labelled instance younger than this is left alone: its rent may not be "
-        "recorded yet. One interval, so orphans die within two (invariant 3).",
+        "recorded yet. One interval, so orphans die within two (invariant 3). Also how long a "
+        "STOPPING job's instances (a REPLACING job's old one) are left to its transition "
+        "before the sweep destroys them.",
     )
     avoid_host_s: float = Field(
         default=7 * 86_400, ge=0, description="How long a host that killed a job is avoided."
@@ -198,17 +201,13 @@ def decide_job(
         generation=current.generation if current else None,
         observation=observation,
     )
-    if job.state == JobState.STOPPING:
-        # Started again every run: repairs a stop whose start was lost (the name dedupes).
-        stop = TransitionRequest(
-            action="stop",
-            job_id=job.job_id,
-            generation=job.current_generation,
-            reason=job.stop_reason or "cancelled",
-        )
-        return base.model_copy(update={"transition": stop})
+    under_way = transition_under_way(job)
+    if under_way is not None:
+        # Named every run: the repair (functions/monitor/repair.py) starts its next attempt
+        # only when none was started, or the last one failed (functions/domain/attempts.py).
+        return base.model_copy(update={"transition": under_way})
     if job.state != JobState.RUNNING or current is None or observation is None:
-        return base  # the lifecycle is renting; nothing to judge yet
+        return base
     verdict = classify(
         HealthInput(
             now=now,
@@ -263,9 +262,10 @@ def find_orphans(
     """Labelled instances that belong to no live generation (DESIGN §3, invariant 3).
 
     Live: the instance recorded for an active job's current generation, and the next
-    generation's instance while the lifecycle is renting it (not recorded yet). Instances
-    younger than the grace are left for the next run: a rent lands in Vast's list before the
-    lifecycle records it.
+    generation's instance while the lifecycle is renting it (not recorded yet); but no
+    instance of a job that has been STOPPING, nor of the generation a REPLACING job replaces,
+    for longer than the grace. Instances younger than the grace are left for the next run: a
+    rent lands in Vast's list before the lifecycle records it.
     """
     by_job = {s.job.job_id: s for s in snapshots}
     orphans = []
@@ -276,6 +276,12 @@ def find_orphans(
         job_id, generation = parsed
         snapshot = by_job.get(job_id)
         reason = _orphan_reason(snapshot, instance, generation)
+        if reason is None and snapshot is not None:
+            # Its stop or replace should have destroyed it by now: money stops even while that
+            # transition's executions keep failing (they are retried as new attempts).
+            reason = doomed_instance_reason(
+                snapshot.job, generation, now=now, grace_s=settings.orphan_grace_s
+            )
         if reason is None:
             continue
         age = now - instance.start_date if instance.start_date is not None else 0.0

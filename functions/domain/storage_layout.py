@@ -1,9 +1,17 @@
 """Every prefix and key of the R2 bucket that the control plane builds or reads (DESIGN §3).
 
-    jobs/<job_id>/                        the job's prefix: all its credentials reach
-    jobs/<job_id>/checkpoints/<step, 12 digits>-g<generation>/<files…>
-    jobs/<job_id>/checkpoints/<step, 12 digits>-g<generation>/manifest.json   (written last)
-    jobs/<job_id>/logs/g<generation, 4 digits>-<sequence, 6 digits>.log
+    jobs/<job_id>/                                  read-only key of every generation
+    jobs/<job_id>/g<generation>/                    read-write key of that generation only
+    jobs/<job_id>/g<generation>/checkpoints/<step, 12 digits>/<files…>
+    jobs/<job_id>/g<generation>/checkpoints/<step, 12 digits>/manifest.json   (written last)
+    jobs/<job_id>/g<generation>/logs/<sequence, 6 digits>.log
+
+Each generation writes only under its own `g<generation>/`, so nothing a replaced or zombie host
+writes can land where a later generation looks, and a later generation restores only the
+checkpoints the control plane recorded (`functions/domain/checkpoint_record.py`).
+
+The logs API names a segment `g<generation, 4 digits>-<sequence, 6 digits>.log` (its cursor):
+names sort in writing order across host replacements, whatever the keys look like.
 
 The agent (`tether_agent/checkpoints.py`, `tether_agent/logs.py`) writes this layout; it is a
 separate distribution that cannot import this module, so it keeps its own copy and a contract
@@ -20,6 +28,8 @@ LOGS_DIR = "logs/"
 MANIFEST_NAME = "manifest.json"
 STEP_DIGITS = 12
 SEGMENT_NAME = re.compile(r"^g(\d{4,9})-(\d{6,9})\.log$")
+_SEGMENT_KEY = re.compile(r"^g([1-9]\d{0,8})/logs/(\d{6,9})\.log$")
+_MANIFEST_KEY = re.compile(rf"^g([1-9]\d{{0,8}})/checkpoints/(\d{{{STEP_DIGITS}}})/manifest\.json$")
 
 
 def job_prefix(job_id: str) -> str:
@@ -27,12 +37,17 @@ def job_prefix(job_id: str) -> str:
     return f"{JOBS_ROOT}{job_id}/"
 
 
-def checkpoints_prefix(job_id: str) -> str:
-    return job_prefix(job_id) + CHECKPOINTS_DIR
+def generation_prefix(job_id: str, generation: int) -> str:
+    """`jobs/<job_id>/g<generation>/`: all that generation may write (its read-write key)."""
+    return f"{job_prefix(job_id)}g{generation}/"
+
+
+def checkpoints_prefix(job_id: str, generation: int) -> str:
+    return generation_prefix(job_id, generation) + CHECKPOINTS_DIR
 
 
 def checkpoint_dir_key(job_id: str, step: int, generation: int) -> str:
-    return f"{checkpoints_prefix(job_id)}{step:0{STEP_DIGITS}d}-g{generation}/"
+    return f"{checkpoints_prefix(job_id, generation)}{step:0{STEP_DIGITS}d}/"
 
 
 def manifest_key(job_id: str, step: int, generation: int) -> str:
@@ -40,23 +55,39 @@ def manifest_key(job_id: str, step: int, generation: int) -> str:
     return checkpoint_dir_key(job_id, step, generation) + MANIFEST_NAME
 
 
-def logs_prefix(job_id: str) -> str:
-    return job_prefix(job_id) + LOGS_DIR
+def parse_manifest_key(job_id: str, key: str) -> tuple[int, int] | None:
+    """(step, generation) of a manifest key of this job in the layout above, else None."""
+    prefix = job_prefix(job_id)
+    if not key.startswith(prefix):
+        return None
+    match = _MANIFEST_KEY.match(key[len(prefix) :])
+    return (int(match[2]), int(match[1])) if match else None
+
+
+def logs_prefix(job_id: str, generation: int) -> str:
+    return generation_prefix(job_id, generation) + LOGS_DIR
 
 
 def log_segment_name(generation: int, sequence: int) -> str:
-    """Sorts in writing order, across host replacements too."""
+    """The logs API's name of a segment (and its cursor): sorts in writing order, across host
+    replacements too."""
     return f"g{generation:04d}-{sequence:06d}.log"
 
 
+def parse_segment_name(name: str) -> tuple[int, int] | None:
+    """(generation, sequence) of a segment name, or None."""
+    match = SEGMENT_NAME.match(name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
 def log_segment_key(job_id: str, generation: int, sequence: int) -> str:
-    return logs_prefix(job_id) + log_segment_name(generation, sequence)
+    return f"{logs_prefix(job_id, generation)}{sequence:06d}.log"
 
 
 def parse_segment_key(job_id: str, key: str) -> tuple[int, int] | None:
     """(generation, sequence) of a log segment key of this job, or None for anything else."""
-    prefix = logs_prefix(job_id)
+    prefix = job_prefix(job_id)
     if not key.startswith(prefix):
         return None
-    match = SEGMENT_NAME.match(key[len(prefix) :])
+    match = _SEGMENT_KEY.match(key[len(prefix) :])
     return (int(match[1]), int(match[2])) if match else None

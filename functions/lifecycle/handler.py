@@ -9,6 +9,7 @@ field.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -35,7 +36,12 @@ def dependencies() -> LifecycleDeps:
     return LifecycleDeps(
         settings=settings,
         store=factory.store(settings.table_name),
-        vast=lambda: factory.vast(settings.vast_secret_arn, settings.vast_base_url),
+        vast=lambda: factory.vast(
+            settings.vast_secret_arn,
+            settings.vast_base_url,
+            deadline_s=settings.vast_deadline_s,
+            timeout_s=settings.vast_timeout_s,
+        ),
         cloudflare=lambda: factory.cloudflare(
             settings.cloudflare_secret_arn, settings.cloudflare_base_url
         ),
@@ -56,13 +62,19 @@ def parse_input(event: Any) -> Any:
         raise InvalidStepInput(f"lifecycle step input is not valid: {problems}") from None
 
 
+def remaining_s(context: LambdaContext) -> float:
+    return context.get_remaining_time_in_millis() / 1000
+
+
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     step = parse_input(event)
     logger.append_keys(job_id=step.job_id, op=step.op)
-    result = service.run_step(dependencies(), step)
+    # The provision step minds the time its invocation has left (functions/lifecycle/provision.py).
+    deps = replace(dependencies(), remaining_s=lambda: remaining_s(context))
+    result = service.run_step(deps, step)
     logger.info("lifecycle step", extra={"outcome": result.outcome, "state": result.state})
     lifecycle_metrics.step_done(result)
     return result.model_dump(mode="json")

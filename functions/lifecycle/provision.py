@@ -5,16 +5,38 @@
 2. decide: `functions.domain.rent.plan_rent` — the offers to try, best expected total first, or
    a refusal (no offer qualifies → wait for capacity; the budget would not cover start-up and
    one checkpoint → stop the job);
-3. rent down the plan: mint the job's credentials once, then per offer a fresh agent token and
-   host environment; an offer taken meanwhile → the next one; none left → wait;
+3. rent down the plan: mint the generation's credentials once (read-only on the job's prefix,
+   read-write on its own `g<generation>/`), then per offer a fresh agent token and host
+   environment, with the checkpoints the job recorded as the ones it may restore; an offer taken
+   meanwhile → the next one; none left → wait;
 4. record the generation with a conditional write; a lost race destroys what was rented.
+
+The step's time budget. The function times out after 180 s (`infra/constructs/lifecycle.py`);
+a step killed mid-rent is run again (Retry on `Sandbox.Timedout`) and destroys what it left
+unrecorded, but it must not depend on that. One Vast call takes at most its retry deadline plus
+one request's timeout (a request started just before the deadline): 20 + 10 = 30 s with the
+lifecycle's settings. Before the first rent: the stray list (30 s; one page per 25 instances),
+destroying a stray (30 s, normally none), the offer search (30 s), DynamoDB reads (about 2 s)
+and minting the job's R2 credentials (Cloudflare: 30 s deadline + 20 s timeout = 50 s): at
+worst 142 s. One rent: the rent itself (30 s), the instance list after an unsure answer (30 s),
+the record and, after a lost race, the destroy (30 s) and two DynamoDB writes: at worst 90 s
+plus about 5 s. So a rent is started only while `rent_reserve_s` (3 calls + 10 s = 100 s) is
+left (`RentBudget`); otherwise the step stops trying offers (no capacity: it waits and tries
+again, counted against the provision timeout). The worst step therefore ends by
+max(142 + 2, 180 − 100 + 100) = 180 s, and with Vast answering at its usual pace every offer of
+the plan (`MAX_OFFERS_PER_ATTEMPT`, 5) is tried. `tests/integration/lifecycle/
+test_provision_budget.py` measures it against a Vast and a Cloudflare that answer each request
+only after its full timeout: 80.6 s, stopping before a rent (181.6 s without the budget).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from functions.adapters.cloudflare import mint_job_credentials
 from functions.adapters.vast import OfferGone, RentResult, VastClient, VastUnavailable
 from functions.domain.agent_token import hash_token, new_agent_token
+from functions.domain.checkpoint_record import restore_candidates
 from functions.domain.credentials import credentials_ttl_s
 from functions.domain.heartbeat import StorageCredentials
 from functions.domain.job import Generation, Job, JobState
@@ -100,17 +122,23 @@ def _rent_down(
     spec = job.spec
     cloudflare, account = deps.cloudflare()
     storage = mint_job_credentials(
-        cloudflare, account, job.job_id, ttl_s=credentials_ttl_s(spec.policy),
+        cloudflare, account, job.job_id, inp.generation, ttl_s=credentials_ttl_s(spec.policy),
         lease_s=spec.policy.lease_window_s, endpoint=account.r2_endpoint(deps.settings.r2_endpoint),
     )  # fmt: skip
     onstart = build_onstart(agent_wheel_url=deps.artifacts().presign_agent_wheel(WHEEL_URL_TTL_S))
     account_secrets = deps.account_secrets()
-    for candidate in plan.candidates:
+    checkpoints = restore_candidates(job, inp.generation)
+    budget = RentBudget(deps.settings.vast_deadline_s, deps.settings.vast_timeout_s)
+    for tried, candidate in enumerate(plan.candidates):
+        if not budget.fits(deps.remaining_s()):
+            why = f"out of time in this step after {tried} offer(s) (Vast is slow)"
+            return _no_capacity(deps, job, inp, now, why)
         offer = candidate.offer
         token = new_agent_token()
         env = build_host_env(
             spec, job_id=job.job_id, generation=inp.generation, api_url=deps.settings.api_url,
             agent_token=token, storage=storage, lease_expires_at=candidate.lease_expires_at,
+            restore_checkpoints=checkpoints,
         )  # fmt: skip
         ensure_no_account_secrets(script=onstart, env=env, account_secrets=account_secrets)
         try:
@@ -131,6 +159,31 @@ def _rent_down(
             result = found
         return _record(deps, vast, job, inp, candidate, hash_token(token), storage, result, now)
     return _no_capacity(deps, job, inp, now, "every qualifying offer tried was taken")
+
+
+# --- the step's time budget (module docstring) --------------------------------------------
+
+RENT_VAST_CALLS = 3  # the rent, the list after an unsure answer, the destroy after a lost race
+RENT_MARGIN_S = 10.0  # the DynamoDB writes of a rent, and the step's last event
+
+
+@dataclass(frozen=True)
+class RentBudget:
+    """Whether another rent fits in what is left of the invocation."""
+
+    vast_deadline_s: float
+    vast_timeout_s: float
+
+    @property
+    def vast_call_worst_s(self) -> float:
+        return self.vast_deadline_s + self.vast_timeout_s
+
+    @property
+    def rent_reserve_s(self) -> float:
+        return RENT_VAST_CALLS * self.vast_call_worst_s + RENT_MARGIN_S
+
+    def fits(self, remaining_s: float) -> bool:
+        return remaining_s >= self.rent_reserve_s
 
 
 def _record(

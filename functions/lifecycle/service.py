@@ -6,14 +6,17 @@ The state machine (`infra/constructs/lifecycle.py`) runs them in this order:
   (`functions/lifecycle/provision.py`: plan, rent, record) → notify; no capacity → Wait and
   `provision` again until the provision timeout → `fail`.
 - stop: `stop_begin` → `destroy` every instance of the job → `finish` → notify.
+- any step that fails after its retries: `attempt_failed` records which and why on the job's
+  timeline; the execution ends FAILED and the monitor starts the transition's next attempt.
 
 Every step is idempotent: Step Functions may run a task twice (Retry after a timeout), and an
-execution may be started again by the monitor after a lost start. The inputs, outputs and
-dependencies are `functions/lifecycle/steps.py`.
+attempt of a transition carries on from wherever a failed one left the job. The inputs, outputs
+and dependencies are `functions/lifecycle/steps.py`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +33,7 @@ from functions.domain.reasons import reason_health, stop_reason_for
 from functions.lifecycle.provision import provision
 from functions.lifecycle.steps import (
     RENTING,
+    AttemptFailedInput,
     BeginInput,
     DestroyInput,
     FailInput,
@@ -145,10 +149,7 @@ def fail(deps: LifecycleDeps, inp: FailInput) -> StepOutput:
     job = deps.store.get_job(inp.job_id)
     if job is None:
         return StepOutput(proceed=False, outcome="abandon", message="no such job")
-    reason = inp.reason
-    if inp.error:
-        cause = str(inp.error.get("Cause", ""))[:500]
-        reason = f"{reason or 'provisioning failed'}: {inp.error.get('Error', 'error')} {cause}"
+    reason = inp.reason or "provisioning failed"
     job = move(
         deps, job, JobState.FAILED, (JobState.PENDING, *RENTING), now, "failed", reason,
         stop_reason="failed", state_reason=reason,
@@ -200,6 +201,40 @@ def finish(deps: LifecycleDeps, inp: FinishInput) -> StepOutput:
     )
 
 
+# --- a failed attempt ---------------------------------------------------------------------
+
+CAUSE_CHARS = 500
+
+
+def attempt_failed(deps: LifecycleDeps, inp: AttemptFailedInput) -> StepOutput:
+    """A step of this execution failed for good: say which and why on the job's timeline. The
+    execution then ends FAILED, and the monitor starts the transition's next attempt
+    (`functions/monitor/repair.py`); the job keeps its state meanwhile."""
+    error, cause = describe_error(inp.error)
+    message = f"{inp.execution} failed in {inp.failed_state}: {error}: {cause}"
+    deps.store.append_event(
+        event(
+            inp.job_id, deps.clock(), "transition_failed", message,
+            execution=inp.execution, state=inp.failed_state, error=error,
+        )
+    )  # fmt: skip
+    return StepOutput(proceed=False, outcome="attempt_failed", message=message)
+
+
+def describe_error(error: dict[str, Any]) -> tuple[str, str]:
+    """A Catch's `Error` and a readable `Cause`: a Lambda error's cause is the function's error
+    document (JSON with `errorMessage`), shortened to its message."""
+    name = str(error.get("Error") or "error")
+    cause = str(error.get("Cause") or "")
+    try:
+        document = json.loads(cause)
+    except ValueError:
+        document = None
+    if isinstance(document, dict) and document.get("errorMessage"):
+        cause = str(document["errorMessage"])
+    return name, cause[:CAUSE_CHARS]
+
+
 def run_step(deps: LifecycleDeps, inp: Any) -> StepOutput:
     steps: dict[type[Any], Callable[[LifecycleDeps, Any], StepOutput]] = {
         BeginInput: begin,
@@ -208,5 +243,6 @@ def run_step(deps: LifecycleDeps, inp: Any) -> StepOutput:
         FailInput: fail,
         StopBeginInput: stop_begin,
         FinishInput: finish,
+        AttemptFailedInput: attempt_failed,
     }
     return steps[type(inp)](deps, inp)

@@ -7,6 +7,7 @@ validate is the definition's mistake, never a user's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
@@ -58,7 +59,16 @@ class FailInput(_Input):
     op: Literal["fail"]
     job_id: str
     reason: str = ""
-    error: dict[str, Any] | None = Field(default=None, description="A Catch's Error and Cause.")
+
+
+class AttemptFailedInput(_Input):
+    """A Task of this execution failed for good (after its retries): its Catch."""
+
+    op: Literal["attempt_failed"]
+    job_id: str
+    execution: str = Field(description="The execution's name, `<job>-<action>-g<n>-a<k>`.")
+    failed_state: str = Field(description="The Task state that failed.")
+    error: dict[str, Any] = Field(description="The Catch's Error and Cause.")
 
 
 class StopBeginInput(_Input):
@@ -73,7 +83,13 @@ class FinishInput(_Input):
 
 
 LifecycleInput = Annotated[
-    BeginInput | DestroyInput | ProvisionInput | FailInput | StopBeginInput | FinishInput,
+    BeginInput
+    | DestroyInput
+    | ProvisionInput
+    | FailInput
+    | StopBeginInput
+    | FinishInput
+    | AttemptFailedInput,
     Field(discriminator="op"),
 ]
 
@@ -106,6 +122,8 @@ class LifecycleDeps:
     account_secrets: Callable[[], list[str]]
     clock: Callable[[], float]
     events: JobEvents = field(default_factory=lambda: JobEvents(None))
+    # Seconds left in this invocation (the handler reads Lambda's context); unbounded elsewhere.
+    remaining_s: Callable[[], float] = field(default=lambda: math.inf)
 
 
 def event(job_id: str, now: float, kind: str, message: str, **data: Any) -> TimelineEvent:

@@ -21,7 +21,12 @@ def dependencies() -> service.MonitorDeps:
     return service.MonitorDeps(
         store=factory.store(settings.table_name),
         transitions=factory.transitions(settings.state_machine_arn),
-        vast=lambda: factory.vast(settings.vast_secret_arn, settings.vast_base_url),
+        vast=lambda: factory.vast(
+            settings.vast_secret_arn,
+            settings.vast_base_url,
+            deadline_s=settings.vast_deadline_s,
+            timeout_s=settings.vast_timeout_s,
+        ),
         cloudflare=lambda: factory.cloudflare(
             settings.cloudflare_secret_arn, settings.cloudflare_base_url
         ),

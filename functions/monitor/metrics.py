@@ -1,7 +1,8 @@
 """A monitor run's report as metrics: every name, unit and value the dashboard and the
 SpendNearBudget alarm read (`infra/constructs/observability.py`), in one place.
 
-Counts of what the run did (jobs supervised, verdicts, transitions started, credentials renewed,
+Counts of what the run did (jobs supervised, verdicts, transitions started, later attempts
+started and stops past their last attempt (`functions/monitor/repair.py`), credentials renewed,
 hosts blamed, orphans destroyed, errors), whether Vast could be read, how many of Vast's records
 could not be read (`VastRecordsSkipped`: left out; `VastFieldsDropped`: fields dropped from
 instances that were kept), the spend of all active jobs, and — only while there is something to
@@ -23,6 +24,9 @@ from functions.observability import MetricUnit, metrics
 
 RECORDS_SKIPPED_METRIC = "VastRecordsSkipped"
 FIELDS_DROPPED_METRIC = "VastFieldsDropped"
+# A stop past its last attempt (functions/domain/attempts.py): the job stays STOPPING while
+# the orphan sweep destroys its instances; the TransitionGaveUp alarm asks someone to look.
+TRANSITIONS_EXHAUSTED_METRIC = "TransitionsExhausted"
 
 
 def emit(report: MonitorReport) -> None:
@@ -30,6 +34,10 @@ def emit(report: MonitorReport) -> None:
     metrics.add_metric(name="JobsSupervised", unit=count, value=report.jobs)
     metrics.add_metric(name="VastListFailed", unit=count, value=int(report.instances is None))
     metrics.add_metric(name="TransitionsStarted", unit=count, value=report.transitions_started)
+    metrics.add_metric(name="TransitionsRetried", unit=count, value=report.transitions_retried)
+    metrics.add_metric(
+        name=TRANSITIONS_EXHAUSTED_METRIC, unit=count, value=report.transitions_exhausted
+    )
     metrics.add_metric(name="CredentialsRenewed", unit=count, value=report.credentials_renewed)
     metrics.add_metric(name="HostsBlamed", unit=count, value=report.hosts_blamed)
     metrics.add_metric(name="OrphansDestroyed", unit=count, value=report.orphans_destroyed)

@@ -43,6 +43,7 @@ from functions.domain.reconcile import (
     reconcile,
 )
 from functions.domain.spend import charges_by_instance
+from functions.monitor import repair
 from functions.observability import logger
 
 SPEND_EPSILON_USD = 1e-6
@@ -67,6 +68,8 @@ class MonitorReport:
     instances: int | None = None
     verdicts: dict[str, int] = field(default_factory=dict)
     transitions_started: int = 0
+    transitions_retried: int = 0  # later attempts (and stops of given-up transitions) started
+    transitions_exhausted: int = 0  # stops past their last attempt (the orphan sweep goes on)
     credentials_renewed: int = 0
     hosts_blamed: int = 0
     orphans_destroyed: int = 0
@@ -207,8 +210,10 @@ def _apply(
         )
         report.hosts_blamed += 1
     if decision.transition is not None:
-        started = deps.transitions.start(decision.transition)
-        if started:
+        outcome = repair.advance(deps.transitions, deps.store, decision.transition, now=now)
+        report.transitions_retried += outcome.retried
+        report.transitions_exhausted += outcome.status == "exhausted"
+        if outcome.started_first_attempt:
             report.transitions_started += 1
             lost = None
             if decision.transition.action == "replace" and snapshot.current is not None:
@@ -260,8 +265,8 @@ def _describe(lost: WorkLost) -> str:
 
 
 def _renew_credentials(deps: MonitorDeps, job: Job, generation: int) -> bool:
-    """Mint fresh job-scoped credentials onto the generation; the agent gets them with its
-    next heartbeat reply. A Cloudflare failure waits for the next run (they are renewed well
+    """Mint the generation's two keys afresh onto it; the agent gets them with its next
+    heartbeat reply. A Cloudflare failure waits for the next run (they are renewed well
     before they expire)."""
     try:
         client, account = deps.cloudflare()
@@ -269,6 +274,7 @@ def _renew_credentials(deps: MonitorDeps, job: Job, generation: int) -> bool:
             client,
             account,
             job.job_id,
+            generation,
             ttl_s=credentials_ttl_s(job.spec.policy),
             lease_s=job.spec.policy.lease_window_s,
             endpoint=account.r2_endpoint(deps.r2_endpoint),
@@ -285,6 +291,8 @@ def report_fields(report: MonitorReport) -> dict[str, Any]:
         "instances": report.instances,
         "verdicts": report.verdicts,
         "transitions_started": report.transitions_started,
+        "transitions_retried": report.transitions_retried,
+        "transitions_exhausted": report.transitions_exhausted,
         "credentials_renewed": report.credentials_renewed,
         "hosts_blamed": report.hosts_blamed,
         "orphans_destroyed": report.orphans_destroyed,

@@ -2,28 +2,35 @@
 
 Input contract (`functions.domain.job.TransitionRequest`):
 
-    {"action": "provision" | "replace" | "stop", "job_id": str, "generation": int, "reason": str}
+    {"action": "provision" | "replace" | "stop", "job_id": str, "generation": int,
+     "reason": str, "attempt": int}
 
-started with the deterministic execution name `<job_id>-<action>-g<generation>` (`<job_id>-stop`).
+started with the deterministic execution name `<job_id>-<action>-g<generation>-a<attempt>`
+(`<job_id>-stop-a<attempt>`): one execution per attempt of a transition.
 
     provision / replace:
       Begin ─(no)→ Skipped
         │ replace: DestroyPrevious (retried until Vast no longer lists the old instance)
         ▼
       Provision ─ rented → NotifyRented → Done
-        ├ no capacity → (timed out? → Fail) WaitForCapacity → Provision
+        ├ no capacity → (timed out? → Fail (job FAILED) → NotifyFailed) WaitForCapacity → Provision
         ├ over budget → DestroyAll → Finish → NotifyStopped
-        ├ lost race / abandoned → Skipped
-        └ error after retries → Fail (job FAILED) → NotifyFailed
+        └ lost race / abandoned → Skipped
     stop:
       StopBegin ─(no)→ Skipped
         ▼
       DestroyAll (retried until gone) → Finish → NotifyStopped → Done
+    every Task, once its retries are spent:
+      <State>Failed → RecordFailure (the job's timeline: which state, which error) →
+      TransitionFailed (the execution FAILS; the monitor starts the next attempt,
+      functions/monitor/repair.py)
 
 Every Task is the one lifecycle function with an `op` (`functions/lifecycle/service.py`); its
 output lands under its own key, so the execution input stays intact. No secret ever passes
 through the state (the provision step mints, rents and records in one invocation), so full
-execution logging is safe.
+execution logging is safe. A failed attempt leaves the job in the state it reached (every step
+is idempotent, so the next attempt carries on from there); only a provision that found no
+capacity within the provision timeout fails the job itself.
 """
 
 from __future__ import annotations
@@ -53,15 +60,22 @@ LIFECYCLE_TABLE_ACTIONS = (
     "dynamodb:Query",
     "dynamodb:UpdateItem",
 )
-# Vast and Cloudflare hiccups: the adapters already retried for tens of seconds.
+# Vast and Cloudflare hiccups: the adapters already retried for tens of seconds. Lambda's own
+# errors too, its timeout among them (`Sandbox.Timedout`; `Lambda.Unknown` in older runtimes):
+# every step is idempotent, so running one again after a timeout is safe — a provision killed
+# mid-rent destroys the instance it left unrecorded before it rents again.
 TRANSIENT_ERRORS = [
     "VastUnavailable",
     "RateLimited",
     "CloudflareUnavailable",
     "CloudflareRateLimited",
+    "Sandbox.Timedout",
+    "Lambda.Unknown",
     "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
     "Lambda.TooManyRequestsException",
     "Lambda.SdkClientException",
+    "Lambda.ClientExecutionTimeoutException",
 ]
 
 
@@ -201,9 +215,47 @@ class Lifecycle(Construct):
         notify.add_catch(sfn.Pass(self, f"{state_id}Dropped"), result_path="$.notify_error")
         return notify
 
+    def _on_failure(self, task: tasks.LambdaInvoke, record: sfn.IChainable) -> None:
+        """Every error a task could not retry away ends this attempt: `<State>Failed` names
+        the state, RecordFailure says why on the job's timeline, the execution FAILS."""
+        state_id = task.node.id
+        named = sfn.Pass(
+            self,
+            f"{state_id}Failed",
+            result=sfn.Result.from_string(state_id),
+            result_path="$.failed_state",
+        )
+        named.next(record)
+        task.add_catch(named, errors=["States.ALL"], result_path="$.error")
+
     def _definition(self) -> sfn.IChainable:
         done = sfn.Succeed(self, "Done")
         skipped = sfn.Succeed(self, "Skipped", comment="Nothing to do: already done or moot")
+
+        # a failed attempt: recorded, then FAILED, so the monitor starts the next attempt
+        transition_failed = sfn.Fail(
+            self,
+            "TransitionFailed",
+            error="TransitionFailed",
+            cause="A step failed after its retries; the job's timeline names it and why. The "
+            "monitor starts the transition's next attempt.",
+        )
+        record_failure = self._retry_transient(
+            self._step(
+                "RecordFailure",
+                "attempt_failed",
+                "recorded",
+                **{
+                    "execution.$": "$$.Execution.Name",
+                    "failed_state.$": "$.failed_state",
+                    "error.$": "$.error",
+                },
+            )
+        )
+        record_failure.add_catch(
+            transition_failed, errors=["States.ALL"], result_path="$.record_error"
+        )
+        record_failure.next(transition_failed)
 
         # stop (also the end of an over-budget provision)
         destroy_all = self._step("DestroyAll", "destroy", "destroy")
@@ -227,16 +279,12 @@ class Lifecycle(Construct):
             .otherwise(skipped)
         )
 
-        # provisioning failed for good
+        # no capacity within the provision timeout
         fail = self._retry_transient(
             self._step("Fail", "fail", "fail", **{"reason.$": "$.provision.message"})
         )
-        fail_on_error = self._retry_transient(
-            self._step("FailOnError", "fail", "fail", **{"error.$": "$.error"})
-        )
         notify_failed = self._notify("NotifyFailed", "tether: job failed", "$.fail.message")
         fail.next(notify_failed)
-        fail_on_error.next(notify_failed)
         notify_failed.next(done)
 
         # provision / replace
@@ -248,7 +296,6 @@ class Lifecycle(Construct):
                 **{"generation.$": "$.generation", "waited_s.$": "$.waited_s"},
             )
         )
-        provision.add_catch(fail_on_error, errors=["States.ALL"], result_path="$.error")
         wait = sfn.Wait(
             self, "WaitForCapacity", time=sfn.WaitTime.seconds_path("$.provision.wait_s")
         )
@@ -297,7 +344,6 @@ class Lifecycle(Construct):
             max_delay=Duration.minutes(5),
             jitter_strategy=sfn.JitterType.FULL,
         )
-        destroy_previous.add_catch(fail_on_error, errors=["States.ALL"], result_path="$.error")
         begin = self._retry_transient(
             self._step(
                 "Begin",
@@ -320,6 +366,9 @@ class Lifecycle(Construct):
             .otherwise(start_waited)
         )
         start_waited.next(provision)
+
+        for task in (begin, destroy_previous, provision, fail, stop_begin, destroy_all, finish):
+            self._on_failure(task, record_failure)
 
         unknown = sfn.Fail(
             self,

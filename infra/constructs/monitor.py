@@ -1,8 +1,9 @@
 """The monitor: a function that EventBridge Scheduler runs every minute.
 
 It reads and writes the table (pulse, spend, observations, host reputation, events), reads the
-provider secrets, and starts lifecycle executions; nothing else. Scheduler does not retry a
-failed run (the next minute's run is the retry) and drops an invocation older than a minute.
+provider secrets, starts lifecycle executions and reads how they ended; nothing else. Scheduler
+does not retry a failed run (the next minute's run is the retry) and drops an invocation older
+than a minute.
 """
 
 from __future__ import annotations
@@ -67,8 +68,20 @@ class Monitor(Construct):
             )
         )
         state_machine.grant_start_execution(role)
+        # How an attempt's execution ended (functions/monitor/repair.py): the next one is
+        # started only once it closed unfinished.
+        state_machine.grant_execution(role, "states:DescribeExecution")
         vast_secret.grant_read(role)
         cloudflare_secret.grant_read(role)
+        machine = _logical_id(state_machine)
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5",
+            "DescribeExecution on the lifecycle's executions, whose names are per job and "
+            "attempt: how an attempt ended decides whether the monitor starts the next.",
+            "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+            f'{{"Fn::Select":[6,{{"Fn::Split":[":",{{"Ref":"{machine}"}}]}}]}}:*',
+        )
         acknowledge(
             role,
             "AwsSolutions-IAM5",

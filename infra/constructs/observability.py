@@ -39,6 +39,8 @@ JOBS_METRIC = "JobsSupervised"  # monitor: active jobs this run
 ORPHANS_METRIC = "OrphansDestroyed"  # monitor
 MONITOR_ERRORS_METRIC = "MonitorErrors"  # monitor: jobs whose handling raised this run
 HOSTS_BLAMED_METRIC = "HostsBlamed"  # monitor: a host judged dead or hung
+# monitor: a stop past its last attempt (functions/domain/attempts.py), every run it stays so
+TRANSITIONS_EXHAUSTED_METRIC = "TransitionsExhausted"
 RECOVERY_CAUSES = ("dead", "hung", "crashed")  # monitor: Verdict_<health>
 LIFECYCLE_FAILED_METRIC = "Lifecycle_failed"  # lifecycle: a job failed for good
 LIFECYCLE_RENTED_METRIC = "Lifecycle_rented"
@@ -122,9 +124,9 @@ class Observability(Construct):
             "LifecycleFailing": cloudwatch.Alarm(
                 self,
                 "LifecycleFailing",
-                alarm_description="A lifecycle execution failed, timed out or was aborted: a "
-                "host may be rented or left running without supervision. See the state "
-                "machine's execution history.",
+                alarm_description="A lifecycle execution failed, timed out or was aborted: "
+                "the job's timeline says which step and why; the monitor starts the "
+                "transition's next attempt, and destroys a stuck stop's or replace's hosts.",
                 metric=lifecycle_failures,
                 threshold=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -148,6 +150,17 @@ class Observability(Construct):
                 alarm_description="The monitor destroyed a labelled Vast instance that belonged "
                 "to no live job generation (it was billing for nothing).",
                 metric=tether_metric(ORPHANS_METRIC),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+            "TransitionGaveUp": cloudwatch.Alarm(
+                self,
+                "TransitionGaveUp",
+                alarm_description="A job's stop failed on every attempt: it stays STOPPING (the "
+                "monitor keeps destroying its hosts). Its timeline says why each attempt failed.",
+                metric=tether_metric(TRANSITIONS_EXHAUSTED_METRIC, "Maximum"),
                 threshold=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 evaluation_periods=1,

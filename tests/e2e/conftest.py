@@ -2,8 +2,8 @@
 
 One stack per test module (moto is process-wide, so one per xdist worker at a time); every test
 works on its own job, so tests do not depend on each other's leftovers. `provision_by_hand` does
-what the lifecycle's provision does (mint job-scoped keys, store the generation, rent with the
-host environment) for the tests that must run before, or without, the real lifecycle.
+what the lifecycle's provision does (mint the generation's keys, store the generation, rent with
+the host environment) for the tests that must run before, or without, the real lifecycle.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def provision_by_hand(
         account.account_id, account.api_token, base_url=stack.cloudflare_url, min_ttl_s=1
     )
     credentials = mint_job_credentials(
-        cloudflare, account, job.job_id, ttl_s=ttl_s, endpoint=stack.s3_url
+        cloudflare, account, job.job_id, 1, ttl_s=ttl_s, endpoint=stack.s3_url
     )
     token = new_agent_token()
     lease_expires_at = now + spec.policy.lease_window_s

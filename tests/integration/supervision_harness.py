@@ -11,13 +11,15 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import yaml
 
 from functions.adapters import factory
 from functions.adapters.store import JobStore
+from functions.adapters.transitions import TransitionStarter
+from functions.api import job_service
 from functions.domain.heartbeat import GpuProbe
 from functions.domain.job import (
     Generation,
@@ -29,6 +31,7 @@ from functions.domain.job import (
     new_job_id,
 )
 from functions.domain.jobspec import parse_job
+from functions.settings import JobsApiSettings
 from infra import names
 from tests.paths import ROOT
 from tether_local.aws import Deployed, LocalAws
@@ -227,6 +230,37 @@ class Supervised:
         view = self.store.get_job_view(job_id)
         assert view is not None
         return [e.kind for e in view.events]
+
+    # attempts of transitions ----------------------------------------------------------------
+
+    def executions(self, job_id: str) -> dict[str, str]:
+        """The job's executions (one per attempt of a transition): name → status."""
+        pages = self.sfn.get_paginator("list_executions").paginate(
+            stateMachineArn=self.state_machine_arn
+        )
+        return {
+            e["name"]: e["status"]
+            for page in pages
+            for e in page["executions"]
+            if e["name"].startswith(f"{job_id}-")
+        }
+
+    def settle(self, job_id: str) -> dict[str, str]:
+        """Wait until none of the job's executions is running; return them all."""
+        for name, status in self.executions(job_id).items():
+            if status == "RUNNING":
+                self.wait_for(name)
+        return self.executions(job_id)
+
+    def cancel(self, job_id: str) -> None:
+        """`POST /jobs/{id}/cancel`, through the jobs API's service (it starts the stop)."""
+        deps = job_service.JobsDeps(
+            settings=cast(JobsApiSettings, None),  # cancel reads no setting
+            store=self.store,
+            transitions=TransitionStarter(self.state_machine_arn, client=self.sfn),
+            clock=self.clock,
+        )
+        job_service.cancel_job(deps, job_id, identity="tester")
 
 
 def supervised_stack(template: dict[str, Any], time_scale: float) -> Iterator[Supervised]:

@@ -16,11 +16,12 @@ floors are relative to `policy.heartbeat_interval_s` (`functions.domain.jobspec`
 `heartbeat_timeout_s ≥ 3 × heartbeat_interval_s`); a real job keeps the safe defaults (15 s
 heartbeat, 180 s timeout). The monitor runs every second (the demo's own clock thread, so
 `supervisor-dead` can stop it), and the API treats the supervisor as dead after 4 s without a
-monitor run.
+monitor run. A Vast call retries for 0.5 s (`TETHER_VAST_DEADLINE_S`; 30 s for the monitor and
+20 s for the lifecycle in AWS), so a Vast outage fails a lifecycle step within seconds.
 
 Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, no-progress, supervisor-dead,
-over-budget, vast-flaky, zombie, crash-loop, killed-during-upload, killed-during-restore,
-heartbeat-flood.
+over-budget, vast-flaky, vast-outage-during-stop, zombie, crash-loop, killed-during-upload,
+killed-during-restore, forged-manifest, heartbeat-flood.
 `run_scenario(name)` starts a stack and returns a `DemoSummary`; tests pass their own stack
 (`demo_stack_config()`) to share one start-up.
 

@@ -5,25 +5,27 @@ instances, and a sample of bad requests answered by the API."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
+from pydantic import TypeAdapter
 from tether_agent.checkpoints import (
     MANIFEST_NAME,
     Manifest,
     RemoteCheckpointId,
-    checkpoints_prefix,
     file_problem,
     manifest_problem,
     parse_remote_dir,
 )
 
+from functions.domain import agent_env
 from functions.domain.labels import parse_label
 from functions.domain.spend import instance_charge
 from functions.domain.storage_layout import job_prefix
 from tether_local.demo.job import SIGNED
-from tether_local.invariants import CheckpointFacts, LedgerFacts
+from tether_local.invariants import CheckpointFacts, KeyFacts, LedgerFacts, Recorded
 from tether_local.stack import R2_BUCKET, LocalStack
 
 
@@ -32,11 +34,23 @@ def s3_root(stack: LocalStack) -> Path:
     return stack.root / "s3" / R2_BUCKET
 
 
+_RECORDED = TypeAdapter(list[Recorded])
+_GENERATION_DIR = re.compile(r"^g([1-9]\d*)$")
+
+
 def checkpoint_dirs(stack: LocalStack, job_id: str) -> dict[Path, RemoteCheckpointId]:
-    """The job's checkpoint directories in the S3 stand-in, by the agent's naming rule."""
-    base = s3_root(stack) / checkpoints_prefix(job_prefix(job_id))
-    found = {d: parse_remote_dir(d.name) for d in sorted(base.glob("*-g*"))}
-    return {d: cid for d, cid in found.items() if cid is not None}
+    """The job's checkpoint directories in the S3 stand-in, every generation's, by the agent's
+    naming rule (`jobs/<id>/g<generation>/checkpoints/<step>/`)."""
+    found: dict[Path, RemoteCheckpointId] = {}
+    for generation_dir in sorted((s3_root(stack) / job_prefix(job_id)).glob("g*")):
+        match = _GENERATION_DIR.match(generation_dir.name)
+        if match is None:
+            continue
+        for directory in sorted((generation_dir / "checkpoints").glob("*")):
+            step = parse_remote_dir(directory.name)
+            if step is not None:
+                found[directory] = RemoteCheckpointId(step, int(match[1]))
+    return found
 
 
 def checkpoint_facts(
@@ -51,7 +65,7 @@ def checkpoint_facts(
         seen = (known or {}).get(prefix)
         if seen is not None and seen.verified:
             continue
-        verified, written_at = _verify(directory, cid)
+        verified, written_at, sha256 = _verify(directory, cid)
         has_manifest = (directory / MANIFEST_NAME).is_file()
         found.append(
             CheckpointFacts(
@@ -61,27 +75,64 @@ def checkpoint_facts(
                 has_manifest=has_manifest,
                 verified=verified and has_manifest,
                 written_at=written_at,
+                manifest_sha256=sha256,
             )
         )
     return found
 
 
-def _verify(directory: Path, cid: RemoteCheckpointId) -> tuple[bool, float | None]:
+def _verify(directory: Path, cid: RemoteCheckpointId) -> tuple[bool, float | None, str | None]:
     """Whether the checkpoint in `directory` passes the agent's restore checks (its manifest
-    parses and names this directory, every file has the listed size and sha256), and the
-    manifest's time (None when it cannot be read)."""
+    parses and names this directory, every file has the listed size and sha256); when the
+    manifest was really written (the stand-in's file time, not the time it claims); and the
+    sha256 of its bytes. Times and hash are None when it cannot be read."""
+    path = directory / MANIFEST_NAME
     try:
-        manifest = Manifest.model_validate_json((directory / MANIFEST_NAME).read_bytes())
-        written_at = manifest.created_at.timestamp()
+        written_at = path.stat().st_mtime
+        data = path.read_bytes()
+    except OSError:  # no manifest, or deleted by retention while we looked
+        return False, None, None
+    sha256 = hashlib.sha256(data).hexdigest()
+    try:
+        manifest = Manifest.model_validate_json(data)
         if manifest_problem(manifest, cid):
-            return False, written_at
+            return False, written_at, sha256
         for entry in manifest.files:
             blob = (directory / entry.path).read_bytes()
             if file_problem(entry, len(blob), hashlib.sha256(blob).hexdigest()):
-                return False, written_at
+                return False, written_at, sha256
     except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
-        return False, None
-    return True, written_at
+        return False, written_at, sha256
+    return True, written_at, sha256
+
+
+def restore_candidates(stack: LocalStack, job_id: str) -> dict[int, tuple[Recorded, ...]]:
+    """Generation → the recorded checkpoints it was given to restore (its environment)."""
+    assert stack.hosts is not None
+    found: dict[int, tuple[Recorded, ...]] = {}
+    for host in stack.hosts.for_job(job_id):
+        raw = host.received_env.get(agent_env.RESTORE_CHECKPOINTS)
+        if host.generation is None:
+            continue
+        found[host.generation] = tuple(_RECORDED.validate_json(raw)) if raw else ()
+    return found
+
+
+def key_scopes(stack: LocalStack, job_id: str) -> dict[str, KeyFacts]:
+    """The scopes of the storage keys the job's hosts hold, for those still live."""
+    assert stack.hosts is not None
+    found: dict[str, KeyFacts] = {}
+    for host in stack.hosts.for_job(job_id):
+        for name in (agent_env.S3_ACCESS_KEY_ID, agent_env.S3_WRITE_ACCESS_KEY_ID):
+            key = host.received_env.get(name, "")
+            scope = stack.cloudflare.scope_for(key)
+            if scope is not None:
+                found[key] = KeyFacts(
+                    permission=scope.permission,
+                    prefixes=scope.prefixes,
+                    expires_at=scope.expires_at,
+                )
+    return found
 
 
 def live_instances(stack: LocalStack, job_id: str) -> list[int]:
@@ -143,7 +194,9 @@ __all__ = [
     "bad_input_statuses",
     "checkpoint_dirs",
     "checkpoint_facts",
+    "key_scopes",
     "ledger_facts",
     "live_instances",
+    "restore_candidates",
     "s3_root",
 ]

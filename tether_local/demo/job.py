@@ -23,6 +23,7 @@ EXAMPLE_JOB = ROOT / "examples" / "tiny-cpu.yaml"
 TRAIN_MODULE = "tiny_train"  # examples/tiny-cpu/tiny_train.py, installed in the job's image
 MONITOR_INTERVAL_S = 1.0
 PULSE_MAX_AGE_S = 4.0
+VAST_DEADLINE_S = 0.5
 # A signed-looking header: the local front checks SigV4's shape, not its signature.
 SIGNED = {
     "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDLOCALDEMO/20260101/us-east-1/"
@@ -101,6 +102,8 @@ def demo_stack_config(root: Path | None = None) -> LocalStackConfig:
         function_env={
             function_settings.MONITOR_INTERVAL_ENV: str(MONITOR_INTERVAL_S),
             function_settings.PULSE_MAX_AGE_ENV: str(PULSE_MAX_AGE_S),
+            # A Vast call retries for half an interval, as the monitor's 30 s do of its 60 s.
+            function_settings.VAST_DEADLINE_ENV: str(VAST_DEADLINE_S),
         },
     )
 

@@ -134,7 +134,10 @@ class DemoRun:
         if hb.restored_checkpoint is not None and g.generation not in self.restores:
             ref = hb.restored_checkpoint
             self.restores[g.generation] = Restore(
-                generation=g.generation, step=ref.step, manifest_key=ref.manifest_key
+                generation=g.generation,
+                step=ref.step,
+                manifest_key=ref.manifest_key,
+                manifest_sha256=ref.manifest_sha256,
             )
             seen = seen.model_copy(update={"restored_step": ref.step})
         if hb.step is not None:

@@ -17,15 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from tether_agent.checkpoints import MANIFEST_NAME, RemoteCheckpointId
+import httpx
+from tether_agent.checkpoints import MANIFEST_NAME
 
 from functions.adapters.store import JobView
 from functions.domain.job import Generation, JobState
-from functions.domain.storage_layout import job_prefix
-from tether_local.demo.evidence import checkpoint_dirs
+from tether_local.demo.evidence import checkpoint_dirs, restore_candidates
 from tether_local.demo.flood import drive_heartbeat_flood
-from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
+from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, SIGNED, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, Scenario
+from tether_local.demo.storage_attacks import HostKeys, copy_checkpoint, crafted_manifests
 from tether_local.hosts import marked_processes
 from tether_local.invariants import Fault
 
@@ -120,6 +121,10 @@ def _vast_flaky(run: DemoRun) -> None:
 
 
 def _zombie(run: DemoRun) -> None:
+    """g1 dies; g2 takes over; g1's host comes back and is told it is superseded. Its keys still
+    work until they expire: written where g2 or the job root would be read they are refused, and
+    a checkpoint it plants in its own prefix at a far higher step is never restored: g2 dies
+    too, and g3 restores g2's latest recorded checkpoint."""
     assert run.stack.hosts is not None
     hosts = run.stack.hosts
     g1 = run.wait_step(1, 50, checkpoint=50)
@@ -140,6 +145,30 @@ def _zombie(run: DemoRun) -> None:
     run.checks["zombie_never_billed"] = not [
         s for s in run.samples if s.at >= zombie_at and old.instance_id in s.instance_ids
     ]
+    keys = HostKeys.of(run, old)
+    answers = keys.writes_outside_own_prefix(other_generation=2)
+    run.say(f"the zombie's key, outside generation 1's prefix: {sorted(set(answers.values()))}")
+    run.checks["zombie_key_refused_outside_its_prefix"] = set(answers.values()) == {
+        "403 AccessDenied"
+    }
+    planted = copy_checkpoint(keys, 50, ZOMBIE_STEP)
+    run.say(f"the zombie plants a complete checkpoint at step {ZOMBIE_STEP} in its own prefix")
+    current = run.max_step.get(2, 0)
+    g2 = run.wait_step(2, current, checkpoint=current - current % 50 + 50)
+    _destroy(run, g2)
+    run.wait_training(3)
+    given = restore_candidates(run.stack, run.job_id).get(3, ())
+    restored = run.restores.get(3)
+    run.checks["third_generation_restored_the_latest_recorded"] = bool(
+        given
+        and given[0].generation == 2
+        and restored is not None
+        and restored.manifest_key == given[0].manifest_key
+        and planted["manifest_key"] not in {c.manifest_key for c in given}
+    )
+
+
+ZOMBIE_STEP = 99_950
 
 
 def _crash_loop(run: DemoRun) -> None:
@@ -162,6 +191,53 @@ def _crash_loop(run: DemoRun) -> None:
         )
 
 
+def _vast_outage_during_stop(run: DemoRun) -> None:
+    """Vast answers 502 to everything while the job is cancelled: the stop's first attempt
+    fails (its destroy step gives up), and once Vast is back the host is destroyed — by the
+    monitor's sweep of a stopping job's instances, and by the next attempt, which ends it."""
+    vast = run.stack.vast
+    g = run.wait_step(1, 50, checkpoint=50)
+    instance = run.instance(g)
+    run.say("Vast API: 502 Bad Gateway on every request from now on")
+    fault = run.fault("vast-outage", g, vast.outage)
+    cancelled = httpx.post(
+        f"{run.stack.api_url}/jobs/{run.job_id}/cancel", headers=SIGNED, timeout=30
+    )
+    if cancelled.status_code != 202:
+        raise DemoError(f"cancel refused: {cancelled.status_code} {cancelled.text[:300]}")
+    run.say("cancelled the job while Vast is down")
+
+    def attempt_failed(view: JobView) -> str | None:
+        failed = [e for e in view.events if e.kind == "transition_failed"]
+        return failed[0].message if failed else None
+
+    message = run.wait("the stop's first attempt to fail", attempt_failed)
+    run.say(f"lifecycle: {message[:160]}")
+    vast.outage(False)
+    recovered_at = time.time()
+    run.say(f"Vast answers again ({recovered_at - fault.at:.1f} s of outage)")
+
+    def destroyed(_view: JobView) -> float | None:
+        return vast.ledger(instance).closed_at
+
+    closed_at = run.wait(f"instance {instance} destroyed", destroyed)
+    assert run.clock is not None
+    intervals = (closed_at - recovered_at) / run.clock.effective_interval_s
+    run.say(
+        f"instance {instance} destroyed {closed_at - recovered_at:.1f} s after Vast recovered "
+        f"({intervals:.1f} monitor intervals)"
+    )
+    run.faults[-1] = fault.model_copy(update={"detected_at": closed_at})
+    view = run.wait("the job to end", lambda v: v.job.state == JobState.CANCELLED and v)
+    kinds = [e.kind for e in view.events]
+    run.checks["first_attempt_failed_during_the_outage"] = "transition_failed" in kinds
+    run.checks["retried_as_a_new_attempt"] = "transition_retried" in kinds
+    run.checks["destroyed_within_two_intervals_of_recovery"] = (
+        closed_at - recovered_at <= 2 * run.clock.effective_interval_s + OUTAGE_SLACK_S
+    )
+
+
+OUTAGE_SLACK_S = 2.0  # the invariants' slack: scheduling jitter of the demo machine
 TRANSFER_BALLAST_MB = 96
 CATCH_POLL_S = 0.01
 _T = TypeVar("_T")
@@ -208,9 +284,10 @@ def _killed_during_upload(run: DemoRun) -> None:
     while True:
         half, complete = _catch("g1 uploading a checkpoint", half_written)
         hosts.freeze(instance)
-        if not (half / MANIFEST_NAME).exists():
+        if not (half / MANIFEST_NAME).exists() and _newest_recorded(run) == complete:
             break
-        run.say(f"{half.name} finished uploading before the freeze; waiting for the next one")
+        run.say(f"{half.name} finished uploading (or {complete} was not recorded yet) before "
+                "the freeze; waiting for the next one")  # fmt: skip
         hosts.thaw(instance)
     files = sorted(p.name for p in half.iterdir())
     run.say(f"g1 is uploading {half.name} ({', '.join(files)}; no manifest yet)")
@@ -225,17 +302,26 @@ def _killed_during_upload(run: DemoRun) -> None:
     run.checks["restored_last_complete_checkpoint"] = _restored(run, 2, complete, written_by=1)
 
 
+def _newest_recorded(run: DemoRun) -> int | None:
+    """The step of the newest checkpoint the control plane recorded for the job."""
+    job = run.store.get_job(run.job_id)
+    found = job.recorded_checkpoints if job is not None else []
+    return found[0].step if found else None
+
+
 def _killed_during_restore(run: DemoRun) -> None:
     assert run.stack.hosts is not None
     hosts = run.stack.hosts
     _destroy(run, run.wait_step(1, 100, checkpoint=100))
-    complete = max(s for d, s in _steps_by_dir(run, 1).items() if (d / MANIFEST_NAME).is_file())
 
     def rented(view: JobView) -> Generation | None:
         g = run.generation(view, 2)
         return g if g is not None and g.instance_id is not None else None
 
     g2 = run.wait("g2 rented", rented)
+    complete = _newest_recorded(run)  # g1 is superseded: the record is final
+    if complete is None:
+        raise DemoError("g1 was destroyed with no checkpoint recorded")
     instance = run.instance(g2)
     disk = hosts.get(instance).disk
 
@@ -257,10 +343,76 @@ def _killed_during_restore(run: DemoRun) -> None:
 
 
 def _restored(run: DemoRun, generation: int, step: int, written_by: int) -> bool:
-    """`generation` restored the checkpoint of `step` that generation `written_by` uploaded."""
+    """`generation` restored the checkpoint of `step` that generation `written_by` uploaded,
+    the newest of those the control plane recorded and gave it."""
     restored = run.restores.get(generation)
-    expected = RemoteCheckpointId(step, written_by).manifest_key(job_prefix(run.job_id))
-    return restored is not None and restored.step == step and restored.manifest_key == expected
+    given = restore_candidates(run.stack, run.job_id).get(generation, ())
+    return (
+        restored is not None
+        and bool(given)
+        and (given[0].step, given[0].generation) == (step, written_by)
+        and restored.manifest_key == given[0].manifest_key
+        and restored.manifest_sha256 == given[0].manifest_sha256
+    )
+
+
+def _forged_manifest(run: DemoRun) -> None:
+    """g1, still current, turns hostile: it writes four crafted manifests in its own prefix and
+    reports each in a heartbeat, so the control plane records them, newest first. g1 dies; g2
+    skips every crafted one with its reason (in its heartbeats and on the timeline) and
+    restores g1's last real checkpoint; g1's key is refused anywhere g2 or the job root would
+    be read."""
+    assert run.stack.hosts is not None
+    hosts = run.stack.hosts
+    g1 = run.wait_step(1, 100, checkpoint=100)
+    host = hosts.get(run.instance(g1))
+    hosts.freeze(host.instance_id)  # its real agent records nothing more meanwhile
+    time.sleep(IN_FLIGHT_S)  # a heartbeat it sent just before lands first
+    real = _newest_recorded(run)
+    if real is None:
+        raise DemoError("g1 has no recorded checkpoint to forge from")
+    keys = HostKeys.of(run, host)
+    crafted = crafted_manifests(keys, real, FORGED_STEP)
+    for kind, ref in crafted.items():
+        status = keys.heartbeat(run, {"step": real, "last_checkpoint": ref})
+        run.say(
+            f"g1 writes and reports a crafted manifest ({kind}) at step {ref['step']}: {status}"
+        )
+    recorded = run.store.get_job(run.job_id)
+    kinds = {ref["manifest_key"]: kind for kind, ref in crafted.items()}
+    newest = [c.manifest_key for c in recorded.recorded_checkpoints] if recorded else []
+    run.checks["crafted_manifests_recorded"] = set(newest[: len(kinds)]) == set(kinds)
+    run.fault("dead", g1, lambda: hosts.destroy(host.instance_id))  # still frozen
+    run.wait_training(2)
+    answers = keys.writes_outside_own_prefix(other_generation=2)
+    run.checks["old_key_refused_outside_its_prefix"] = set(answers.values()) == {"403 AccessDenied"}
+    g2 = run.generation(run.poll(), 2)
+    report = g2.heartbeat.restore if g2 is not None and g2.heartbeat is not None else None
+    skipped = {s.manifest_key: s.reason for s in report.skipped} if report else {}
+    restored = run.restores.get(2)
+    run.say(
+        f"g2 skipped {len(skipped)} crafted manifest(s) and restored step "
+        f"{restored.step if restored else '-'}"
+    )
+    run.checks["crafted_never_restored"] = (
+        restored is not None and restored.manifest_key not in kinds and restored.step == real
+    )
+    run.checks["every_crafted_one_skipped_with_its_reason"] = all(
+        FORGED_REASONS[kind] in skipped.get(key, "") for key, kind in kinds.items()
+    )
+    run.checks["skips_on_the_timeline"] = any(
+        e.kind == "restore_skipped" for e in (run.view.events if run.view else [])
+    )
+
+
+IN_FLIGHT_S = 0.5
+FORGED_STEP = 100_000  # above any real step: as the newest recorded, each would win
+FORGED_REASONS = {
+    "bad-json": "malformed manifest",
+    "dotdot-path": "unsafe path in manifest: ../../../../escape",
+    "huge-size": "manifest says 1000000000000000",
+    "wrong-sha256": "sha256 mismatch",
+}
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -313,9 +465,9 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "zombie",
-            "a destroyed host returns after its replacement: superseded, never billed, its late "
-            "checkpoints never restored",
-            TrainArgs(steps=200),
+            "a destroyed host returns after its replacement: superseded, never billed, its key "
+            "refused outside its own prefix, its late checkpoint never restored",
+            TrainArgs(steps=600),
             _zombie,
         ),
         Scenario(
@@ -324,6 +476,14 @@ SCENARIOS: dict[str, Scenario] = {
             TrainArgs(steps=200, crash_at_step=75),
             _crash_loop,
             expected_state=JobState.FAILED,
+        ),
+        Scenario(
+            "vast-outage-during-stop",
+            "Vast answers 502 to everything while the job is cancelled: the stop fails, is "
+            "retried as a new attempt, and the host is destroyed soon after Vast is back",
+            TrainArgs(steps=100_000),
+            _vast_outage_during_stop,
+            expected_state=JobState.CANCELLED,
         ),
         Scenario(
             "killed-during-upload",
@@ -348,6 +508,15 @@ SCENARIOS: dict[str, Scenario] = {
             TrainArgs(steps=200, ballast_mb=TRANSFER_BALLAST_MB),
             _killed_during_restore,
             spec_overrides={"data": {"upload_gb_per_checkpoint": 0.1}},
+        ),
+        Scenario(
+            "forged-manifest",
+            "the current host writes crafted manifests (bad JSON, ../ paths, a huge size, a "
+            "wrong sha256) and reports them: recorded, each skipped with its reason by the "
+            "next host, which restores the last real checkpoint",
+            TrainArgs(steps=300),
+            _forged_manifest,
+            spec_overrides={"checkpoint": {"keep_last": 8}},
         ),
     )
 }

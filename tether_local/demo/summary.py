@@ -22,7 +22,9 @@ from tether_local import invariants
 from tether_local.demo.evidence import (
     bad_input_statuses,
     checkpoint_facts,
+    key_scopes,
     ledger_facts,
+    restore_candidates,
     s3_root,
 )
 from tether_local.demo.job import MONITOR_INTERVAL_S, TrainArgs, demo_image
@@ -98,8 +100,7 @@ def summarize(run: DemoRun, view: JobView) -> DemoSummary:
     stack, job = run.stack, view.job
     run.checkpoints.update({c.prefix: c for c in checkpoint_facts(stack, run.job_id)})
     checkpoints = list(run.checkpoints.values())
-    verified = [c for c in checkpoints if c.verified]
-    best = max(verified, key=lambda c: (c.step, c.generation), default=None)
+    best = invariants.result_checkpoint(checkpoints, view.generations)
     weights = reference = None
     if best is not None:
         npz = next(iter(sorted((s3_root(stack) / best.prefix).rglob("model.npz"))), None)
@@ -117,7 +118,9 @@ def summarize(run: DemoRun, view: JobView) -> DemoSummary:
         billing_samples=tuple(run.samples),
         checkpoints=tuple(checkpoints),
         restores=tuple(run.restores.values()),
+        restore_candidates=restore_candidates(stack, run.job_id),
         host_envs={h.instance_id: dict(h.received_env) for h in stack.hosts.for_job(run.job_id)},
+        key_scopes=key_scopes(stack, run.job_id),
         account_secrets=tuple(stack.account_secrets()),
         bad_input_statuses=bad_input_statuses(stack, run.job_id),
         labels_rented=labels,

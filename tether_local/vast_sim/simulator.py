@@ -106,6 +106,7 @@ class VastSimulator:
         self._instance_keys: dict[str, int] = {}
         self._next_id = 30_000_000 + self._rng.randint(0, 9_999_999)
         self._faults: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
+        self._outage = False
         self._garbled: dict[int, dict[str, Any]] = {}  # instance id → fields Vast sends oddly
         self._last_accrued = self._clock()
         self.request_log: list[tuple[str, str]] = []  # (method, full URL), for tests
@@ -144,6 +145,16 @@ class VastSimulator:
             raise ValueError("count must be ≥ 0")
         with self._lock:
             self._faults[kind] += count
+
+    def outage(self, on: bool = True) -> None:
+        """Chaos: Vast is down. Until `outage(False)` every API request answers 502 Bad Gateway
+        (after any injected fault it consumes); instances keep running and billing."""
+        with self._lock:
+            self._outage = on
+
+    @property
+    def in_outage(self) -> bool:
+        return self._outage
 
     def pending_faults(self) -> dict[str, int]:
         with self._lock:
@@ -270,7 +281,7 @@ class VastSimulator:
                 return httpx.Response(
                     429, text=RATE_LIMIT_TEXT, headers={"content-type": "text/plain"}
                 )
-            if self._take_fault("server_error"):
+            if self._take_fault("server_error") or self._outage:
                 return httpx.Response(
                     502, text="<html><body>502 Bad Gateway</body></html>",
                     headers={"content-type": "text/html"},

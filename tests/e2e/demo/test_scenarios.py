@@ -42,11 +42,50 @@ def test_dead_twice_resumes_twice_and_ends_identical(demo_stack: LocalStack) -> 
     assert _generations(demo_stack, summary.job_id) == [1, 2, 3]
 
 
-def test_zombie_is_superseded_and_never_billed(demo_stack: LocalStack) -> None:
+def test_zombie_is_superseded_never_billed_and_its_checkpoints_never_restored(
+    demo_stack: LocalStack,
+) -> None:
+    """The zombie's key (still live) is refused (403) in g2's prefix and the job root; a
+    complete checkpoint it plants in its own prefix at step 99,950 is never restored: g3
+    restores g2's latest recorded one."""
     summary = run_scenario("zombie", stack=demo_stack)
     _assert_sound(summary)
-    assert summary.scenario_checks == {"zombie_stopped_itself": True, "zombie_never_billed": True}
-    assert _generations(demo_stack, summary.job_id) == [1, 2]
+    assert summary.scenario_checks == {
+        "zombie_stopped_itself": True,
+        "zombie_never_billed": True,
+        "zombie_key_refused_outside_its_prefix": True,
+        "third_generation_restored_the_latest_recorded": True,
+    }
+    assert _generations(demo_stack, summary.job_id) == [1, 2, 3]
+    g3 = JobStore(demo_stack.table_name()).get_generation(summary.job_id, 3)
+    assert g3 is not None and g3.heartbeat is not None and g3.heartbeat.restored_checkpoint
+    restored = g3.heartbeat.restored_checkpoint
+    assert restored.generation == 2 and restored.step < 99_950
+    assert summary.identical_to_uninterrupted and summary.compared_step == 600
+
+
+def test_forged_manifests_are_skipped_and_the_real_checkpoint_restored(
+    demo_stack: LocalStack,
+) -> None:
+    summary = run_scenario("forged-manifest", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.scenario_checks == {
+        "crafted_manifests_recorded": True,
+        "old_key_refused_outside_its_prefix": True,
+        "crafted_never_restored": True,
+        "every_crafted_one_skipped_with_its_reason": True,
+        "skips_on_the_timeline": True,
+    }
+    assert summary.identical_to_uninterrupted and summary.compared_step == 300
+    store = JobStore(demo_stack.table_name())
+    g2 = store.get_generation(summary.job_id, 2)
+    assert g2 is not None and g2.heartbeat is not None and g2.heartbeat.restore is not None
+    report = g2.heartbeat.restore
+    assert report.outcome == "restored" and len(report.skipped) == 4
+    view = store.get_job_view(summary.job_id, max_events=1000)
+    assert view is not None
+    (event,) = [e for e in view.events if e.kind == "restore_skipped"]
+    assert "g2 restored step" in event.message and "malformed manifest" in event.message
 
 
 def test_hung_gpu_is_replaced(demo_stack: LocalStack) -> None:
@@ -82,6 +121,31 @@ def test_vast_flaky_api_still_replaces_once(demo_stack: LocalStack) -> None:
     _assert_sound(summary)
     assert _generations(demo_stack, summary.job_id) == [1, 2]
     assert not demo_stack.vast.pending_faults()
+
+
+def test_vast_outage_during_stop_is_retried_and_the_host_destroyed_after_recovery(
+    demo_stack: LocalStack,
+) -> None:
+    summary = run_scenario("vast-outage-during-stop", stack=demo_stack)
+    _assert_sound(summary)
+    assert summary.final_state == "CANCELLED"
+    assert summary.scenario_checks == {
+        "first_attempt_failed_during_the_outage": True,
+        "retried_as_a_new_attempt": True,
+        "destroyed_within_two_intervals_of_recovery": True,
+    }
+    executions = demo_stack.aws.client("stepfunctions").list_executions(
+        stateMachineArn=demo_stack.state_machine_arn()
+    )["executions"]
+    first = f"{summary.job_id}-stop-a1"
+    stops = {
+        e["name"]: e["status"]
+        for e in executions
+        if e["name"].startswith(f"{summary.job_id}-stop-a")
+    }
+    assert stops.pop(first) == "FAILED"
+    assert "SUCCEEDED" in stops.values()  # a later attempt ended the job
+    assert not demo_stack.vast.in_outage and demo_stack.vast.instances() == []
 
 
 def test_crash_loop_fails_after_max_restarts(demo_stack: LocalStack) -> None:

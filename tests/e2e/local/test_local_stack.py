@@ -117,7 +117,9 @@ def test_rented_host_runs_the_agent_which_heartbeats_and_uploads(stack: LocalSta
     keys = s3_keys(stack, job.job_id)
     manifests = [k for k in keys if k.endswith("/manifest.json")]
     assert len(manifests) == 3, keys  # steps 10, 20, 30, each complete with its manifest
-    assert all(k.startswith(f"jobs/{job.job_id}/checkpoints/") for k in manifests)
+    assert all(k.startswith(f"jobs/{job.job_id}/g1/checkpoints/") for k in manifests)
+    # everything the generation wrote is under its own prefix, its log segments too
+    assert keys and all(k.startswith(f"jobs/{job.job_id}/g1/") for k in keys), keys
     # The agent ran from the wheel-built venv, in the host's own disk directory.
     assert (host.disk / "workspace" / "checkpoints").is_dir()
     assert "tether-agent" in host.log_text() or host.log_text() == ""
@@ -133,7 +135,8 @@ def test_host_env_holds_no_account_secret(stack: LocalStack) -> None:
     env = envs[job.instance_id]
     # What the lifecycle passed, plus the per-instance key Vast adds.
     assert env[agent_env.JOB_ID] == job.job_id
-    assert env[agent_env.S3_ACCESS_KEY_ID] == job.credentials.access_key_id
+    assert env[agent_env.S3_ACCESS_KEY_ID] == job.credentials.read.access_key_id
+    assert env[agent_env.S3_WRITE_ACCESS_KEY_ID] == job.credentials.write.access_key_id
     assert env[agent_env.CONTAINER_ID] == str(job.instance_id)
     assert env[agent_env.CONTAINER_API_KEY] != stack.vast.api_key
     for instance_id, received in envs.items():

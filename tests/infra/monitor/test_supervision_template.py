@@ -46,7 +46,10 @@ def test_monitor_and_lifecycle_functions_hold_only_their_grants(template):
     _, monitor = function_by_handler(template, names.MONITOR_HANDLER)
     _, lifecycle = function_by_handler(template, names.LIFECYCLE_HANDLER)
     assert role_actions(template, monitor) == (
-        set(MONITOR_TABLE_ACTIONS) | {"states:StartExecution"} | SECRETS_READ | XRAY_AND_LOGS
+        set(MONITOR_TABLE_ACTIONS)
+        | {"states:StartExecution", "states:DescribeExecution"}
+        | SECRETS_READ
+        | XRAY_AND_LOGS
     )
     assert role_actions(template, lifecycle) == (
         set(LIFECYCLE_TABLE_ACTIONS)
@@ -62,6 +65,22 @@ def test_monitor_and_lifecycle_functions_hold_only_their_grants(template):
         assert {names.VAST_SECRET_ARN_ENV, names.CLOUDFLARE_SECRET_ARN_ENV} <= set(env)
     lifecycle_env = lifecycle["Properties"]["Environment"]["Variables"]
     assert {names.ARTIFACTS_BUCKET_ENV, names.API_URL_ENV} <= set(lifecycle_env)
+
+
+def test_the_monitor_may_describe_only_the_lifecycle_executions(template):
+    _, monitor = function_by_handler(template, names.MONITOR_HANDLER)
+    role_id = monitor["Properties"]["Role"]["Fn::GetAtt"][0]
+    (machine_id,) = resources(template, "AWS::StepFunctions::StateMachine")
+    described = [
+        statement["Resource"]
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Action"] == "states:DescribeExecution"
+    ]
+    assert len(described) == 1
+    text = json.dumps(described[0])
+    assert ":execution:" in text and machine_id in text and text.endswith(':*"]]}')
 
 
 def test_state_machine_may_invoke_only_the_lifecycle_function_and_publish(template):
@@ -98,4 +117,12 @@ def test_definition_routes_every_action_and_retries_destroys_until_gone(template
         for s in states.values()
         if s["Type"] == "Task" and "op" in s.get("Parameters", {})
     }
-    assert ops == {"begin", "destroy", "provision", "fail", "stop_begin", "finish"}
+    assert ops == {
+        "begin",
+        "destroy",
+        "provision",
+        "fail",
+        "stop_begin",
+        "finish",
+        "attempt_failed",
+    }

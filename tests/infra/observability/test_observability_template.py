@@ -71,7 +71,7 @@ def widget_metrics(template: dict[str, Any]) -> dict[str, set[str]]:
 def test_every_alarm_notifies_the_alarm_topic(template) -> None:
     topic = alarm_topic_id(template)
     alarms = resources(template, "AWS::CloudWatch::Alarm")
-    assert len(alarms) == 5
+    assert len(alarms) == 6
     for props in (a["Properties"] for a in alarms.values()):
         assert props["AlarmActions"] == [{"Ref": topic}]
 
@@ -84,6 +84,7 @@ def test_every_alarm_notifies_the_alarm_topic(template) -> None:
         ("SpendNearBudget", "GreaterThanOrEqualToThreshold", 0.8, "notBreaching"),
         ("OrphanFound", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
         ("JobFailed", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+        ("TransitionGaveUp", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
     ],
 )
 def test_alarm_thresholds(template, name: str, operator: str, threshold: float, missing: str):
@@ -112,6 +113,7 @@ def test_alarms_watch_the_right_metrics(template) -> None:
         ("SpendNearBudget", obs.BUDGET_FRACTION_METRIC),
         ("OrphanFound", obs.ORPHANS_METRIC),
         ("JobFailed", obs.LIFECYCLE_FAILED_METRIC),
+        ("TransitionGaveUp", "TransitionsExhausted"),
     ):
         (stat,) = metric_stats(alarm(template, name)).values()
         assert stat["Namespace"] == names.METRICS_NAMESPACE

@@ -179,8 +179,12 @@ def agent_env(
             "TETHER_S3_ENDPOINT": s3.endpoint_url,
             "TETHER_S3_BUCKET": bucket,
             "TETHER_S3_PREFIX": "jobs/j1/",
+            # rclone holds one static key: the read and the write key are the same here (the
+            # scopes are the R2 front's to enforce: tests/integration/agent/test_storage_*).
             "TETHER_S3_ACCESS_KEY_ID": ACCESS_KEY,
             "TETHER_S3_SECRET_ACCESS_KEY": SECRET_KEY,
+            "TETHER_S3_WRITE_ACCESS_KEY_ID": ACCESS_KEY,
+            "TETHER_S3_WRITE_SECRET_ACCESS_KEY": SECRET_KEY,
             "TETHER_LEASE_EXPIRES_AT": str(time.time() + 3600),
             "TETHER_HEARTBEAT_INTERVAL_S": "0.1",
             "TETHER_GRACE_S": "5",
@@ -194,6 +198,13 @@ def agent_env(
     )
     env.update(overrides)
     return env
+
+
+def recorded(*heartbeats: dict[str, Any] | None) -> str:
+    """`TETHER_RESTORE_CHECKPOINTS` as the control plane would set it after these heartbeats
+    (each one's `last_checkpoint`, newest first): what a next generation may restore."""
+    refs = [hb["last_checkpoint"] for hb in reversed(heartbeats) if hb and hb["last_checkpoint"]]
+    return json.dumps(refs)
 
 
 def start_agent(

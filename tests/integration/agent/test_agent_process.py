@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tether_agent.agent import ExitCode
 from tether_agent.checkpoints import RemoteCheckpointId
-from tether_agent.restore import restore_latest
+from tether_agent.restore import parse_candidates, restore_latest
 
 from tests.integration.agent.conftest import (
     ControlPlane,
@@ -18,17 +18,21 @@ from tests.integration.agent.conftest import (
     finish,
     kill_host,
     make_storage,
+    recorded,
     start_agent,
 )
 from tether_local.images import TINY_CPU_IMAGE, stand_in
 from tether_local.s3server import S3Server
 
 
-def remote_steps(s3: S3Server, bucket: str) -> dict[int, bool]:
-    """step → has a manifest."""
+def remote_steps(s3: S3Server, bucket: str, generation: int = 1) -> dict[int, bool]:
+    """step → has a manifest, of `generation`'s checkpoints."""
     storage = make_storage(s3.endpoint_url, bucket)
     try:
-        return {c.step: storage.read_manifest(c) is not None for c in storage.list_checkpoints()}
+        return {
+            c.step: storage.read_manifest(c) is not None
+            for c in storage.list_checkpoints(generation)
+        }
     finally:
         storage.close()
 
@@ -162,8 +166,13 @@ def test_agent_killed_mid_upload_leaves_no_manifest_and_restore_ignores_it(
         kill_host(agent)  # the agent and its training, mid-upload
         finish(agent)
         assert storage.read_manifest(RemoteCheckpointId(2, 1)) is None
-        restored = restore_latest(storage, generation=2, checkpoint_dir=tmp_path / "next")
-        assert restored is not None and restored.ref.step == 1
+        # The control plane recorded step 1 only: step 2 never got a manifest, so the agent
+        # never reported it, and a later generation cannot even be told about it.
+        last = control_plane.last()
+        assert last is not None and last["last_checkpoint"]["step"] == 1
+        candidates = parse_candidates(recorded(last))[0]
+        result = restore_latest(storage, candidates, 2, tmp_path / "next")
+        assert result.restored is not None and result.restored.ref.step == 1
     finally:
         storage.close()
 
@@ -173,17 +182,24 @@ def test_restored_checkpoint_is_reported_and_not_uploaded_again(
 ) -> None:
     env1 = agent_env(tmp_path / "host1", s3_server, bucket, control_plane)
     assert finish(start_agent(env1, fake_train("--steps", "2")))[0] == 0
-    env2 = agent_env(tmp_path / "host2", s3_server, bucket, control_plane, TETHER_GENERATION="2")
+    env2 = agent_env(
+        tmp_path / "host2", s3_server, bucket, control_plane, TETHER_GENERATION="2",
+        TETHER_RESTORE_CHECKPOINTS=recorded(control_plane.last()),
+    )  # fmt: skip
     code, out = finish(start_agent(env2, fake_train("--steps", "1")))
     assert code == 0, out
     last = control_plane.last()
     assert last is not None and last["generation"] == 2
-    assert (
-        last["restored_checkpoint"]["step"] == 2 and last["restored_checkpoint"]["generation"] == 1
+    restored = last["restored_checkpoint"]
+    assert restored["step"] == 2 and restored["generation"] == 1
+    assert last["restore"] == {"outcome": "restored", "candidates": 1, "skipped": []}
+    # the fake script resumed at 2 and saved 3, under generation 2's own prefix
+    assert last["last_checkpoint"]["step"] == 3
+    assert last["last_checkpoint"]["manifest_key"] == (
+        "jobs/j1/g2/checkpoints/000000000003/manifest.json"
     )
-    assert last["last_checkpoint"]["step"] == 3  # the fake script resumed at 2 and saved 3
-    steps = remote_steps(s3_server, bucket)
-    assert steps == {1: True, 2: True, 3: True}
+    assert remote_steps(s3_server, bucket, 1) == {1: True, 2: True}
+    assert remote_steps(s3_server, bucket, 2) == {3: True}
 
 
 def test_gpu_probe_hang_reported_in_heartbeat(
@@ -225,7 +241,10 @@ def test_interrupted_and_resumed_equals_uninterrupted(
     # host, restores step 30 from the bucket and trains to the end.
     env1 = agent_env(tmp_path / "host1", s3_server, bucket, control_plane)
     assert finish(start_agent(env1, [*tiny, "--crash-at-step", "35"]))[0] == 1
-    env2 = agent_env(tmp_path / "host2", s3_server, bucket, control_plane, TETHER_GENERATION="2")
+    env2 = agent_env(
+        tmp_path / "host2", s3_server, bucket, control_plane, TETHER_GENERATION="2",
+        TETHER_RESTORE_CHECKPOINTS=recorded(control_plane.last()),
+    )  # fmt: skip
     code, out = finish(start_agent(env2, tiny))
     assert code == 0, out
     assert "resumed from" in out and "checkpoint-30" in out

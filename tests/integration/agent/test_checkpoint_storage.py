@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from tether_agent.checkpoints import RemoteCheckpointId
-from tether_agent.restore import restore_latest
+from tether_agent.protocol import CheckpointRef
+from tether_agent.restore import RestoreResult, restore_latest
 from tether_agent.storage import Storage
 from tether_agent.storage_credentials import Credentials
 from tether_agent.uploader import CheckpointUploader
@@ -35,6 +36,22 @@ def uploader_for(storage: Storage, root: Path, generation: int = 1, keep: int = 
     return CheckpointUploader(storage, root, MARKER, generation, keep, poll_interval_s=0.05)
 
 
+def upload(storage: Storage, root: Path, generation: int = 1) -> list[CheckpointRef]:
+    """Upload every marked checkpoint under `root`; what the agent reports, oldest first (the
+    control plane records them, newest first)."""
+    uploaded: list[CheckpointRef] = uploader_for(storage, root, generation).upload_pending()
+    return uploaded
+
+
+def restore(storage: Storage, recorded: list[CheckpointRef], into: Path, generation: int = 2):
+    """A later generation restoring what was recorded (newest first)."""
+    return restore_latest(storage, recorded, generation, into)
+
+
+def restored_step(result: RestoreResult) -> int | None:
+    return result.restored.ref.step if result.restored else None
+
+
 def test_nothing_is_uploaded_before_the_marker(storage: Storage, tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     path = write_checkpoint(root, 5, {"model.bin": b"x" * 1000}, marked=False)
@@ -52,22 +69,28 @@ def test_nothing_is_uploaded_before_the_marker(storage: Storage, tmp_path: Path)
         uploader.stop_watching()
     assert uploader.last is not None and uploader.last.step == 5
     keys = storage.list_keys(storage.prefix)
-    assert "jobs/j1/checkpoints/000000000005-g1/manifest.json" in keys
-    assert "jobs/j1/checkpoints/000000000005-g1/model.bin" in keys
+    assert "jobs/j1/g1/checkpoints/000000000005/manifest.json" in keys
+    assert "jobs/j1/g1/checkpoints/000000000005/model.bin" in keys
+    manifest = storage.get_bytes(uploader.last.manifest_key)
+    assert manifest is not None
+    assert uploader.last.manifest_sha256 == hashlib.sha256(manifest).hexdigest()
 
 
 def test_round_trip_multipart_and_nested_files(storage: Storage, tmp_path: Path) -> None:
     big = os.urandom(12 * 1024 * 1024 + 123)  # three 5 MiB parts, the last one short
     write_checkpoint(tmp_path / "a", 7, {"big.bin": big, "sub/small.json": b"{}", "empty": b""})
-    uploader_for(storage, tmp_path / "a").upload_pending()
+    (ref,) = upload(storage, tmp_path / "a")
+    assert ref == _last(storage, 7)  # what the agent reports is what the bucket holds
     manifest = storage.read_manifest(RemoteCheckpointId(7, 1))
     assert manifest is not None
     by_path = {f.path: f for f in manifest.files}
     assert by_path["big.bin"].sha256 == hashlib.sha256(big).hexdigest()
     assert by_path["big.bin"].size == len(big)
 
-    restored = restore_latest(storage, generation=1, checkpoint_dir=tmp_path / "b")
-    assert restored is not None and restored.ref.step == 7
+    result = restore(storage, [ref], tmp_path / "b")
+    assert result.report.outcome == "restored" and not result.report.skipped
+    restored = result.restored
+    assert restored is not None and restored.ref == ref
     assert restored.local_dir == tmp_path / "b" / "checkpoint-7"
     assert (restored.local_dir / "big.bin").read_bytes() == big
     assert (restored.local_dir / "sub" / "small.json").read_bytes() == b"{}"
@@ -75,18 +98,30 @@ def test_round_trip_multipart_and_nested_files(storage: Storage, tmp_path: Path)
     assert not list((tmp_path / "b").glob(".tether-restore-*"))
 
 
+def _last(storage: Storage, step: int, generation: int = 1) -> CheckpointRef:
+    key = RemoteCheckpointId(step, generation).manifest_key(storage.prefix)
+    data = storage.get_bytes(key)
+    assert data is not None
+    return CheckpointRef(
+        step=step,
+        generation=generation,
+        manifest_key=key,
+        manifest_sha256=hashlib.sha256(data).hexdigest(),
+    )
+
+
 def test_corrupt_remote_file_falls_back_one_checkpoint(storage: Storage, tmp_path: Path) -> None:
     root = tmp_path / "up"
     write_checkpoint(root, 10, {"model.bin": b"a" * 5000})
     write_checkpoint(root, 20, {"model.bin": b"b" * 5000})
-    uploader_for(storage, root).upload_pending()
+    refs = upload(storage, root)
     # Same size, different bytes: only the sha256 can tell.
-    storage.put_bytes("jobs/j1/checkpoints/000000000020-g1/model.bin", b"c" * 5000)
+    storage.put_bytes("jobs/j1/g1/checkpoints/000000000020/model.bin", b"c" * 5000)
 
-    restored = restore_latest(storage, generation=1, checkpoint_dir=tmp_path / "down")
-    assert restored is not None
-    assert restored.ref.step == 10
-    assert "sha256 mismatch" in restored.skipped[0]
+    result = restore(storage, refs[::-1], tmp_path / "down")
+    assert restored_step(result) == 10
+    (skip,) = result.report.skipped
+    assert skip.manifest_key == refs[1].manifest_key and "sha256 mismatch" in skip.reason
     assert not (tmp_path / "down" / "checkpoint-20").exists()
 
 
@@ -94,29 +129,38 @@ def test_missing_remote_file_falls_back(storage: Storage, tmp_path: Path) -> Non
     root = tmp_path / "up"
     write_checkpoint(root, 1, {"model.bin": b"a"})
     write_checkpoint(root, 2, {"model.bin": b"b", "extra.bin": b"e"})
-    uploader_for(storage, root).upload_pending()
-    storage._delete(["jobs/j1/checkpoints/000000000002-g1/extra.bin"])
-    restored = restore_latest(storage, generation=1, checkpoint_dir=tmp_path / "down")
-    assert restored is not None and restored.ref.step == 1
+    refs = upload(storage, root)
+    storage._delete(["jobs/j1/g1/checkpoints/000000000002/extra.bin"])
+    result = restore(storage, refs[::-1], tmp_path / "down")
+    assert restored_step(result) == 1
+    assert "extra.bin: not in the bucket" in result.report.skipped[0].reason
 
 
-def test_newer_generation_is_ignored_and_equal_step_prefers_newer_generation(
+def test_only_recorded_checkpoints_are_restored_in_the_recorded_order(
     storage: Storage, tmp_path: Path
 ) -> None:
+    """g1 wrote 30; g2 restored it and wrote 20 from a line of its own; a g1 zombie then wrote a
+    higher step 90 nobody recorded. g3 restores g2's 20: the newest recorded, whatever the
+    steps, and never the zombie's."""
     write_checkpoint(tmp_path / "g1", 30, {"w": b"gen1"})
-    write_checkpoint(tmp_path / "g2", 30, {"w": b"gen2"})
-    write_checkpoint(tmp_path / "g3", 40, {"w": b"gen3"})
-    uploader_for(storage, tmp_path / "g1", generation=1).upload_pending()
-    uploader_for(storage, tmp_path / "g2", generation=2).upload_pending()
-    uploader_for(storage, tmp_path / "g3", generation=3).upload_pending()
-    restored = restore_latest(storage, generation=2, checkpoint_dir=tmp_path / "r")
-    assert restored is not None
-    assert (restored.ref.step, restored.ref.generation) == (30, 2)
-    assert (restored.local_dir / "w").read_bytes() == b"gen2"
+    write_checkpoint(tmp_path / "g2", 20, {"w": b"gen2"})
+    write_checkpoint(tmp_path / "zombie", 90, {"w": b"zombie"})
+    (g1,) = upload(storage, tmp_path / "g1", generation=1)
+    (g2,) = upload(storage, tmp_path / "g2", generation=2)
+    upload(storage, tmp_path / "zombie", generation=1)
+    result = restore(storage, [g2, g1], tmp_path / "r", generation=3)
+    assert result.restored is not None and result.restored.ref == g2
+    assert (result.restored.local_dir / "w").read_bytes() == b"gen2"
+    # its own generation's or a newer one's checkpoints are not candidates at all
+    mine = restore(storage, [g2, g1], tmp_path / "r2", generation=2)
+    assert mine.restored is not None and mine.restored.ref == g1
+    assert "not an earlier generation" in mine.report.skipped[0].reason
 
 
-def test_no_checkpoint_means_fresh_start(storage: Storage, tmp_path: Path) -> None:
-    assert restore_latest(storage, generation=1, checkpoint_dir=tmp_path) is None
+def test_no_checkpoint_recorded_means_fresh_start(storage: Storage, tmp_path: Path) -> None:
+    result = restore(storage, [], tmp_path)
+    assert result.restored is None
+    assert result.report.model_dump() == {"outcome": "fresh", "candidates": 0, "skipped": []}
 
 
 def test_retention_keeps_the_last_n(storage: Storage, tmp_path: Path) -> None:
@@ -125,11 +169,25 @@ def test_retention_keeps_the_last_n(storage: Storage, tmp_path: Path) -> None:
     for step in (1, 2, 3, 4):
         write_checkpoint(root, step, {"model.bin": bytes([step]) * 100})
         uploader.upload_pending()
-    assert sorted(storage.list_checkpoints()) == [
+    assert sorted(storage.list_checkpoints(1)) == [
         RemoteCheckpointId(3, 1),
         RemoteCheckpointId(4, 1),
     ]
     assert all(storage.read_manifest(RemoteCheckpointId(s, 1)) for s in (3, 4))
+
+
+def test_retention_never_reaches_an_older_generations_checkpoints(
+    storage: Storage, tmp_path: Path
+) -> None:
+    for step in (1, 2, 3):
+        write_checkpoint(tmp_path / "g1", step, {"m": bytes([step])})
+    upload(storage, tmp_path / "g1", generation=1)
+    uploader = uploader_for(storage, tmp_path / "g2", generation=2, keep=1)
+    for step in (4, 5, 6):
+        write_checkpoint(tmp_path / "g2", step, {"m": bytes([step])})
+        uploader.upload_pending()
+    assert sorted(c.step for c in storage.list_checkpoints(1)) == [1, 2, 3]
+    assert [c.step for c in storage.list_checkpoints(2)] == [6]
 
 
 def test_prune_local_keeps_only_the_newest_uploaded(storage: Storage, tmp_path: Path) -> None:
@@ -174,7 +232,9 @@ def test_credentials_rotated_mid_upload_complete_the_upload(tmp_path: Path) -> N
         thread.join(timeout=60)
         assert not thread.is_alive()
         assert result and result[0], "upload did not complete"
-        restored = restore_latest(storage, generation=1, checkpoint_dir=tmp_path / "back")
+        uploaded = result[0]
+        assert isinstance(uploaded, list)
+        restored = restore(storage, uploaded, tmp_path / "back").restored
         assert restored is not None and (restored.local_dir / "big.bin").read_bytes() == big
     finally:
         thread.join(timeout=1)

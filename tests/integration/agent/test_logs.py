@@ -168,9 +168,9 @@ def test_shipper_thread_uploads_to_real_s3(s3_server: S3Server, bucket: str) -> 
     for line in output:
         shipper.write(line)
     shipper.close()
-    keys = storage.list_keys("jobs/j1/logs/")
+    keys = storage.list_keys("jobs/j1/")
     assert keys == sorted(keys) and len(keys) >= 8
-    assert all(re.fullmatch(r"jobs/j1/logs/g0003-\d{6}\.log", k) for k in keys)
+    assert all(re.fullmatch(r"jobs/j1/g3/logs/\d{6}\.log", k) for k in keys)
     assert b"".join(storage.get_bytes(k) or b"" for k in keys) == b"".join(output)
     storage.close()
 
@@ -183,10 +183,11 @@ def test_agent_ships_training_output_without_its_secrets(
     code, out = finish(start_agent(env, [sys.executable, "-c", script]))
     assert code == 0, out
     storage = make_storage(s3_server.endpoint_url, bucket)
-    keys = storage.list_keys("jobs/j1/logs/")
+    keys = storage.list_keys("jobs/j1/g1/logs/")
     text = b"".join(storage.get_bytes(k) or b"" for k in keys).decode()
+    assert storage.list_keys("jobs/j1/") == keys  # no checkpoint: nothing else was written
     storage.close()
-    assert keys and all(k.startswith("jobs/j1/logs/g0001-") for k in keys)
+    assert keys and all(k.startswith("jobs/j1/g1/logs/") for k in keys)
     assert text.startswith("[tether] generation 1 on instance 4242: no checkpoint;")
     assert "step 1\nkey [redacted]\n" in text
     assert "instance-key-4242" not in text
@@ -217,7 +218,7 @@ def test_api_reader_lists_and_presigns_what_the_agent_wrote(
         return TempCredentials(ACCESS_KEY, SECRET_KEY, "", 4e9)
 
     reader = ReadOnlyBucket(endpoint=s3_server.endpoint_url, bucket=bucket, mint=mint)
-    prefix = "jobs/j1/logs/"
+    prefix = "jobs/j1/g1/logs/"
     found = reader.list_after(prefix, None, 100)
     assert [o.key for o in found] == [segment_key("jobs/j1/", 1, i) for i in range(4)]
     later = reader.list_after(prefix, found[1].key, 2)

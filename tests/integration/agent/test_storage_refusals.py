@@ -4,18 +4,24 @@ same credentials, and the agent neither hangs nor crash-loops on it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from tether_agent.agent import ExitCode
 from tether_agent.storage import AccessDenied, Storage
 from tether_agent.storage_credentials import Credentials, CredentialStore
 
+from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, mint_job_credentials
+from functions.domain.heartbeat import StorageKey
 from tests.integration.agent.conftest import (
     ControlPlane,
     agent_env,
@@ -23,7 +29,15 @@ from tests.integration.agent.conftest import (
     finish,
     start_agent,
 )
-from tests.integration.r2_harness import BUCKET, R2, Minted, running_r2
+from tests.integration.r2_harness import (
+    API_TOKEN,
+    BUCKET,
+    PARENT,
+    R2,
+    Minted,
+    refused,
+    running_r2,
+)
 
 # Waits on the storage's own retries end well before this; past it the test failed (a hang).
 HANG_S = 60.0
@@ -66,29 +80,50 @@ def credentials(r2: R2, minted: Minted, *, expires_at: float | None = None) -> C
     )
 
 
-def wire(r2: R2, minted: Minted, prefix: str, expires_at: float) -> dict[str, object]:
-    """The credentials as a heartbeat reply carries them."""
+def wire(
+    r2: R2, read: Minted, write: Minted, job_id: str, expires_at: float, generation: int = 1
+) -> dict[str, object]:
+    """The generation's two keys as a heartbeat reply carries them."""
+
+    def key(minted: Minted, prefix: str) -> dict[str, object]:
+        return {
+            "access_key_id": minted.access_key_id,
+            "secret_access_key": minted.secret_access_key,
+            "session_token": minted.session_token,
+            "expires_at": expires_at,
+            "prefix": prefix,
+        }
+
     return {
-        "access_key_id": minted.access_key_id,
-        "secret_access_key": minted.secret_access_key,
-        "session_token": minted.session_token,
-        "expires_at": expires_at,
         "endpoint": r2.url,
         "bucket": BUCKET,
-        "prefix": prefix,
+        "read": key(read, f"jobs/{job_id}/"),
+        "write": key(write, f"jobs/{job_id}/g{generation}/"),
     }
 
 
 def env_for(
-    tmp_path: Path, r2: R2, plane: ControlPlane, job_id: str, minted: Minted, **extra: str
+    tmp_path: Path,
+    r2: R2,
+    plane: ControlPlane,
+    job_id: str,
+    read: Minted,
+    write: Minted | None = None,
+    **extra: str,
 ) -> dict[str, str]:
+    """The agent's environment with these keys (`write` defaults to `read`)."""
+    write = write or read
     return agent_env(
         tmp_path, r2.s3, BUCKET, plane,
         TETHER_JOB_ID=job_id, TETHER_S3_PREFIX=f"jobs/{job_id}/", TETHER_S3_ENDPOINT=r2.url,
-        TETHER_S3_ACCESS_KEY_ID=minted.access_key_id,
-        TETHER_S3_SECRET_ACCESS_KEY=minted.secret_access_key,
-        TETHER_S3_SESSION_TOKEN=minted.session_token,
+        TETHER_S3_ACCESS_KEY_ID=read.access_key_id,
+        TETHER_S3_SECRET_ACCESS_KEY=read.secret_access_key,
+        TETHER_S3_SESSION_TOKEN=read.session_token,
         TETHER_S3_CREDENTIALS_EXPIRE_AT=str(time.time() + 900),
+        TETHER_S3_WRITE_ACCESS_KEY_ID=write.access_key_id,
+        TETHER_S3_WRITE_SECRET_ACCESS_KEY=write.secret_access_key,
+        TETHER_S3_WRITE_SESSION_TOKEN=write.session_token,
+        TETHER_S3_WRITE_CREDENTIALS_EXPIRE_AT=str(time.time() + 900),
         **extra,
     )  # fmt: skip
 
@@ -160,8 +195,8 @@ def test_expired_key_waits_for_the_fresh_one_then_succeeds(r2: R2) -> None:
 def test_refused_uploads_are_reported_and_not_retried_forever(
     tmp_path: Path, r2: R2, control_plane: ControlPlane
 ) -> None:
-    """A read-only key (a control-plane bug would look like this): restore can list, every
-    upload and log segment is refused; the agent reports it, finishes training, and exits."""
+    """A read-only write key (a control-plane bug would look like this): every upload and log
+    segment is refused; the agent reports it, finishes training, and exits."""
     job_id = new_job()
     minted = r2.mint(prefixes=[f"jobs/{job_id}/"], permission="object-read-only")
     env = env_for(tmp_path, r2, control_plane, job_id, minted)
@@ -184,9 +219,24 @@ def test_refused_uploads_are_reported_and_not_retried_forever(
 def test_refused_restore_fails_the_generation_once(
     tmp_path: Path, r2: R2, control_plane: ControlPlane
 ) -> None:
+    """The read key cannot read the recorded checkpoint (a control-plane bug would look like
+    this): storage, not the candidate, is at fault, so the agent fails the generation once
+    with the reason in its heartbeat instead of throwing the recorded work away."""
     job_id = new_job()
-    minted = r2.mint(prefixes=[f"jobs/{job_id}/logs/"])  # cannot list the checkpoints
-    env = env_for(tmp_path, r2, control_plane, job_id, minted)
+    writer = r2.mint(prefixes=[f"jobs/{job_id}/g1/"])
+    client = r2.client(writer)
+    manifest = b'{"step": 1, "generation": 1, "created_at": "2026-01-01T00:00:00Z", "files": []}'
+    key = f"jobs/{job_id}/g1/checkpoints/000000000001/manifest.json"
+    client.put_object(Bucket=BUCKET, Key=key, Body=manifest)
+    recorded = {
+        "step": 1, "generation": 1, "manifest_key": key,
+        "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+    }  # fmt: skip
+    reader = r2.mint(prefixes=[f"jobs/{job_id}/g9/"], permission="object-read-only")
+    env = env_for(
+        tmp_path, r2, control_plane, job_id, reader, r2.mint(prefixes=[f"jobs/{job_id}/g2/"]),
+        TETHER_GENERATION="2", TETHER_RESTORE_CHECKPOINTS=json.dumps([recorded]),
+    )  # fmt: skip
     code, out = finish(start_agent(env, fake_train("--steps", "1")), timeout=HANG_S)
     assert code == ExitCode.STORAGE_FAILED, out
     assert "restore failed" in out and "AccessDenied" in out
@@ -194,6 +244,8 @@ def test_refused_restore_fails_the_generation_once(
     assert len(lists) == 1 and lists[0].code == "AccessDenied"
     last = control_plane.last()
     assert last is not None and last["phase"] == "failed"
+    assert last["restore"]["outcome"] == "unreadable"
+    assert "AccessDenied" in last["restore"]["skipped"][0]["reason"]
 
 
 def test_expired_key_is_replaced_by_the_heartbeat_and_the_upload_succeeds(
@@ -201,7 +253,7 @@ def test_expired_key_is_replaced_by_the_heartbeat_and_the_upload_succeeds(
 ) -> None:
     job_id = new_job()
     prefix = f"jobs/{job_id}/"
-    old = r2.mint(prefixes=[prefix], ttl_s=300)
+    old = r2.mint(prefixes=[prefix + "g1/"], ttl_s=300)
     go = tmp_path / "go"
     script = tmp_path / "wait_then_save.py"
     script.write_text(WAIT_THEN_SAVE)
@@ -219,16 +271,64 @@ def test_expired_key_is_replaced_by_the_heartbeat_and_the_upload_succeeds(
         while time.monotonic() < deadline and not checkpoint_refused():
             time.sleep(0.02)
         assert checkpoint_refused(), list(r2.front.refusals)
-        fresh = r2.mint(prefixes=[prefix])  # what the monitor's renewal mints
-        control_plane.credentials = wire(r2, fresh, prefix, time.time() + 1800)
+        # what the monitor's renewal mints
+        fresh_read = r2.mint(prefixes=[prefix], permission="object-read-only")
+        fresh = r2.mint(prefixes=[prefix + "g1/"])
+        control_plane.credentials = wire(r2, fresh_read, fresh, job_id, time.time() + 1800)
         code, out = finish(agent, timeout=HANG_S)
     finally:
         if agent.poll() is None:
             agent.kill()
     assert code == 0, out
     assert "storage credentials rotated" in out
-    manifest = f"jobs/{job_id}/checkpoints/000000000001-g1/manifest.json"
+    manifest = f"jobs/{job_id}/g1/checkpoints/000000000001/manifest.json"
     assert manifest in r2.on_disk()
     assert not [r for r in r2.front.refusals if r.status == 403]
     last = control_plane.last()
     assert last is not None and last["last_checkpoint"]["step"] == 1
+
+
+# --- storage isolation per generation -----------------------------------------------------------
+
+
+def test_a_replaced_generations_keys_cannot_write_outside_its_own_prefix(r2: R2) -> None:
+    """Keys minted as the control plane mints them (read-only on the job, read-write on the
+    generation's own prefix): a generation-1 zombie still holding its keys gets 403 for
+    anything in generation 2's prefix, the job root or another generation's name that starts
+    like its own; its read key writes nothing at all."""
+    job_id = new_job()
+    cloudflare = CloudflareClient(
+        r2.sim.account_id, API_TOKEN, base_url="https://api.invalid/client/v4",
+        client=httpx.Client(transport=r2.sim.transport()), min_ttl_s=1,
+    )  # fmt: skip
+    account = CloudflareAccount(r2.sim.account_id, API_TOKEN, PARENT, BUCKET)
+    g1 = mint_job_credentials(cloudflare, account, job_id, 1, ttl_s=900, endpoint=r2.url)
+    g2 = mint_job_credentials(cloudflare, account, job_id, 2, ttl_s=900, endpoint=r2.url)
+
+    def client(key: StorageKey) -> Any:
+        return r2.client(Minted(key.access_key_id, key.secret_access_key, key.session_token))
+
+    g2_manifest = f"jobs/{job_id}/g2/checkpoints/000000000500/manifest.json"
+    client(g2.write).put_object(Bucket=BUCKET, Key=g2_manifest, Body=b"g2's")
+    zombie = client(g1.write)
+    zombie.put_object(Bucket=BUCKET, Key=f"jobs/{job_id}/g1/checkpoints/x", Body=b"own")
+    for key in (
+        f"jobs/{job_id}/g2/checkpoints/000000000900/manifest.json",
+        g2_manifest,  # overwrite what g2 wrote
+        f"jobs/{job_id}/manifest.json",  # the job root
+        f"jobs/{job_id}/g12/checkpoints/000000000900/manifest.json",  # g12 starts like g1
+        f"jobs/{job_id}x/g1/anything",
+    ):
+        assert refused(zombie.put_object, Bucket=BUCKET, Key=key, Body=b"z") == (
+            403,
+            "AccessDenied",
+        ), key
+    assert refused(zombie.delete_object, Bucket=BUCKET, Key=g2_manifest) == (403, "AccessDenied")
+    reader = client(g1.read)
+    assert refused(reader.put_object, Bucket=BUCKET, Key=f"jobs/{job_id}/g1/y", Body=b"r") == (
+        403,
+        "AccessDenied",
+    )
+    assert reader.get_object(Bucket=BUCKET, Key=g2_manifest)["Body"].read() == b"g2's"
+    assert (r2.data / g2_manifest).read_bytes() == b"g2's"
+    assert not (r2.data / f"jobs/{job_id}/manifest.json").exists()

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from functions.domain.agent_token import hash_token
-from functions.domain.heartbeat import StorageCredentials
+from functions.domain.heartbeat import StorageCredentials, StorageKey
 from functions.domain.job import Generation, JobState, TimelineEvent
 from tests.paths import ROOT
 
@@ -29,14 +29,20 @@ def submit(api: Any, **overrides: Any) -> str:
 
 
 def credentials(expires_at: float, key: str = "AKIDNEW") -> StorageCredentials:
+    def one(prefix: str, name: str) -> StorageKey:
+        return StorageKey(
+            access_key_id=name,
+            secret_access_key="secret",
+            session_token="session",
+            expires_at=expires_at,
+            prefix=prefix,
+        )
+
     return StorageCredentials(
-        access_key_id=key,
-        secret_access_key="secret",
-        session_token="session",
-        expires_at=expires_at,
         endpoint="https://acct.r2.cloudflarestorage.com",
         bucket="tether",
-        prefix="jobs/x/",
+        read=one("jobs/x/", key),
+        write=one("jobs/x/g1/", key + "W"),
     )
 
 

@@ -157,9 +157,9 @@ def test_newer_credentials_ride_the_reply_and_the_same_ones_do_not(api):
     job_id = running_job(api, creds=credentials(expires_at=expiry))
     api.store.write_pulse(api.clock.now)
     fresh = beat(api, job_id, credentials_expire_at=expiry - 800)
-    assert fresh.body["credentials"]["access_key_id"] == "AKIDNEW"
-    assert fresh.body["credentials"]["expires_at"] == expiry
+    assert fresh.body["credentials"]["read"]["access_key_id"] == "AKIDNEW"
+    assert fresh.body["credentials"]["write"]["expires_at"] == expiry
     same = beat(api, job_id, credentials_expire_at=expiry)
     assert same.body["credentials"] is None
     first = beat(api, job_id)  # an agent that holds none yet
-    assert first.body["credentials"]["session_token"] == "session"
+    assert first.body["credentials"]["write"]["session_token"] == "session"

@@ -19,7 +19,7 @@ def test_submit_stores_a_pending_job_and_starts_its_provision_transition(api):
     assert reply.headers["Location"] == f"/jobs/{job['job_id']}"
     assert job["submitted_by"] == "arn:aws:iam::123456789012:user/alice"
     assert [e["kind"] for e in job["timeline"]] == ["submitted"]
-    assert api.executions() == [f"{job['job_id']}-provision-g1"]
+    assert api.executions() == [f"{job['job_id']}-provision-g1-a1"]
     stored = api.store.get_job(job["job_id"])
     assert stored is not None and stored.state == JobState.PENDING
     assert stored.spec.name == "tiny-cpu"
@@ -34,7 +34,7 @@ def test_a_retried_submit_with_the_same_idempotency_key_creates_one_job(api):
     assert second.headers.get("Idempotent-Replayed") == "true"
     listed = api.jobs("GET", "/jobs").body["jobs"]
     assert [j["job_id"] for j in listed] == [first.body["job_id"]]
-    assert api.executions() == [f"{first.body['job_id']}-provision-g1"]
+    assert api.executions() == [f"{first.body['job_id']}-provision-g1-a1"]
 
 
 def test_an_idempotency_key_reused_with_another_spec_is_a_409_and_stores_nothing(api):
@@ -156,8 +156,8 @@ def test_cancel_is_idempotent_and_starts_one_stop_transition(api):
     assert first.body["state"] == second.body["state"] == "STOPPING"
     assert first.body["stop_reason"] == "cancelled"
     assert [e["kind"] for e in second.body["timeline"]].count("cancel_requested") == 1
-    assert f"{job_id}-stop" in api.executions()
-    assert api.executions().count(f"{job_id}-stop") == 1
+    assert f"{job_id}-stop-a1" in api.executions()
+    assert api.executions().count(f"{job_id}-stop-a1") == 1
 
 
 def test_cancel_of_a_finished_job_is_409_and_changes_nothing(api):

@@ -11,7 +11,7 @@ import contextlib
 import io
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,15 @@ class FakeBucket:
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self.expire_once: set[str] = set()
+        self.on_put: Callable[[str, int], None] = lambda job_id, generation: None
         # What an expired URL gets (R2: 400 ExpiredRequest past the URL's own expiry, 401
         # Unauthorized once the credentials that signed it have expired).
         self.expired_answer = (400, "ExpiredRequest")
 
     def put(self, job_id: str, generation: int, sequence: int, text: str) -> None:
-        self.objects[f"jobs/{job_id}/logs/g{generation:04d}-{sequence:06d}.log"] = text.encode()
+        """A segment as generation `generation`'s agent writes it (that generation exists)."""
+        self.on_put(job_id, generation)
+        self.objects[f"jobs/{job_id}/g{generation}/logs/{sequence:06d}.log"] = text.encode()
 
     def list_after(self, prefix: str, start_after: str | None, limit: int) -> list[ObjectInfo]:
         keys = sorted(k for k in self.objects if k.startswith(prefix))
@@ -87,8 +90,20 @@ class Backend:
     def __init__(self, store: JobStore, bucket: FakeBucket) -> None:
         self.store = store
         self.bucket = bucket
+        bucket.on_put = self._generation_exists
         self.requests: list[httpx.Request] = []
         self.drop_next_reply = False
+
+    def _generation_exists(self, job_id: str, generation: int) -> None:
+        """The job got as far as `generation` (the logs API lists the generations it had)."""
+        job = self.store.get_job(job_id)
+        if job is not None and job.current_generation < generation:
+            self.store.client.update_item(
+                TableName=self.store.table_name,
+                Key={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}},
+                UpdateExpression="SET current_generation = :g",
+                ExpressionAttributeValues={":g": {"N": str(generation)}},
+            )
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.host == R2_HOST:
@@ -294,7 +309,7 @@ def test_logs_pages_and_refetches_an_expired_url(
     job_id = submit(capsys)
     for i in range(5):
         backend.bucket.put(job_id, 1, i, f"line {i}\n")
-    backend.bucket.expire_once.add(f"jobs/{job_id}/logs/g0001-000003.log")
+    backend.bucket.expire_once.add(f"jobs/{job_id}/g1/logs/000003.log")
     code, out, _ = run(capsys, "logs", job_id, "--json")
     assert code == 0
     records = [json.loads(line) for line in out.splitlines()]

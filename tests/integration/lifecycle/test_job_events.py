@@ -73,7 +73,7 @@ def test_provision_and_replace_publish_each_move_and_record_the_incident(
     sup.vast.kill(first.instance_id or 0, "offline")
 
     report = sup.monitor()
-    assert sup.wait_for(f"{job.job_id}-replace-g2")["status"] == "SUCCEEDED"
+    assert sup.wait_for(f"{job.job_id}-replace-g2-a1")["status"] == "SUCCEEDED"
 
     assert report["work_lost_s"] == [pytest.approx(200)]  # 100 steps at 0.5 steps/s
     assert report["tether_instances"] == 1  # offline, but it exists (and bills storage)

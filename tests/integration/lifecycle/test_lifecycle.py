@@ -39,10 +39,17 @@ def test_provision_rents_the_best_offer_and_records_generation_one(sup: Supervis
     env = sup.vast.sim_instance(generation.instance_id or 0).env
     assert env["TETHER_JOB_ID"] == job.job_id
     assert sup.vast.api_key not in str(env)  # invariant 6: no account key on the host
-    assert generation.credentials is not None
-    assert generation.credentials.prefix == f"jobs/{job.job_id}/"
-    scope = sup.cloudflare.scope_for(generation.credentials.access_key_id)
-    assert scope is not None and scope.prefixes == (f"jobs/{job.job_id}/",)
+    creds = generation.credentials
+    assert creds is not None
+    assert creds.read.prefix == f"jobs/{job.job_id}/"
+    read = sup.cloudflare.scope_for(creds.read.access_key_id)
+    assert read is not None and read.prefixes == (f"jobs/{job.job_id}/",)
+    assert read.permission == "object-read-only"
+    write = sup.cloudflare.scope_for(creds.write.access_key_id)
+    assert write is not None and write.prefixes == (f"jobs/{job.job_id}/g1/",)
+    assert write.permission == "object-read-write"
+    assert env["TETHER_S3_ACCESS_KEY_ID"] == creds.read.access_key_id
+    assert env["TETHER_S3_WRITE_ACCESS_KEY_ID"] == creds.write.access_key_id
     assert generation.prices["gpu_usd_per_hour"] > 0 and generation.usd_per_hour > 0
     assert {"submitted", "provisioning", "rented"} <= set(sup.events(job.job_id))
 
@@ -88,7 +95,7 @@ def test_cancel_during_provisioning_ends_cancelled_and_nothing_bills(sup: Superv
         clock=sup.clock,
     )
     job_service.cancel_job(deps, job.job_id, identity="tester")
-    stopped = sup.wait_for(f"{job.job_id}-stop")
+    stopped = sup.wait_for(f"{job.job_id}-stop-a1")
     provisioned = sup.aws.wait_execution(provision_arn, timeout_s=60)
 
     assert stopped["status"] == "SUCCEEDED" and provisioned["status"] == "SUCCEEDED"

@@ -3,6 +3,7 @@ transitions, blames hosts, sweeps orphans and keeps its hands off when Vast cann
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -10,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.agent_env import RESTORE_CHECKPOINTS, S3_WRITE_ACCESS_KEY_ID
+from functions.domain.heartbeat import CheckpointRef, GpuProbe
 from functions.domain.job import JobState
+from functions.domain.storage_layout import manifest_key
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.supervision_harness import Supervised, supervised_stack
 from tether_local.vast_sim import BYTES_PER_GB
@@ -49,7 +52,7 @@ def test_dead_host_is_replaced_with_new_generation_and_credentials(sup: Supervis
     sup.vast.kill(first.instance_id or 0, "offline")
 
     report = sup.monitor()
-    result = sup.wait_for(f"{job.job_id}-replace-g2")
+    result = sup.wait_for(f"{job.job_id}-replace-g2-a1")
 
     assert report["verdicts"] == {"dead": 1} and result["status"] == "SUCCEEDED"
     found = sup.store.get_job(job.job_id)
@@ -61,7 +64,8 @@ def test_dead_host_is_replaced_with_new_generation_and_credentials(sup: Supervis
     assert sup.vast.instance(first.instance_id or 0) is None  # the old host is destroyed
     assert sup.vast.gpu_billing_instances() == [second.instance_id]
     assert second.credentials is not None and first.credentials is not None
-    assert second.credentials.access_key_id != first.credentials.access_key_id
+    assert second.credentials.write.access_key_id != first.credentials.write.access_key_id
+    assert second.credentials.write.prefix == f"jobs/{job.job_id}/g2/"
     assert old.status == "superseded" and not old.is_current and old.host_blamed
     assert second.machine_id != first.machine_id
 
@@ -72,7 +76,7 @@ def test_hung_host_is_replaced_and_blocklisted(sup: Supervised) -> None:
     sup.heartbeat(job.job_id, 1, gpu=GpuProbe(available=True, responsive=False, unresponsive_s=400))
 
     report = sup.monitor()
-    result = sup.wait_for(f"{job.job_id}-replace-g2")
+    result = sup.wait_for(f"{job.job_id}-replace-g2-a1")
 
     assert report["verdicts"] == {"hung": 1} and report["hosts_blamed"] == 1
     assert result["status"] == "SUCCEEDED"
@@ -89,7 +93,7 @@ def test_over_budget_stops_the_job_and_destroys_its_host(sup: Supervised) -> Non
     sup.heartbeat(job.job_id, 1)
 
     report = sup.monitor()
-    result = sup.wait_for(f"{job.job_id}-stop")
+    result = sup.wait_for(f"{job.job_id}-stop-a1")
 
     assert report["verdicts"] == {"over_budget": 1} and result["status"] == "SUCCEEDED"
     found = sup.store.get_job(job.job_id)
@@ -105,7 +109,7 @@ def test_overlapping_monitor_runs_rent_exactly_once(sup: Supervised) -> None:
     sup.vast.kill(first.instance_id or 0, "exited")
 
     reports = [sup.monitor(), sup.monitor()]
-    sup.wait_for(f"{job.job_id}-replace-g2")
+    sup.wait_for(f"{job.job_id}-replace-g2-a1")
     sup.monitor()  # a third run after the replacement: the new host is starting, left alone
 
     # The second run sees the job dead again, or already REPLACING: either way no new rent.
@@ -113,7 +117,7 @@ def test_overlapping_monitor_runs_rent_exactly_once(sup: Supervised) -> None:
     executions = sup.sfn.list_executions(stateMachineArn=sup.state_machine_arn)["executions"]
     assert sorted(
         e["name"] for e in executions if e["name"].startswith(f"{job.job_id}-replace")
-    ) == [f"{job.job_id}-replace-g2"]
+    ) == [f"{job.job_id}-replace-g2-a1"]
     assert sup.rents() == 2  # the first host and its one replacement
     assert len(sup.vast.gpu_billing_instances()) == 1
 
@@ -203,7 +207,7 @@ def test_one_unreadable_record_neither_stops_the_run_nor_hides_an_orphan(sup: Su
     sup.heartbeat(healthy_job.job_id, 1)
 
     report = sup.monitor()
-    replaced = sup.wait_for(f"{dying_job.job_id}-replace-g2")
+    replaced = sup.wait_for(f"{dying_job.job_id}-replace-g2-a1")
 
     assert report["verdicts"] == {"healthy": 1, "dead": 1}
     assert (report["instances"], report["vast_records_skipped"]) == (4, 1)
@@ -213,3 +217,40 @@ def test_one_unreadable_record_neither_stops_the_run_nor_hides_an_orphan(sup: Su
     assert replaced["status"] == "SUCCEEDED"  # the lifecycle reads the same listing
     found = sup.store.get_job(healthy_job.job_id)
     assert found is not None and found.state == JobState.RUNNING and found.current_generation == 1
+
+
+def test_the_replacement_host_is_given_the_recorded_checkpoints_newest_first(
+    sup: Supervised,
+) -> None:
+    """What generation 1 recorded reaches generation 2's environment at rent, and nothing g1
+    could record after it was superseded does."""
+    job, first = sup.provisioned()
+    refs = [
+        CheckpointRef(
+            step=step,
+            generation=1,
+            manifest_key=manifest_key(job.job_id, step, 1),
+            manifest_sha256=f"{step:064x}",
+        )
+        for step in (200, 100)
+    ]
+    assert sup.store.record_checkpoints(
+        job.job_id, 1, token_hash=first.token_hash, checkpoints=refs, previous_version=0
+    )
+    sup.vast.kill(first.instance_id or 0, "offline")
+    sup.clock.advance(1)
+    sup.monitor()
+    result = sup.wait_for(f"{job.job_id}-replace-g2")
+    assert result["status"] == "SUCCEEDED"
+    # superseded now: a late record of g1's is refused
+    late = [refs[0].model_copy(update={"step": 300}), *refs]
+    assert not sup.store.record_checkpoints(
+        job.job_id, 1, token_hash=first.token_hash, checkpoints=late, previous_version=1
+    )
+    second = sup.store.get_generation(job.job_id, 2)
+    assert second is not None and second.instance_id is not None
+    env = sup.vast.sim_instance(second.instance_id).env
+    given = [CheckpointRef.model_validate(r) for r in json.loads(env[RESTORE_CHECKPOINTS])]
+    assert given == refs
+    assert second.credentials is not None
+    assert env[S3_WRITE_ACCESS_KEY_ID] == second.credentials.write.access_key_id

@@ -21,7 +21,7 @@ from functions.adapters.cloudflare import (
     TempCredentials,
     mint_job_credentials,
 )
-from functions.domain.heartbeat import StorageCredentials
+from functions.domain.heartbeat import StorageCredentials, StorageKey
 
 ACCOUNT = "023e105f4ecef8ad9ca31a8372d0c353"
 TOKEN = "Sn3lZJTBX6kkg7OdcBUAxOO963GEIyGQqnFTOFYY"
@@ -305,28 +305,40 @@ def test_error_messages_carry_cloudflare_codes() -> None:
     assert "bucket does not exist" in str(info.value)
 
 
-def test_job_credentials_reach_the_job_prefix_only_and_come_back_as_the_domain_model() -> None:
+def test_a_generation_gets_a_read_key_on_the_job_and_a_write_key_on_its_own_prefix() -> None:
     client, seen, clock = make_client(lambda r: httpx.Response(200, json=OK_BODY))
     account = CloudflareAccount(
         account_id=ACCOUNT, api_token=TOKEN, parent_access_key_id="parent-key", bucket="b1"
     )
     creds = mint_job_credentials(
-        client, account, "job-7", ttl_s=4 * 3600, lease_s=3 * 3600, endpoint="https://r2.test"
-    )
-    (request,) = seen
-    body = json.loads(request.content)
-    assert body["prefixes"] == ["jobs/job-7/"]
-    assert (body["bucket"], body["parentAccessKeyId"]) == ("b1", "parent-key")
-    assert body["permission"] == "object-read-write" and body["ttlSeconds"] == 4 * 3600
+        client, account, "job-7", 3, ttl_s=4 * 3600, lease_s=3 * 3600,
+        endpoint="https://r2.test",
+    )  # fmt: skip
+    bodies = [json.loads(r.content) for r in seen]
+    assert [(b["permission"], b["prefixes"]) for b in bodies] == [
+        ("object-read-only", ["jobs/job-7/"]),
+        ("object-read-write", ["jobs/job-7/g3/"]),
+    ]
+    for body in bodies:
+        assert (body["bucket"], body["parentAccessKeyId"]) == ("b1", "parent-key")
+        assert body["ttlSeconds"] == 4 * 3600
+
+    def key(prefix: str) -> StorageKey:
+        return StorageKey(
+            access_key_id=OK_RESULT["accessKeyId"],
+            secret_access_key=OK_RESULT["secretAccessKey"],
+            session_token=OK_RESULT["sessionToken"],
+            expires_at=clock.now + 4 * 3600,
+            prefix=prefix,
+        )
+
     assert creds == StorageCredentials(
-        access_key_id=OK_RESULT["accessKeyId"],
-        secret_access_key=OK_RESULT["secretAccessKey"],
-        session_token=OK_RESULT["sessionToken"],
-        expires_at=clock.now + 4 * 3600,
         endpoint="https://r2.test",
         bucket="b1",
-        prefix="jobs/job-7/",
+        read=key("jobs/job-7/"),
+        write=key("jobs/job-7/g3/"),
     )
+    assert creds.expires_at == clock.now + 4 * 3600
 
 
 def test_job_credentials_must_outlive_the_lease_they_go_out_with() -> None:
@@ -335,5 +347,5 @@ def test_job_credentials_must_outlive_the_lease_they_go_out_with() -> None:
         account_id=ACCOUNT, api_token=TOKEN, parent_access_key_id="parent-key", bucket="b1"
     )
     with pytest.raises(ValueError, match="shorter than the lease"):
-        mint_job_credentials(client, account, "job-7", ttl_s=3600, lease_s=7200, endpoint="x")
+        mint_job_credentials(client, account, "job-7", 1, ttl_s=3600, lease_s=7200, endpoint="x")
     assert seen == []

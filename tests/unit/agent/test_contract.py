@@ -2,16 +2,47 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
 import pytest
+from pydantic import BaseModel
 from tether_agent import checkpoints, logs, protocol
 from tether_agent.settings import ENV_NAMES, SettingsError, load_settings
 
 from functions.domain import agent_env, heartbeat, storage_layout
 
-MIRRORED = ["GpuProbe", "CheckpointRef", "HeartbeatRequest", "StorageCredentials", "HeartbeatReply"]
+MIRRORED = [
+    "GpuProbe",
+    "CheckpointRef",
+    "SkippedCheckpoint",
+    "RestoreReport",
+    "HeartbeatRequest",
+    "StorageKey",
+    "StorageCredentials",
+    "HeartbeatReply",
+]
+
+
+def _wire_models(module: object) -> set[str]:
+    return {
+        name
+        for name, value in vars(module).items()
+        if inspect.isclass(value)
+        and issubclass(value, BaseModel)
+        and value.__module__ == getattr(module, "__name__", "")
+        and not name.startswith("_")
+    }
+
+
+def test_every_wire_model_is_mirrored() -> None:
+    assert _wire_models(heartbeat) == set(MIRRORED) == _wire_models(protocol)
+
+
+def test_the_bounds_are_the_same() -> None:
+    names = ("MAX_REASON", "MAX_RESTORE_CANDIDATES", "MAX_STEP", "MAX_GENERATION", "MAX_BYTES")
+    assert {n: getattr(protocol, n) for n in names} == {n: getattr(heartbeat, n) for n in names}
 
 
 @pytest.mark.parametrize("name", MIRRORED)
@@ -32,11 +63,36 @@ def test_the_agent_writes_checkpoints_where_the_control_plane_looks(
     # The agent builds keys under the prefix it was given: the control plane's job prefix.
     prefix = storage_layout.job_prefix("j-1")
     assert prefix == "jobs/j-1/"
+    assert checkpoints.generation_prefix(prefix, generation) == (
+        storage_layout.generation_prefix("j-1", generation)
+    )
     written = checkpoints.RemoteCheckpointId(step, generation)
-    assert checkpoints.checkpoints_prefix(prefix) == storage_layout.checkpoints_prefix("j-1")
+    assert checkpoints.checkpoints_prefix(prefix, generation) == (
+        storage_layout.checkpoints_prefix("j-1", generation)
+    )
     assert written.dir_key(prefix) == storage_layout.checkpoint_dir_key("j-1", step, generation)
-    assert written.manifest_key(prefix) == storage_layout.manifest_key("j-1", step, generation)
+    key = written.manifest_key(prefix)
+    assert key == storage_layout.manifest_key("j-1", step, generation)
+    assert storage_layout.parse_manifest_key("j-1", key) == (step, generation)
+    assert checkpoints.parse_manifest_key(prefix, key) == written
     assert checkpoints.MANIFEST_NAME == storage_layout.MANIFEST_NAME
+    # everything a generation writes is under the prefix its read-write key reaches
+    assert key.startswith(storage_layout.generation_prefix("j-1", generation))
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "jobs/j-1/g1/checkpoints/000000000500/../manifest.json",
+        "jobs/j-1/g0/checkpoints/000000000500/manifest.json",
+        "jobs/j-1/g1/checkpoints/500/manifest.json",
+        "jobs/j-1/checkpoints/000000000500-g1/manifest.json",  # the old layout
+        "jobs/j-10/g1/checkpoints/000000000500/manifest.json",
+    ],
+)
+def test_both_sides_refuse_the_same_manifest_keys(key: str) -> None:
+    assert storage_layout.parse_manifest_key("j-1", key) is None
+    assert checkpoints.parse_manifest_key("jobs/j-1/", key) is None
 
 
 @pytest.mark.parametrize(("generation", "sequence"), [(1, 0), (12, 345), (9999, 999_999)])
@@ -44,9 +100,10 @@ def test_the_agent_writes_log_segments_where_the_api_lists_them(
     generation: int, sequence: int
 ) -> None:
     prefix = storage_layout.job_prefix("j-1")
-    assert logs.logs_prefix(prefix) == storage_layout.logs_prefix("j-1")
+    assert logs.logs_prefix(prefix, generation) == storage_layout.logs_prefix("j-1", generation)
     key = logs.segment_key(prefix, generation, sequence)
     assert key == storage_layout.log_segment_key("j-1", generation, sequence)
+    assert key.startswith(storage_layout.generation_prefix("j-1", generation))
     assert storage_layout.parse_segment_key("j-1", key) == (generation, sequence)
 
 
@@ -62,6 +119,8 @@ def _minimal_env() -> dict[str, str]:
         "TETHER_S3_PREFIX": "jobs/j1/",
         "TETHER_S3_ACCESS_KEY_ID": "k",
         "TETHER_S3_SECRET_ACCESS_KEY": "s",
+        "TETHER_S3_WRITE_ACCESS_KEY_ID": "wk",
+        "TETHER_S3_WRITE_SECRET_ACCESS_KEY": "ws",
         "CONTAINER_ID": "1",
         "CONTAINER_API_KEY": "c",
     }

@@ -1,4 +1,4 @@
-"""Pure rules: restore order, retention, part sizing, progress sources, hooks."""
+"""Pure rules: candidates, remote names, retention, part sizing, progress sources, hooks."""
 
 from __future__ import annotations
 
@@ -15,40 +15,71 @@ from tether_agent.checkpoints import (
     MAX_PARTS,
     MIB,
     MIN_PART,
+    candidate_problem,
+    parse_manifest_key,
     parse_remote_dir,
     part_size_for,
-    restore_candidates,
     retention_victims,
 )
 from tether_agent.checkpoints import (
     RemoteCheckpointId as C,
 )
 from tether_agent.progress import current_step
+from tether_agent.protocol import CheckpointRef
+
+SHA = "a" * 64
 
 
-def test_restore_order_prefers_step_then_generation_and_ignores_newer_generations() -> None:
-    found = [C(100, 1), C(200, 1), C(200, 2), C(300, 3), C(150, 2)]
-    assert restore_candidates(found, own_generation=2) == [
-        C(200, 2),
-        C(200, 1),
-        C(150, 2),
-        C(100, 1),
-    ]
+def ref(step: int, generation: int, key: str | None = None, sha: str | None = SHA) -> CheckpointRef:
+    return CheckpointRef(
+        step=step,
+        generation=generation,
+        manifest_key=key or C(step, generation).manifest_key("jobs/x/"),
+        manifest_sha256=sha,
+    )
 
 
-def test_remote_dir_names_round_trip() -> None:
-    assert C(500, 2).dirname == "000000000500-g2"
-    assert parse_remote_dir("000000000500-g2/") == C(500, 2)
-    assert parse_remote_dir("500-g2") is None
-    assert parse_remote_dir("000000000500-g0") is None
-    assert C(7, 1).manifest_key("jobs/x/") == "jobs/x/checkpoints/000000000007-g1/manifest.json"
+@pytest.mark.parametrize(
+    ("candidate", "reason"),
+    [
+        (ref(500, 1), None),
+        (ref(500, 2), "written by g2, not an earlier generation"),  # its own generation
+        (ref(500, 3), "written by g3, not an earlier generation"),  # a newer one
+        (ref(500, 1, sha=None), "no recorded manifest sha256"),
+        (ref(500, 1, key="jobs/x/checkpoints/000000000500-g1/manifest.json"), "layout"),
+        (ref(500, 1, key="jobs/y/g1/checkpoints/000000000500/manifest.json"), "layout"),
+        (ref(500, 1, key="jobs/x/g1/checkpoints/000000000500/../../m.json"), "layout"),
+        (ref(400, 1, key=C(500, 1).manifest_key("jobs/x/")), "another step or generation"),
+    ],
+)
+def test_a_candidate_is_tried_only_if_recorded_earlier_and_in_the_layout(
+    candidate: CheckpointRef, reason: str | None
+) -> None:
+    cid, problem = candidate_problem(candidate, "jobs/x/", own_generation=2)
+    if reason is None:
+        assert (cid, problem) == (C(500, 1), None)
+    else:
+        assert cid is None and problem is not None and reason in problem
 
 
-def test_retention_keeps_last_n_complete_and_never_touches_newer_generations() -> None:
-    found = [C(1, 1), C(2, 1), C(3, 1), C(4, 2), C(5, 2), C(6, 2), C(9, 3)]
-    complete = {C(2, 1), C(3, 1), C(4, 2), C(5, 2), C(9, 3)}  # 1 and 6 have no manifest
+def test_remote_names_round_trip() -> None:
+    assert C(500, 2).dirname == "000000000500"
+    assert C(500, 2).dir_key("jobs/x/") == "jobs/x/g2/checkpoints/000000000500/"
+    assert C(7, 1).manifest_key("jobs/x/") == "jobs/x/g1/checkpoints/000000000007/manifest.json"
+    assert parse_remote_dir("000000000500/") == 500
+    assert parse_remote_dir("500") is None
+    assert parse_remote_dir("000000000500-g2") is None
+    key = C(7, 12).manifest_key("jobs/x/")
+    assert parse_manifest_key("jobs/x/", key) == C(7, 12)
+    assert parse_manifest_key("jobs/y/", key) is None
+    assert parse_manifest_key("jobs/x/", "jobs/x/g0/checkpoints/000000000007/manifest.json") is None
+
+
+def test_retention_touches_only_its_own_generation() -> None:
+    found = [C(1, 1), C(2, 1), C(3, 1), C(4, 2), C(5, 2), C(6, 2), C(7, 2), C(9, 3)]
+    complete = {C(2, 1), C(3, 1), C(4, 2), C(5, 2), C(6, 2), C(9, 3)}  # 1 and 7: no manifest
     victims = retention_victims(found, complete, own_generation=2, keep_last=2)
-    assert victims == [C(1, 1), C(2, 1), C(3, 1)]  # keeps 5 and 4; 6 may be in flight
+    assert victims == [C(4, 2)]  # keeps 6 and 5; 7 may be in flight; g1 and g3 are not its own
 
 
 def test_retention_deletes_nothing_until_n_complete_exist() -> None:

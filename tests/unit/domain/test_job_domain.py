@@ -68,11 +68,14 @@ def test_transitions(current, target, ok):
     assert can_transition(current, target) is ok
 
 
-def test_execution_names_are_deterministic_and_fit_step_functions():
+def test_execution_names_are_deterministic_per_attempt_and_fit_step_functions():
     job_id = new_job_id("x" * 63)
-    assert len(execution_name("provision", job_id, 9999)) <= 80
-    assert execution_name("replace", "j-1", 3) == "j-1-replace-g3"
-    assert execution_name("stop", "j-1", 3) == "j-1-stop"
+    assert len(execution_name("provision", job_id, 9999, 99)) <= 80
+    assert execution_name("replace", "j-1", 3) == "j-1-replace-g3-a1"
+    assert execution_name("replace", "j-1", 3, 2) == "j-1-replace-g3-a2"
+    assert execution_name("provision", "j-1", 1, 12) == "j-1-provision-g1-a12"
+    assert execution_name("stop", "j-1", 3) == "j-1-stop-a1"
+    assert execution_name("stop", "j-1", 3, 4) == "j-1-stop-a4"
 
 
 def test_cancel_outcomes():

@@ -3,6 +3,7 @@ script actually run against a fake and a real (tiny, offline) agent wheel."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from functions.domain import agent_env
-from functions.domain.heartbeat import StorageCredentials
+from functions.domain.heartbeat import CheckpointRef, StorageCredentials, StorageKey
 from functions.domain.jobspec import RESERVED_ENV_PREFIXES, load_job_file, parse_job
 from functions.domain.onstart import (
     VAST_ONSTART_LIMIT,
@@ -48,15 +49,26 @@ def presigned_url(total_length: int) -> str:
     return head + "I" * (total_length - len(head))
 
 
-def storage(job_id: str = "j-123") -> StorageCredentials:
+def storage(
+    job_id: str = "j-123", generation: int = 2, read_prefix: str | None = None
+) -> StorageCredentials:
     return StorageCredentials(
-        access_key_id="9d0e1b3c8a4f4e2db2c1a0f9e8d7c6b5",
-        secret_access_key="child-secret-" + "a" * 40,
-        session_token="child-session-token",
-        expires_at=1_700_003_600.0,
         endpoint="https://acct.r2.cloudflarestorage.com",
         bucket="tether-ckpt",
-        prefix=f"jobs/{job_id}/",
+        read=StorageKey(
+            access_key_id="9d0e1b3c8a4f4e2db2c1a0f9e8d7c6b5",
+            secret_access_key="child-secret-" + "a" * 40,
+            session_token="child-session-token",
+            expires_at=1_700_003_600.0,
+            prefix=read_prefix or f"jobs/{job_id}/",
+        ),
+        write=StorageKey(
+            access_key_id="0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+            secret_access_key="child-write-secret-" + "b" * 40,
+            session_token="child-write-session-token",
+            expires_at=1_700_003_700.0,
+            prefix=f"jobs/{job_id}/g{generation}/",
+        ),
     )
 
 
@@ -139,7 +151,12 @@ def test_url_is_quoted_not_interpolated() -> None:
 def test_script_holds_no_job_values() -> None:
     script = build_onstart(agent_wheel_url=SHORT_URL)
     env = host_env()
-    for name in (agent_env.RUN, agent_env.AGENT_TOKEN, agent_env.S3_SECRET_ACCESS_KEY):
+    for name in (
+        agent_env.RUN,
+        agent_env.AGENT_TOKEN,
+        agent_env.S3_SECRET_ACCESS_KEY,
+        agent_env.S3_WRITE_SECRET_ACCESS_KEY,
+    ):
         assert env[name] not in script
 
 
@@ -165,7 +182,13 @@ def test_env_carries_the_job_and_its_scoped_credentials() -> None:
     assert env[agent_env.CHECKPOINT_DIR] == job.checkpoint.dir
     assert env[agent_env.KEEP_LAST] == str(job.checkpoint.keep_last)
     assert env[agent_env.S3_PREFIX] == "jobs/j-123/"
+    assert env[agent_env.S3_ACCESS_KEY_ID] == "9d0e1b3c8a4f4e2db2c1a0f9e8d7c6b5"  # read-only
     assert env[agent_env.S3_CREDENTIALS_EXPIRE_AT] == "1700003600"
+    assert env[agent_env.S3_WRITE_ACCESS_KEY_ID] == "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+    assert env[agent_env.S3_WRITE_SECRET_ACCESS_KEY] == "child-write-secret-" + "b" * 40
+    assert env[agent_env.S3_WRITE_SESSION_TOKEN] == "child-write-session-token"
+    assert env[agent_env.S3_WRITE_CREDENTIALS_EXPIRE_AT] == "1700003700"
+    assert agent_env.RESTORE_CHECKPOINTS not in env  # nothing recorded: nothing to restore
     assert env[agent_env.LEASE_EXPIRES_AT] == "1700010800"
     assert env[agent_env.ON_DEAD_MAN] == job.policy.on_dead_man
     assert env[agent_env.GPU_PROBE] == "none"
@@ -174,9 +197,28 @@ def test_env_carries_the_job_and_its_scoped_credentials() -> None:
         assert env[key] == value
 
 
-def test_credentials_for_another_job_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"storage.prefix: must be 'jobs/j-123/'"):
+def test_credentials_for_another_job_or_generation_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"storage.read.prefix: must be 'jobs/j-123/'"):
         host_env(storage=storage("j-999"))
+    with pytest.raises(ValueError, match=r"storage.write.prefix: must be 'jobs/j-123/g2/'"):
+        host_env(storage=storage(generation=1))
+    with pytest.raises(ValueError, match=r"storage.read.prefix"):  # a read key on more
+        host_env(storage=storage(read_prefix="jobs/"))
+
+
+def test_the_recorded_checkpoints_travel_as_json_newest_first() -> None:
+    refs = [
+        CheckpointRef(
+            step=step,
+            generation=1,
+            manifest_key=f"jobs/j-123/g1/checkpoints/{step:012d}/manifest.json",
+            manifest_sha256=f"{step:064x}",
+        )
+        for step in (200, 100)
+    ]
+    env = host_env(restore_checkpoints=refs)
+    found = json.loads(env[agent_env.RESTORE_CHECKPOINTS])
+    assert [CheckpointRef.model_validate(r) for r in found] == refs
 
 
 def test_no_account_wide_value_reaches_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -215,7 +257,7 @@ def test_leak_check_refuses_a_job_that_smuggles_an_account_key() -> None:
         generation=1,
         api_url="https://api",
         agent_token="t",
-        storage=storage(),
+        storage=storage(generation=1),
         lease_expires_at=1.0,
     )
     with pytest.raises(ValueError, match=r"env.MY_KEY: contains an account-wide secret"):

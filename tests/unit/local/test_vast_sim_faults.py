@@ -47,6 +47,22 @@ def test_a_rent_during_an_outage_is_not_repeated(sim: VastSimulator) -> None:
     assert sim.instances() == []
 
 
+def test_an_outage_answers_502_to_everything_until_it_ends_and_billing_goes_on(
+    sim: VastSimulator, clock: FakeClock
+) -> None:
+    instance = rent_one(client_for(sim), cheapest_offer(sim)["id"])
+    sim.outage()
+    assert raw(sim, sim.api_key).get("/api/v1/instances/").status_code == 502
+    with pytest.raises(VastUnavailable):
+        client_for(sim, deadline_s=2).destroy_instance(instance)
+    clock.advance(3600)
+    assert sim.instance(instance) is not None
+    assert sim.ledger(instance).storage_seconds == 3600 and sim.ledger(instance).closed_at is None
+    sim.outage(False)
+    client_for(sim).destroy_instance(instance)
+    assert sim.instance(instance) is None and sim.ledger(instance).closed_at == clock.now
+
+
 def test_an_injected_offer_gone_takes_the_offer_away(sim: VastSimulator) -> None:
     offer_id = cheapest_offer(sim)["id"]
     sim.inject("offer_gone")

@@ -83,3 +83,12 @@ def test_records_vast_sent_that_could_not_be_read_are_counted(monkeypatch, capsy
     assert emitted["VastRecordsSkipped"] == ([2], "Count")
     assert emitted["VastFieldsDropped"] == ([1], "Count")
     assert run_handler(monkeypatch, capsys, MonitorReport())["VastRecordsSkipped"] == ([0], "Count")
+
+
+def test_later_attempts_and_a_stop_past_its_last_attempt_are_counted(monkeypatch, capsys) -> None:
+    report = MonitorReport(jobs=3, transitions_started=1, transitions_retried=2,
+                           transitions_exhausted=1)  # fmt: skip
+    emitted = run_handler(monkeypatch, capsys, report)
+    assert emitted["TransitionsStarted"] == ([1], "Count")
+    assert emitted["TransitionsRetried"] == ([2], "Count")
+    assert emitted[obs.TRANSITIONS_EXHAUSTED_METRIC] == ([1], "Count")  # TransitionGaveUp

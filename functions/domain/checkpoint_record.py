@@ -1,0 +1,117 @@
+"""The control plane's record of good checkpoints: the only ones a new generation restores
+(DESIGN §3, invariant 2). Pure.
+
+Recording rule (`checkpoint_to_record`), applied to an authenticated heartbeat:
+- only the job's current generation records: a superseded generation is answered `superseded`
+  before anything is stored, and its heartbeats change nothing;
+- what it records is its `last_checkpoint` when that checkpoint is its own (same generation),
+  carries the manifest's sha256, and sits where the layout puts that step and generation
+  (`storage_layout.manifest_key`); a checkpoint restored from an older generation, or one named
+  anywhere else, is not recorded;
+- a manifest key is recorded once.
+
+The record (`with_recorded`) is a list, newest first in recording order: a later generation's
+checkpoint goes before an older one's whatever their steps (the newer generation's line of
+training is the current one). It keeps at most `keep_last` checkpoints per generation (the
+agent's retention deletes the older ones of its own prefix) and `MAX_RECORDED_CHECKPOINTS` in all.
+
+A new generation gets the list at rent (`restore_candidates`, in its environment) and tries it
+in order, trusting a manifest only when its bytes hash to the recorded sha256.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from functions.domain.heartbeat import MAX_RESTORE_CANDIDATES, CheckpointRef, HeartbeatRequest
+from functions.domain.job import Generation, Job, TimelineEvent
+from functions.domain.storage_layout import manifest_key
+
+MAX_RECORDED_CHECKPOINTS = 8
+MAX_EVENT_MESSAGE = 2000  # characters; the event's data keeps every skip in full
+assert MAX_RECORDED_CHECKPOINTS <= MAX_RESTORE_CANDIDATES
+
+
+def checkpoint_to_record(
+    job: Job, generation: Generation, request: HeartbeatRequest
+) -> CheckpointRef | None:
+    """The checkpoint this heartbeat adds to the record, or None (the module docstring)."""
+    current = (
+        generation.is_current
+        and generation.generation == job.current_generation
+        and request.generation == generation.generation
+        and request.job_id == job.job_id
+    )
+    ref = request.last_checkpoint
+    if not current or ref is None or ref.manifest_sha256 is None:
+        return None
+    if ref.generation != request.generation:
+        return None
+    if ref.manifest_key != manifest_key(job.job_id, ref.step, ref.generation):
+        return None
+    if any(r.manifest_key == ref.manifest_key for r in job.recorded_checkpoints):
+        return None
+    return ref
+
+
+def with_recorded(
+    recorded: Sequence[CheckpointRef],
+    new: CheckpointRef,
+    *,
+    keep_per_generation: int,
+    limit: int = MAX_RECORDED_CHECKPOINTS,
+) -> list[CheckpointRef]:
+    """`recorded` with `new` first: one entry per manifest key, at most `keep_per_generation`
+    per generation and `limit` in all, newest first."""
+    kept: list[CheckpointRef] = []
+    per_generation: dict[int, int] = {}
+    for ref in (new, *recorded):
+        if any(k.manifest_key == ref.manifest_key for k in kept):
+            continue
+        count = per_generation.get(ref.generation, 0)
+        if count >= keep_per_generation:
+            continue
+        per_generation[ref.generation] = count + 1
+        kept.append(ref)
+        if len(kept) >= limit:
+            break
+    return kept
+
+
+def restore_candidates(job: Job, generation: int) -> list[CheckpointRef]:
+    """What generation `generation` may restore, best first: the record, less anything of its
+    own generation or newer (which it cannot have written yet)."""
+    return [r for r in job.recorded_checkpoints if r.generation < generation][
+        :MAX_RECORDED_CHECKPOINTS
+    ]
+
+
+def restore_event(request: HeartbeatRequest, now: float) -> TimelineEvent | None:
+    """The timeline event for a restore that skipped a candidate or used none; None for a plain
+    restore or a first generation's start with nothing recorded."""
+    report = request.restore
+    if report is None or (not report.skipped and report.outcome == "restored"):
+        return None
+    if not report.skipped and report.candidates == 0:
+        return None
+    restored = request.restored_checkpoint
+    if report.outcome == "restored" and restored is not None:
+        head = f"restored step {restored.step} (written by g{restored.generation})"
+    elif report.outcome == "unreadable":
+        head = "storage could not be read: no checkpoint restored, the generation fails"
+    else:
+        head = f"none of {report.candidates} recorded checkpoint(s) usable: starting from scratch"
+    skips = "; ".join(f"{s.manifest_key}: {s.reason}" for s in report.skipped)
+    return TimelineEvent(
+        job_id=request.job_id,
+        at=now,
+        kind="restore_skipped" if report.skipped else "restore_fresh",
+        message=(f"g{request.generation} {head}" + (f"; skipped {skips}" if skips else ""))[
+            :MAX_EVENT_MESSAGE
+        ],
+        data={
+            "generation": request.generation,
+            "outcome": report.outcome,
+            "skipped": [s.model_dump(mode="json") for s in report.skipped],
+        },
+    )
