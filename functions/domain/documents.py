@@ -12,8 +12,9 @@ reason instead of exhausting the stack or the memory:
 - **JSON request bodies** (the API): the body is at most `max_body_bytes` long, so its node
   count is bounded; `check_depth` walks the decoded value without recursion.
 
-A job spec nests three levels (`resources.gpu_names[0]`), a heartbeat three
-(`last_checkpoint.step`): `MAX_DEPTH` leaves room for anchors and future fields, not for abuse.
+A job spec nests three levels (`resources.gpu_names[0]`), a heartbeat four
+(`restore.skipped[0].reason`): `MAX_DEPTH` leaves room for anchors and future fields, not for
+abuse.
 """
 
 from __future__ import annotations

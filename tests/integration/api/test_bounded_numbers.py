@@ -13,10 +13,12 @@ import types
 import typing
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from tether_agent import protocol
 
 from functions.domain.heartbeat import HeartbeatRequest
 from functions.domain.jobspec import JobSpec
@@ -29,23 +31,32 @@ PLACEHOLDER = "__NUMBER__"
 
 
 def with_literal(body: dict[str, Any], path: str, literal: str) -> str:
-    """`body` as JSON text with the dotted `path` set to the number written as `literal`."""
+    """`body` as JSON text with the dotted `path` set to the number written as `literal`; a
+    part ending in `[]` is a list, and the number goes into its first element."""
     out = json.loads(json.dumps(body))
     *parents, last = path.split(".")
     node = out
     for part in parents:
-        node = node.setdefault(part, {}) if isinstance(node, dict) else node
-    node[last] = PLACEHOLDER
+        if part.endswith("[]"):
+            items = node.setdefault(part[:-2], [])
+            items[:1] = [items[0] if items else {}]
+            node = items[0]
+        else:
+            node = node.setdefault(part, {})
+    if last.endswith("[]"):
+        node[last[:-2]] = [PLACEHOLDER]
+    else:
+        node[last] = PLACEHOLDER
     return json.dumps(out).replace(json.dumps(PLACEHOLDER), literal)
 
 
 def numeric_fields(model: type[BaseModel], prefix: str = "") -> dict[str, list[Any]]:
     """Dotted path → the constraints (pydantic metadata) of every int/float field, nested
-    models included, bounds inside `Annotated` aliases too."""
+    models included, inside lists too (`name[]`), bounds inside `Annotated` aliases too."""
     found: dict[str, list[Any]] = {}
     for name, info in model.model_fields.items():
-        path = f"{prefix}{name}"
-        for arg, metadata in _leaves(info.annotation, list(info.metadata)):
+        for arg, metadata, suffix in _leaves(info.annotation, list(info.metadata)):
+            path = f"{prefix}{name}{suffix}"
             if isinstance(arg, type) and issubclass(arg, BaseModel):
                 found.update(numeric_fields(arg, f"{path}."))
             elif arg in (int, float):
@@ -53,15 +64,22 @@ def numeric_fields(model: type[BaseModel], prefix: str = "") -> dict[str, list[A
     return found
 
 
-def _leaves(annotation: Any, metadata: list[Any]) -> list[tuple[Any, list[Any]]]:
+def _leaves(
+    annotation: Any, metadata: list[Any], suffix: str = ""
+) -> list[tuple[Any, list[Any], str]]:
     origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
-        return [leaf for arg in typing.get_args(annotation) for leaf in _leaves(arg, metadata)]
+        return [leaf for arg in args for leaf in _leaves(arg, metadata, suffix)]
     if origin is typing.Annotated:
-        inner, *extra = typing.get_args(annotation)
+        inner, *extra = args
         flat = [m for e in extra for m in getattr(e, "metadata", [e])]
-        return _leaves(inner, metadata + flat)
-    return [(annotation, metadata)]
+        return _leaves(inner, metadata + flat, suffix)
+    if origin in (list, tuple, set, frozenset):  # the list's own metadata bounds its length
+        return [leaf for arg in args if arg is not Ellipsis for leaf in _leaves(arg, [], "[]")]
+    if origin is dict:
+        return _leaves(args[1], [], "{}")
+    return [(annotation, metadata, suffix)]
 
 
 def _bounds(metadata: list[Any]) -> tuple[bool, bool]:
@@ -82,9 +100,12 @@ def test_every_number_a_client_sends_has_both_bounds(model: type[BaseModel]) -> 
 
 
 def test_the_walk_sees_the_nested_numbers() -> None:
-    assert {"gpu.utilization_pct", "last_checkpoint.step", "restored_checkpoint.generation"} <= set(
-        numeric_fields(HeartbeatRequest)
-    )
+    assert {
+        "gpu.utilization_pct",
+        "last_checkpoint.step",
+        "restored_checkpoint.generation",
+        "restore.candidates",
+    } <= set(numeric_fields(HeartbeatRequest))
     assert {"resources.min_gpu_ram_gb", "checkpoint.interval_min", "policy.lease_window_s"} <= set(
         numeric_fields(JobSpec)
     )
@@ -105,6 +126,9 @@ HEARTBEAT_CASES = [
     ("last_checkpoint.step", BIG),
     ("last_checkpoint.generation", BIG),
     ("restored_checkpoint.step", BIG),
+    ("restore.candidates", BIG),
+    ("restore.candidates", "-1"),
+    ("restore.candidates", "17"),  # more than a generation is ever given
     ("gpu.utilization_pct", "1e400"),
     ("gpu.memory_used_mb", "1e400"),
     ("gpu.memory_total_mb", BIG),
@@ -120,10 +144,17 @@ def live(api):
     return job_id
 
 
+def full_heartbeat(job_id: str) -> dict[str, Any]:
+    """A heartbeat with every optional part present, so that each number has a place."""
+    body = heartbeat_body(job_id)
+    body["restored_checkpoint"] = {"step": 100, "generation": 1, "manifest_key": "m.json"}
+    body["restore"] = {"outcome": "fresh", "candidates": 0, "skipped": []}
+    return body
+
+
 @pytest.mark.parametrize(("path", "literal"), HEARTBEAT_CASES)
 def test_an_unstorable_number_in_a_heartbeat_is_a_400_naming_it(api, live, path, literal):
-    body = heartbeat_body(live)
-    body["restored_checkpoint"] = {"step": 100, "generation": 1, "manifest_key": "m.json"}
+    body = full_heartbeat(live)
     raw = with_literal(body, path, literal)
     before = api.items()
     reply = api.heartbeat("POST", HB, body=raw, headers=JSON | auth(TOKEN))
@@ -206,9 +237,9 @@ def test_any_number_in_any_spec_field_is_stored_or_cleanly_refused(api, path, li
 @example(path="gpu.memory_used_mb", literal="9e125")
 @example(path="agent_time", literal="1e-166")  # was a 500: DynamoDB cannot store it
 @example(path="gpu.utilization_pct", literal="1e-300")
+@example(path="restore.candidates", literal="1" + "0" * 40)
 def test_any_number_in_any_heartbeat_field_is_stored_or_cleanly_refused(api, live, path, literal):
-    body = heartbeat_body(live)
-    body["restored_checkpoint"] = {"step": 100, "generation": 1, "manifest_key": "m.json"}
+    body = full_heartbeat(live)
     before = api.items()
     reply = api.heartbeat("POST", HB, body=with_literal(body, path, literal), headers=JSON | auth())
     if reply.status == 200:
@@ -262,3 +293,58 @@ def test_a_heartbeat_number_nearer_zero_than_dynamodb_stores_is_not_a_500(api, l
     assert accepted.status == 200, accepted.body
     generation = api.store.get_job_view(live).generations[0]
     assert generation.heartbeat is not None and generation.heartbeat.gpu.utilization_pct == 0.0
+
+
+# --- the largest heartbeat the contract admits -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("char", "at_least_bytes"),
+    # the worst: 25,681 and 146,961 bytes with a 64-character job id (this job's is shorter);
+    # \x01 is written \u0001, six bytes a character
+    [("a", 25_600), ("\x01", 146_800)],
+    ids=["ascii", "control-characters"],
+)
+def test_the_largest_heartbeat_an_agent_can_send_is_accepted(api, live, char, at_least_bytes):
+    """A restore that skipped 16 candidates puts 16 keys and reasons in every heartbeat after
+    it (the storage isolation's restore report): every string at its longest, every number at
+    its bound, built with the agent's own models and encoded as its HTTP client encodes it. A
+    valid heartbeat refused for its size would be refused every time and cost the host."""
+    key, reason, error = char * 1024, char * 300, char * 1024
+    ref = protocol.CheckpointRef(
+        step=10**15, generation=1, manifest_key=key, manifest_sha256="a" * 64
+    )
+    request = protocol.HeartbeatRequest(
+        job_id=live,
+        generation=1,
+        phase="training",
+        step=10**15,
+        last_checkpoint=ref,
+        restored_checkpoint=ref,
+        restore=protocol.RestoreReport(
+            outcome="fresh",
+            candidates=16,
+            skipped=[protocol.SkippedCheckpoint(manifest_key=key, reason=reason)] * 16,
+        ),
+        gpu=protocol.GpuProbe(
+            available=True,
+            responsive=False,
+            utilization_pct=99.99999999999999,
+            memory_used_mb=123_456_789.12345678,
+            memory_total_mb=123_456_789.12345678,
+            unresponsive_s=123_456_789.12345678,
+            error=error,
+        ),
+        exit_code=-255,
+        bytes_downloaded=10**18,
+        bytes_uploaded=10**18,
+        agent_time=12_345_678_901.123456,
+        credentials_expire_at=12_345_678_901.123456,
+    )
+    sent = httpx.Request("POST", "http://api/agent/heartbeat", json=request.model_dump(mode="json"))
+    assert len(sent.content) >= at_least_bytes
+    reply = api.heartbeat("POST", HB, body=sent.content.decode("utf-8"), headers=JSON | auth())
+    assert reply.status == 200, reply.body
+    generation = api.store.get_job_view(live).generations[0]
+    assert generation.heartbeat is not None and generation.heartbeat.restore is not None
+    assert len(generation.heartbeat.restore.skipped) == 16
