@@ -240,7 +240,7 @@ def test_the_replacement_host_is_given_the_recorded_checkpoints_newest_first(
     sup.vast.kill(first.instance_id or 0, "offline")
     sup.clock.advance(1)
     sup.monitor()
-    result = sup.wait_for(f"{job.job_id}-replace-g2")
+    result = sup.wait_for(f"{job.job_id}-replace-g2-a1")
     assert result["status"] == "SUCCEEDED"
     # superseded now: a late record of g1's is refused
     late = [refs[0].model_copy(update={"step": 300}), *refs]
