@@ -72,7 +72,12 @@ class HeartbeatSettings(_Settings):
         description="About three monitor intervals: a generation whose `supervised_at` (the "
         "last monitor run that completed its job's evaluation) is older gets no new lease.",
     )
-    max_body_bytes: int = Field(default=16 * 1024, alias=MAX_BODY_BYTES_ENV, ge=1024)
+    # Every heartbeat the contract admits fits, as the agent encodes it (httpx: UTF-8, control
+    # characters as `\u00XX`): at most 147 KB, 16 skipped restore candidates with 1024-character
+    # keys and 300-character reasons, two checkpoint references and a GPU error, every character
+    # a control character; 26 KB when all are ASCII. A valid heartbeat refused for its size
+    # would be refused every time, and the host would be lost to it.
+    max_body_bytes: int = Field(default=160 * 1024, alias=MAX_BODY_BYTES_ENV, ge=1024)
 
 
 class LogsApiSettings(_Settings):

@@ -77,6 +77,16 @@ HEARTBEAT_ROUTE = ("POST", "/agent/heartbeat")
 # GET /jobs/{id}/logs has its own function: it alone reads the Cloudflare secret.
 LOGS_ROUTE = ("GET", "/jobs/{id}/logs")
 LOGS_FUNCTION_ID = "LogsFunction"
+# Stack parameters of the routes' throttles (infra/constructs/api.py; `tether deploy` sets the
+# heartbeat route's, docs/deploy.md#throttles).
+HEARTBEAT_RATE_PARAMETER = "HeartbeatRateLimit"
+HEARTBEAT_BURST_PARAMETER = "HeartbeatBurstLimit"
+USER_RATE_PARAMETER = "UserRateLimit"
+USER_BURST_PARAMETER = "UserBurstLimit"
+# API Gateway's default account-level quota per Region, shared by every API of the account: no
+# route's throttle can be higher (a Service Quotas increase raises it).
+ACCOUNT_RATE_LIMIT = 10_000
+ACCOUNT_BURST_LIMIT = 5_000
 LOGS_HANDLER = "functions.api.logs.handler"
 OBSERVABILITY_ID = "Observability"
 

@@ -59,6 +59,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--email", type=_email, help="send alarms and job notifications to this address"
     )
     deploy.add_argument(
+        "--heartbeat-rate",
+        type=_limit(names.ACCOUNT_RATE_LIMIT),
+        metavar="RPS",
+        help="the heartbeat route's throttle, requests a second (default 50: about 75 agents "
+        "at a 15 s interval, with tenfold headroom; see docs/deploy.md#throttles)",
+    )
+    deploy.add_argument(
+        "--heartbeat-burst",
+        type=_limit(names.ACCOUNT_BURST_LIMIT),
+        metavar="N",
+        help="the heartbeat route's burst, requests at once (default 100)",
+    )
+    deploy.add_argument(
         "--bootstrap",
         action="store_true",
         help="run `cdk bootstrap` first if this account/region is not bootstrapped",
@@ -101,6 +114,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def _missing_action(_args: argparse.Namespace) -> int:
     raise CliError("secrets: name an action, e.g. `tether secrets set vast` (see --help)")
+
+
+def _limit(maximum: int) -> Callable[[str], int]:
+    """A throttle: a whole number from 1 to API Gateway's default account quota."""
+
+    def parse(text: str) -> int:
+        if not text.isdigit() or not 1 <= int(text) <= maximum:
+            raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {maximum}")
+        return int(text)
+
+    return parse
 
 
 def _email(text: str) -> str:
@@ -206,6 +230,21 @@ def cdk(npx: str, *args: str) -> list[str]:
 # --- deploy / destroy ------------------------------------------------------------------------
 
 
+def deploy_parameters(args: argparse.Namespace) -> list[str]:
+    """`--parameters` for the values given; the stack keeps earlier values of the others (CDK
+    deploys with `--previous-parameters`), so a raised throttle stays raised."""
+    given = {
+        "AlarmEmail": args.email,
+        names.HEARTBEAT_RATE_PARAMETER: args.heartbeat_rate,
+        names.HEARTBEAT_BURST_PARAMETER: args.heartbeat_burst,
+    }
+    out: list[str] = []
+    for key, value in given.items():
+        if value is not None and value != "":
+            out += ["--parameters", f"{key}={value}"]
+    return out
+
+
 def run_deploy(args: argparse.Namespace) -> int:
     root = source_root()
     npx = check_node()
@@ -222,8 +261,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     assembly = synth(root)
     command = cdk(npx, "deploy", "--app", str(assembly), names.STACK_NAME)
     command += ["--require-approval", "never"]
-    if args.email:
-        command += ["--parameters", f"AlarmEmail={args.email}"]
+    command += deploy_parameters(args)
     code = run_command(command)
     if code != 0:
         raise CliError(f"cdk deploy failed (exit {code}); see the output above", EXIT_FAILURE)

@@ -27,6 +27,15 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class Throttle:
+    """A route's token bucket, as the stage's route settings give it: `rate_per_s` tokens a
+    second into a bucket of `burst`; a request that finds it empty gets 429."""
+
+    rate_per_s: float
+    burst: int
+
+
+@dataclass(frozen=True)
 class HttpRoute:
     """An API Gateway HTTP API route and the function behind it, for a local HTTP front."""
 
@@ -34,6 +43,7 @@ class HttpRoute:
     function_arn: str
     authorization_type: str  # NONE, AWS_IAM, JWT, CUSTOM
     payload_format_version: str
+    throttle: Throttle | None = None  # None: the stage throttles nothing (no settings)
 
 
 @dataclass(frozen=True)
@@ -97,4 +107,4 @@ class Deployed:
         return self.resource(logical_id, types_[0]).physical_id  # raises, naming the id
 
 
-__all__ = ["ACCOUNT_ID", "Deployed", "DeployedResource", "HttpRoute", "Schedule"]
+__all__ = ["ACCOUNT_ID", "Deployed", "DeployedResource", "HttpRoute", "Schedule", "Throttle"]

@@ -4,13 +4,14 @@ Not through moto's CloudFormation: a state machine created there is never execut
 are created in dependency order (`tether_local.template.creation_order`) with `Ref`, `Fn::GetAtt`,
 `Fn::Join`, `Fn::Sub` and conditions resolved (`tether_local.template.Resolver`): tables,
 functions (their `Handler` runs in process, `tether_local.lambda_runtime`), state machines,
-topics, secrets, buckets and parameters. Schedules and API Gateway routes are recorded for the
-local clock and front; roles, policies, log groups and unknown types are recorded only, with
-plausible names and ARNs so that references to them resolve.
+topics, secrets, buckets and parameters. Schedules and API Gateway routes (with their stage's
+throttles) are recorded for the local clock and front; roles, policies, log groups and unknown
+types are recorded only, with plausible names and ARNs so that references to them resolve.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -20,7 +21,14 @@ import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tether_local.deployed import ACCOUNT_ID, Deployed, DeployedResource, HttpRoute, Schedule
+from tether_local.deployed import (
+    ACCOUNT_ID,
+    Deployed,
+    DeployedResource,
+    HttpRoute,
+    Schedule,
+    Throttle,
+)
 from tether_local.template import Resolver, StackContext, TemplateError, creation_order
 
 LOG = logging.getLogger(__name__)
@@ -69,6 +77,8 @@ class Deployer:
         self.schedules: list[Schedule] = []
         self.integrations: dict[str, dict[str, Any]] = {}
         self.routes: list[HttpRoute] = []
+        self.route_apis: dict[str, str] = {}  # route key → its API's id
+        self.stage_throttles: dict[str, tuple[Throttle | None, dict[str, Throttle]]] = {}
         self.creators: dict[str, Callable[[str, dict[str, Any]], tuple[str, dict[str, Any]]]] = {
             "AWS::DynamoDB::Table": self.table,
             "AWS::DynamoDB::GlobalTable": self.table,
@@ -80,6 +90,7 @@ class Deployer:
             "AWS::SSM::Parameter": self.parameter,
             "AWS::Scheduler::Schedule": self.schedule,
             "AWS::Events::Rule": self.rule,
+            "AWS::ApiGatewayV2::Stage": self.stage_record,
         }
 
     def run(self) -> Deployed:
@@ -118,7 +129,19 @@ class Deployer:
             condition = output.get("Condition")
             if condition is None or self.resolver.condition(condition):
                 outputs[name] = self.resolver.resolve(output["Value"], f"Outputs.{name}.Value")
-        return Deployed(self.stack, self.resources, outputs, self.schedules, self.routes)
+        return Deployed(self.stack, self.resources, outputs, self.schedules, self.throttled())
+
+    def throttled(self) -> list[HttpRoute]:
+        """The routes with their stage's buckets: a route's own settings, else the stage's
+        default route settings (each route a bucket of its own, as API Gateway keeps them)."""
+        out = []
+        for route in self.routes:
+            default, own = self.stage_throttles.get(
+                self.route_apis.get(route.route_key, ""), (None, {})
+            )
+            throttle = own.get(route.route_key, default)
+            out.append(dataclasses.replace(route, throttle=throttle))
+        return out
 
     def name(self, logical_id: str, limit: int, given: Any = None) -> str:
         # CloudFormation adds a random suffix; a deterministic name makes local runs repeatable.
@@ -281,6 +304,19 @@ class Deployer:
         group = props.get("GroupName", "default")
         return name, {"Arn": self.arn("scheduler", f"schedule/{group}/{name}")}
 
+    def stage_record(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """An HTTP API stage: recorded for its throttles (the front's token buckets)."""
+        api_id = str(props.get("ApiId", ""))
+        own = {
+            str(key): throttle
+            for key, settings in (props.get("RouteSettings") or {}).items()
+            if (throttle := _throttle(settings, f"{logical_id}.RouteSettings.{key}")) is not None
+        }
+        default = _throttle(props.get("DefaultRouteSettings") or {}, f"{logical_id}.Default")
+        self.stage_throttles[api_id] = (default, own)
+        name = str(props.get("StageName", logical_id))
+        return name, {}
+
     def rule(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         name = self.name(logical_id, 64, props.get("Name"))
         expression = props.get("ScheduleExpression")
@@ -319,6 +355,7 @@ class Deployer:
             integration = self.integrations.get(target.removeprefix("integrations/"), {})
             uri = str(integration.get("IntegrationUri", ""))
             if uri.startswith("arn:") and ":lambda:" in uri:
+                self.route_apis[str(props["RouteKey"])] = str(props.get("ApiId", ""))
                 self.routes.append(
                     HttpRoute(
                         route_key=str(props["RouteKey"]),
@@ -335,6 +372,20 @@ class Deployer:
         name = self.name(logical_id, 255)
         service = type_.split("::")[1].lower() if type_.count("::") == 2 else "cloudformation"
         return name, _AnyAttribute(self.arn(service, f"{logical_id}/{name}"))
+
+
+def _throttle(settings: Mapping[str, Any], where: str) -> Throttle | None:
+    """Route settings → a bucket; None when they set no throttle. A route setting that names
+    one limit only gets 0 for the other in AWS (nothing passes): the same here."""
+    rate, burst = settings.get("ThrottlingRateLimit"), settings.get("ThrottlingBurstLimit")
+    if rate is None and burst is None:
+        return None
+    try:
+        return Throttle(rate_per_s=float(rate or 0), burst=int(float(burst or 0)))
+    except (TypeError, ValueError):
+        raise TemplateError(
+            f"{where}: throttle limits must be numbers, got {rate!r}, {burst!r}"
+        ) from None
 
 
 class _AnyAttribute(dict[str, Any]):

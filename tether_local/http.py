@@ -14,6 +14,14 @@ whatever the function's own timeout, and then answers 503 `{"message":"Service U
 (the function runs on until its own timeout; nobody reads its answer); a function error, a
 timeout included, is 500 `{"message":"Internal Server Error"}`.
 
+Throttles, as the template sets them: each route has its own token bucket (`TokenBucket`, rate
+and burst from the stage's route settings, else its default route settings; `Deployed.
+http_routes`), full when the front starts. A request that finds its route's bucket empty is
+answered 429 `{"message":"Too Many Requests"}` before anything else about it is looked at, and
+no function runs: what API Gateway does, so a flood of junk heartbeats locally crowds out real
+ones as it would in AWS. (The account-level quota, 10,000 a second, is not modelled: one
+machine cannot reach it.)
+
 SigV4 on the local front: *the shape is checked, the signature is not*. A route with
 `AWS_IAM` authorization needs an `Authorization: AWS4-HMAC-SHA256 Credential=<key id>/...`
 header, else it answers 403 `{"message": "Forbidden"}` as API Gateway does; the caller becomes
@@ -30,6 +38,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -40,7 +49,7 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx
 
 from tether_local.apigw import http_api_event
-from tether_local.deployed import ACCOUNT_ID, HttpRoute
+from tether_local.deployed import ACCOUNT_ID, HttpRoute, Throttle
 from tether_local.lambda_runtime import InvokeResult
 
 LOG = logging.getLogger(__name__)
@@ -155,6 +164,29 @@ class LoopbackServer:
 # --- the API front ------------------------------------------------------------------------------
 
 
+class TokenBucket:
+    """API Gateway's throttle for one route: `rate_per_s` tokens a second flow into a bucket
+    that holds `burst`, full at the start; each request takes one, or is refused."""
+
+    def __init__(self, throttle: Throttle, clock: Callable[[], float] = time.monotonic) -> None:
+        self.throttle = throttle
+        self._clock = clock
+        self._tokens = float(throttle.burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            now = self._clock()
+            refill = max(0.0, now - self._at) * self.throttle.rate_per_s
+            self._tokens = min(float(self.throttle.burst), self._tokens + refill)
+            self._at = now
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return True
+            return False
+
+
 @dataclass(frozen=True)
 class _CompiledRoute:
     method: str | None  # None: ANY
@@ -181,7 +213,8 @@ class ApiFront:
 
     `cut_heartbeats(job_id, generation)` makes the front drop that generation's heartbeats (the
     host's network to the API is cut; a chaos control). `observe_heartbeats(fn)` passes every
-    heartbeat body that reached a function to `fn` (the stack bills the bytes it reports)."""
+    heartbeat body the function answered 200 to `fn` (the stack bills the bytes it reports;
+    the flood scenario times the real agent's heartbeats)."""
 
     def __init__(
         self,
@@ -190,7 +223,12 @@ class ApiFront:
         invoke: Invoke,
         account_id: str = ACCOUNT_ID,
         integration_timeout_s: float = API_GATEWAY_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        routes = list(routes)
+        self._buckets = {
+            r.route_key: TokenBucket(r.throttle, clock) for r in routes if r.throttle is not None
+        }
         compiled = [_compile(r) for r in routes]
         # Specific routes first (API Gateway picks the most specific match), $default last.
         self._routes = sorted(compiled, key=lambda c: (c.pattern is None, -len(c.route.route_key)))
@@ -202,6 +240,7 @@ class ApiFront:
         self._observers: list[HeartbeatObserver] = []
         self.requests_served = 0
         self.status_counts: dict[int, int] = {}
+        self.throttled: dict[str, int] = {}  # route key → requests answered 429
 
     # chaos and observation
 
@@ -215,6 +254,15 @@ class ApiFront:
 
     def observe_heartbeats(self, observer: HeartbeatObserver) -> None:
         self._observers.append(observer)
+
+    def stop_observing(self, observer: HeartbeatObserver) -> None:
+        if observer in self._observers:
+            self._observers.remove(observer)
+
+    def throttle(self, route_key: str) -> Throttle | None:
+        """The route's bucket as the template set it (None: not throttled)."""
+        bucket = self._buckets.get(route_key)
+        return bucket.throttle if bucket is not None else None
 
     # serving
 
@@ -238,6 +286,11 @@ class ApiFront:
         if match is None:
             return httpx.Response(404, json={"message": "Not Found"})
         route, params = match
+        bucket = self._buckets.get(route.route_key)
+        if bucket is not None and not bucket.take():
+            with self._lock:
+                self.throttled[route.route_key] = self.throttled.get(route.route_key, 0) + 1
+            return httpx.Response(429, json={"message": "Too Many Requests"})
         iam_arn: str | None = None
         if route.authorization_type == "AWS_IAM":
             signed = _SIGV4.match(request.headers.get("authorization", ""))
@@ -247,7 +300,7 @@ class ApiFront:
         event = _event(request, route, params, iam_arn)
         response = self._invoke(route.function_arn, event)
         if heartbeat is not None and response.status_code == HTTPStatus.OK:
-            for observer in self._observers:
+            for observer in list(self._observers):
                 try:
                     observer(heartbeat)
                 except Exception:
@@ -355,4 +408,5 @@ __all__ = [
     "ApiFront",
     "DropConnection",
     "LoopbackServer",
+    "TokenBucket",
 ]

@@ -4,6 +4,15 @@ A heartbeat goes out every interval (and at once when the phase changes). Errors
 4xx/5xx replies back off (doubling up to 8 intervals, with jitter) and never touch training: only
 the lease decides, and it is renewed only by a valid reply. The lease deadline is kept on the
 monotonic clock from `lease_expires_at - server_time`, so a wrong host clock cannot stretch it.
+
+A 429 is different: API Gateway's bucket for the heartbeat route was empty at that instant,
+usually because somebody floods the route with junk (it has no authorizer). This agent's one
+request per interval did not empty it, and waiting longer would only shrink its share of the
+tokens while the monitor's heartbeat timeout runs, so it retries after 0.1–0.5 of an interval
+(jittered) for as long as the 429s last: at most ten requests per interval, never a doubling
+back-off, and training goes on meanwhile. Past `heartbeat_timeout_s` without a heartbeat the
+monitor may call the host dead; past the lease the agent stops itself: a flood long enough for
+that costs the job time, never money.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from tether_agent.protocol import Command, HeartbeatReply, HeartbeatRequest, Sto
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_INTERVALS = 8
+THROTTLED_RETRY_INTERVALS = (0.1, 0.5)  # after a 429: this share of an interval, jittered
+TOO_MANY_REQUESTS = 429
 
 
 class Lease:
@@ -66,7 +77,10 @@ class Heartbeater:
         )
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._failures = 0
+        self._failures = 0  # in a row, of any kind
+        self._backoff_failures = 0  # in a row, other than 429: the back-off's exponent
+        self._throttled = False  # the last failure was a 429
+        self.throttled = 0  # 429s answered so far
         self.sent = 0
         self.last_error: str | None = None
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
@@ -93,13 +107,17 @@ class Heartbeater:
             response = self._client.post(self._url, json=body)
         except (httpx.HTTPError, OSError) as exc:
             return self._failed(f"{type(exc).__name__}: {exc}")
+        if response.status_code == TOO_MANY_REQUESTS:
+            self.throttled += 1
+            return self._failed("HTTP 429 (throttled): retrying soon", throttled=True)
         if response.status_code >= 400:
             return self._failed(f"HTTP {response.status_code}: {response.text[:200]}")
         try:
             reply = HeartbeatReply.model_validate_json(response.content)
         except ValidationError as exc:
             return self._failed(f"unreadable reply: {exc.errors()[:1]}")
-        self._failures = 0
+        self._failures = self._backoff_failures = 0
+        self._throttled = False
         self.sent += 1
         self.last_error = None
         if reply.credentials:
@@ -110,16 +128,24 @@ class Heartbeater:
             self._on_command(reply.command, reply.reason)
         return True
 
-    def _failed(self, error: str) -> bool:
+    def _failed(self, error: str, *, throttled: bool = False) -> bool:
         self._failures += 1
+        self._throttled = throttled
+        if not throttled:
+            self._backoff_failures += 1
         self.last_error = error
         log.warning("heartbeat failed (%d in a row): %s", self._failures, error)
         return False
 
     def _delay(self) -> float:
+        """Until the next heartbeat: an interval; after a 429 a share of one; after any other
+        failure a back-off doubling up to `MAX_BACKOFF_INTERVALS`."""
         if not self._failures:
             return self._interval_s
-        factor: float = min(2.0 ** (self._failures - 1), MAX_BACKOFF_INTERVALS)
+        if self._throttled:
+            return self._interval_s * random.uniform(*THROTTLED_RETRY_INTERVALS)
+        exponent = max(self._backoff_failures - 1, 0)
+        factor: float = min(2.0**exponent, MAX_BACKOFF_INTERVALS)
         return self._interval_s * factor * random.uniform(0.75, 1.0)
 
     def _loop(self) -> None:

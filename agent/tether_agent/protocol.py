@@ -8,16 +8,28 @@ absolute lease into a local deadline without trusting its own clock.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Phase = Literal["starting", "restoring", "training", "uploading", "stopping", "finished", "failed"]
 Command = Literal["continue", "stop", "superseded"]
 
 
+# DynamoDB stores no number nearer zero than 1e-130 (`agent_time: 1e-166` was a 500). Nothing
+# the agent measures means anything below this: such a value reads as 0, then meets its bounds.
+SMALLEST_NUMBER = 1e-9
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _flush_to_zero(cls, value: Any) -> Any:
+        if isinstance(value, float) and value != 0 and abs(value) < SMALLEST_NUMBER:
+            return 0.0
+        return value
 
 
 # Upper bounds keep every number storable (DynamoDB holds 38 digits up to 1e125) and sane;

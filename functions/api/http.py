@@ -23,6 +23,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails
 
+from functions.domain.documents import MAX_DEPTH, DocumentTooComplex, check_depth
 from functions.domain.errors import (
     Conflict,
     DomainError,
@@ -105,7 +106,9 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_json_body(raw_event: Mapping[str, Any], *, max_bytes: int) -> dict[str, Any]:
-    """The request body as a JSON object, or the error that says what is wrong with it."""
+    """The request body as a JSON object, or the error that says what is wrong with it: at most
+    `max_bytes` long and `MAX_DEPTH` levels deep (`functions.domain.documents`); nesting past
+    the JSON parser's own recursion limit is refused the same way."""
     headers = {str(k).lower(): v for k, v in (raw_event.get("headers") or {}).items()}
     content_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
     if content_type != "application/json":
@@ -128,10 +131,14 @@ def parse_json_body(raw_event: Mapping[str, Any], *, max_bytes: int) -> dict[str
             f"the body is {len(data)} bytes; at most {max_bytes} are accepted",
             [_root(f"at most {max_bytes} bytes")],
         )
+    too_deep = f"is nested deeper than {MAX_DEPTH} levels"
     try:
         text = data.decode("utf-8")
         value = json.loads(text, parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        check_depth(value, max_depth=MAX_DEPTH)
+    except (RecursionError, DocumentTooComplex):
+        raise MalformedJson("the body is nested too deeply", [_root(too_deep)]) from None
+    except (UnicodeDecodeError, ValueError) as exc:
         reason = str(exc).splitlines()[0][:200] if str(exc) else "not valid JSON"
         raise MalformedJson("the body is not valid JSON", [_root(reason)]) from None
     if not isinstance(value, dict):

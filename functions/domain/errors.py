@@ -84,6 +84,9 @@ _TYPE_NAMES = {
 }
 
 
+_INF = float("inf")
+
+
 def _num(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
@@ -103,6 +106,8 @@ def _reason(err: ErrorDetails) -> str:
     value = err.get("input")
     if isinstance(value, float) and value != value:  # NaN fails every bound; say so instead
         return "must be a finite number, not NaN"
+    if kind == "finite_number" or (isinstance(value, float) and value in (_INF, -_INF)):
+        return "must be a finite number, not infinity (1e400 is read as infinity)"
     if kind == "invalid_key":
         return f"field names must be strings (got {type(value).__name__})"
     if kind == "greater_than_equal":

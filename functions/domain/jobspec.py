@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from functions.domain.documents import MAX_JOB_FILE_BYTES, DocumentTooComplex, load_yaml
 from functions.domain.errors import FieldError, field_errors
 
 # Environment names the agent and the onstart script own; a job may not override them.
@@ -36,7 +37,9 @@ SMALLEST_NUMBER = 1e-9
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # Every number is bounded by its field; infinity and NaN (`1e400` in JSON, `.inf` in YAML)
+    # are refused as such, whatever the bounds say.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -245,10 +248,15 @@ def parse_job(data: Any) -> JobSpec:
 
 
 def load_job_file(path: str | Path) -> JobSpec:
-    """Read a YAML (or JSON) job file. Every failure is a SpecError with a readable reason."""
+    """Read a YAML (or JSON) job file. Every failure is a SpecError with a readable reason.
+
+    Bounded before it is parsed (`functions.domain.documents`): at most `MAX_JOB_FILE_BYTES`,
+    `MAX_DEPTH` levels and `MAX_NODES` values, aliases counted as what they expand to."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as handle:
+            raw = handle.read(MAX_JOB_FILE_BYTES + 1)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SpecError([FieldError(path=str(p), reason="no such file")]) from None
     except IsADirectoryError:
@@ -257,8 +265,13 @@ def load_job_file(path: str | Path) -> JobSpec:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([FieldError(path=str(p), reason=f"cannot be read ({exc})")]) from None
+    if len(raw) > MAX_JOB_FILE_BYTES:
+        reason = f"is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; a job file is a few lines"
+        raise SpecError([FieldError(path=str(p), reason=reason)])
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except DocumentTooComplex as exc:
+        raise SpecError([FieldError(path=str(p), reason=str(exc))]) from None
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)
@@ -268,4 +281,8 @@ def load_job_file(path: str | Path) -> JobSpec:
         raise SpecError(
             [FieldError(path=str(p), reason=f"YAML syntax error{where}: {problem}")]
         ) from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # A value the constructor cannot build (an integer of 5,000 digits).
+        reason = f"a value cannot be read: {str(exc).splitlines()[0][:200]}"
+        raise SpecError([FieldError(path=str(p), reason=reason)]) from None
     return parse_job(data)

@@ -1,12 +1,21 @@
 """The HTTP API: user routes with IAM (SigV4) auth → the jobs function; the agent heartbeat
 (bearer token checked by the function, no API Gateway authorizer) → the heartbeat function; and
 a `$default` route to the jobs function so unknown routes and methods get tether's JSON 404/405
-instead of API Gateway's bare message. Each function gets only the grants it needs."""
+instead of API Gateway's bare message. Each function gets only the grants it needs.
+
+Throttles: every route has its own token bucket (the stage's `RouteSettings`); past it API
+Gateway answers 429 before any function runs. The heartbeat route's bucket is sized from the
+fleet (`HEARTBEAT_RATE_LIMIT`), the user routes' from a person at a terminal, and both are stack
+parameters (docs/deploy.md#throttles says how to raise them). The heartbeat route needs no
+authorizer, so anyone who knows the URL can spend its bucket: its own bucket keeps such a flood
+off the user routes and bounds what it costs; the agents retry a 429 within half an interval
+(`agent/tether_agent/heartbeat.py`), which carries them through a flood several times the rate.
+"""
 
 from __future__ import annotations
 
 import jsii
-from aws_cdk import CfnResource, RemovalPolicy, Stack
+from aws_cdk import CfnParameter, CfnResource, RemovalPolicy, Stack
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -32,6 +41,17 @@ JOBS_TABLE_ACTIONS = (
 )
 HEARTBEAT_TABLE_ACTIONS = ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem")
 LOGS_TABLE_ACTIONS = ("dynamodb:GetItem",)
+
+# Heartbeat route: an agent heartbeats once per policy.heartbeat_interval_s (15 s by default),
+# plus once per phase change, so N agents send about N / 15 requests a second. 50 a second
+# carries 750 agents at 15 s, and is sized for up to 75 (5 requests a second) with ten times
+# headroom: a junk flood must pass 45 requests a second before a real heartbeat sees a 429.
+HEARTBEAT_RATE_LIMIT = 50
+HEARTBEAT_BURST_LIMIT = 100  # every agent of a 75-agent fleet at once, with room to spare
+# User routes (submit, list, status, cancel, logs) and `$default`: a person and the CLI, which
+# retries a 429. Each route has its own bucket of this size.
+USER_RATE_LIMIT = 10
+USER_BURST_LIMIT = 20
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)
@@ -139,12 +159,14 @@ class Api(Construct):
             retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=RemovalPolicy.DESTROY,
         )
+        heartbeat_rate, heartbeat_burst, user_rate, user_burst = self._throttle_parameters()
         self.stage = apigwv2.HttpStage(
             self,
             "Stage",
             http_api=self.http_api,
             auto_deploy=True,
-            throttle=apigwv2.ThrottleSettings(rate_limit=50, burst_limit=100),
+            # Routes without settings of their own ($default): the user routes' bucket.
+            throttle=apigwv2.ThrottleSettings(rate_limit=user_rate, burst_limit=user_burst),
             access_log_settings=_AccessLogs(apigwv2.LogGroupLogDestination(self.access_logs)),
         )
         iam_auth = HttpIamAuthorizer()
@@ -173,6 +195,10 @@ class Api(Construct):
             route_key=apigwv2.HttpRouteKey.DEFAULT,
             integration=jobs_integration,
         )
+        self._throttle_routes(
+            {f"{m} {p}": (user_rate, user_burst) for m, p in (*names.USER_ROUTES, names.LOGS_ROUTE)}
+            | {" ".join(names.HEARTBEAT_ROUTE): (heartbeat_rate, heartbeat_burst)}
+        )
         for route in heartbeat_routes:
             acknowledge(
                 route,
@@ -191,3 +217,43 @@ class Api(Construct):
     @property
     def url(self) -> str:
         return self.stage.url
+
+    def _throttle_parameters(self) -> tuple[float, float, float, float]:
+        """The four throttle numbers as stack parameters (`--parameters HeartbeatRateLimit=…`),
+        defaulting to the sizes above."""
+        values = []
+        for name, default, limit, what in (
+            (names.HEARTBEAT_RATE_PARAMETER, HEARTBEAT_RATE_LIMIT, names.ACCOUNT_RATE_LIMIT,
+             "Heartbeat route: steady requests per second (about agents / 15, times ten)."),
+            (names.HEARTBEAT_BURST_PARAMETER, HEARTBEAT_BURST_LIMIT, names.ACCOUNT_BURST_LIMIT,
+             "Heartbeat route: requests at once (the token bucket's size)."),
+            (names.USER_RATE_PARAMETER, USER_RATE_LIMIT, names.ACCOUNT_RATE_LIMIT,
+             "Each user route (submit, list, status, cancel, logs): steady requests per second."),
+            (names.USER_BURST_PARAMETER, USER_BURST_LIMIT, names.ACCOUNT_BURST_LIMIT,
+             "Each user route: requests at once."),
+        ):  # fmt: skip
+            parameter = CfnParameter(
+                self, name, type="Number", default=default, min_value=1, max_value=limit,
+                description=f"{what} Past it API Gateway answers 429 (docs/deploy.md).",
+            )  # fmt: skip
+            parameter.override_logical_id(name)
+            values.append(parameter.value_as_number)
+        rate, burst, user_rate, user_burst = values
+        return rate, burst, user_rate, user_burst
+
+    def _throttle_routes(self, limits: dict[str, tuple[float, float]]) -> None:
+        """Each route's own bucket, in the stage's `RouteSettings` (the L2 stage has no
+        property for it). A route named there must exist before the stage is created or
+        updated, hence the dependencies."""
+        stage = self.stage.node.default_child
+        assert isinstance(stage, apigwv2.CfnStage)
+        stage.add_property_override(
+            "RouteSettings",
+            {
+                key: {"ThrottlingRateLimit": rate, "ThrottlingBurstLimit": burst}
+                for key, (rate, burst) in limits.items()
+            },
+        )
+        for child in self.http_api.node.find_all():
+            if isinstance(child, apigwv2.CfnRoute):
+                stage.add_dependency(child)

@@ -21,19 +21,21 @@ run that completed the job's evaluation. A Vast call retries for 0.5 s (`TETHER_
 within seconds.
 
 Scenarios (`SCENARIOS`): dead-twice (default), hung-gpu, hung-gpu-real-probe, no-progress,
-monitor-crash, supervisor-dead, over-budget, vast-flaky, vast-outage-during-stop, zombie, crash-loop,
-killed-during-upload, killed-during-restore, forged-manifest.
+monitor-crash, supervisor-dead, over-budget, vast-flaky, vast-outage-during-stop, zombie,
+crash-loop, killed-during-upload, killed-during-restore, forged-manifest, heartbeat-flood.
 `run_scenario(name)` starts a stack and returns a `DemoSummary`; tests pass their own stack
 (`demo_stack_config()`) to share one start-up.
 
 Modules: `job` (the training command, its spec and the stack's configuration), `run` (one run's
-polling and bookkeeping), `scenarios` (the catalogue), `driver` (`run_scenario`), `evidence`
+polling and bookkeeping), `scenarios` (the catalogue), `flood` (the junk heartbeats of
+`heartbeat-flood`), `driver` (`run_scenario`), `evidence`
 (stored state, checkpoints verified with the agent's own manifest rules) and `summary` (the
 verdict). The names below are the demo's public face: the CLI, the tests and the benchmarks use
 only these.
 """
 
 from tether_local.demo.driver import run_scenario
+from tether_local.demo.flood import JUNK_STEP, Flood, FloodReport, junk_requests
 from tether_local.demo.job import (
     DEMO_POLICY,
     MONITOR_INTERVAL_S,
@@ -49,16 +51,20 @@ from tether_local.demo.summary import DemoSummary, reference_weights_sha256
 __all__ = [
     "DEFAULT_SCENARIO",
     "DEMO_POLICY",
+    "JUNK_STEP",
     "MID_INTERVAL_S",
     "MONITOR_INTERVAL_S",
     "SCENARIOS",
     "SIGNED",
     "DemoError",
     "DemoSummary",
+    "Flood",
+    "FloodReport",
     "Scenario",
     "TrainArgs",
     "demo_job",
     "demo_stack_config",
+    "junk_requests",
     "reference_weights_sha256",
     "run_scenario",
 ]

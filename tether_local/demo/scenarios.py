@@ -24,6 +24,7 @@ from functions.adapters.store import JobView
 from functions.domain import agent_env
 from functions.domain.job import Generation, JobState
 from tether_local.demo.evidence import checkpoint_dirs, restore_candidates
+from tether_local.demo.flood import drive_heartbeat_flood
 from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, SIGNED, TrainArgs
 from tether_local.demo.monitor_faults import monitor_crash
 from tether_local.demo.run import DemoError, DemoRun, Scenario
@@ -536,6 +537,14 @@ SCENARIOS: dict[str, Scenario] = {
             TrainArgs(steps=200, ballast_mb=TRANSFER_BALLAST_MB),
             _killed_during_upload,
             spec_overrides={"data": {"upload_gb_per_checkpoint": 0.1}},
+        ),
+        Scenario(
+            "heartbeat-flood",
+            "junk heartbeats (bad tokens, unknown jobs, malformed bodies) at three times the "
+            "heartbeat route's throttle for 10 s: all refused, nothing stored, the agent's own "
+            "heartbeats get through, no host replaced or blamed",
+            TrainArgs(steps=600),
+            drive_heartbeat_flood,
         ),
         Scenario(
             "killed-during-restore",

@@ -188,6 +188,27 @@ def test_crash_loop_fails_after_max_restarts(demo_stack: LocalStack) -> None:
     assert summary.log_tail and "crashing on purpose" in summary.log_tail
 
 
+def test_heartbeat_flood_is_refused_and_replaces_no_host(demo_stack: LocalStack) -> None:
+    """Junk heartbeats at three times the heartbeat route's throttle for 10 s (issue 13, Why 7):
+    every junk request a 4xx (429 past the bucket, as API Gateway answers), nothing stored, the
+    agent's heartbeats never stopped for a heartbeat timeout, generation 1 trains to the end."""
+    summary = run_scenario("heartbeat-flood", stack=demo_stack)
+    _assert_sound(summary)
+    assert set(summary.scenario_checks) == {
+        "junk_never_accepted",
+        "no_5xx",
+        "junk_throttled",
+        "junk_stored_nothing",
+        "agent_heartbeats_kept_up",
+        "no_host_replaced_or_blamed",
+    }
+    assert summary.incidents == []
+    assert _generations(demo_stack, summary.job_id) == [1]
+    generation = JobStore(demo_stack.table_name()).list_generations(summary.job_id)[0]
+    assert not generation.host_blamed
+    assert summary.identical_to_uninterrupted
+
+
 def test_cli_rejects_an_unknown_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--scenario", "nope"]) == 2
     assert "--scenario" in capsys.readouterr().err

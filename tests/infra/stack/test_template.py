@@ -134,7 +134,7 @@ def test_stage_has_access_logs_and_throttling(template):
     assert props["StageName"] == "$default"
     assert props["AutoDeploy"] is True
     assert "DestinationArn" in props["AccessLogSettings"]
-    assert props["DefaultRouteSettings"]["ThrottlingRateLimit"] > 0
+    assert props["DefaultRouteSettings"]["ThrottlingRateLimit"] == {"Ref": "UserRateLimit"}
 
 
 def test_artifacts_bucket_blocks_public_access_and_requires_tls(template):

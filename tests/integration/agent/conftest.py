@@ -71,6 +71,8 @@ class ControlPlane:
     command: str = "continue"
     lease_s: float = 3600.0
     down: bool = False
+    throttled: bool = False  # answer 429 as API Gateway does past the route's bucket
+    throttled_count: int = 0
     credentials: dict[str, Any] | None = None
     heartbeats: list[dict[str, Any]] = field(default_factory=list)
     vast_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -117,6 +119,11 @@ def control_plane() -> Iterator[ControlPlane]:
             body = self._body()
             if plane.down:
                 self._reply(503, {"message": "Service Unavailable"})
+                return
+            if plane.throttled:
+                with plane._lock:
+                    plane.throttled_count += 1
+                self._reply(429, {"message": "Too Many Requests"})
                 return
             with plane._lock:
                 plane.heartbeats.append(

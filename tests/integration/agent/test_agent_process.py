@@ -132,6 +132,24 @@ def test_heartbeat_api_down_for_many_intervals_does_not_stop_training(
     assert "heartbeat failed" in out
 
 
+def test_heartbeats_throttled_for_many_intervals_do_not_stop_training(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    """A flood of junk empties the heartbeat route's bucket: every beat gets a 429 for 60
+    intervals. Training goes on, the agent keeps retrying, and heartbeats resume after."""
+    control_plane.throttled = True
+    env = agent_env(tmp_path, s3_server, bucket, control_plane, TETHER_HEARTBEAT_INTERVAL_S="0.05")
+    agent = start_agent(env, fake_train("--steps", "30", "--every-s", "0.1"))
+    time.sleep(3)
+    assert agent.poll() is None, "agent stopped while its heartbeats were throttled"
+    control_plane.throttled = False
+    code, out = finish(agent)
+    assert code == 0, out
+    assert remote_steps(s3_server, bucket).get(30) is True
+    assert control_plane.throttled_count > 0 and control_plane.heartbeats
+    assert "HTTP 429 (throttled)" in out
+
+
 def test_agent_killed_mid_upload_leaves_no_manifest_and_restore_ignores_it(
     tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
 ) -> None:

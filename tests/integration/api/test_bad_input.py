@@ -86,7 +86,7 @@ CORPUS: list[tuple[str, str, str, str, dict[str, Any], int, str, str | None]] = 
     ("hb wrong token", H, "POST", HB, {"body": heartbeat_body("{job}"), "headers": auth("nope")}, 401, "unauthorized", "header.authorization"),
     ("hb malformed", H, "POST", HB, {"body": "{", "headers": JSON | auth()}, 400, "malformed_json", "body"),
     ("hb content type", H, "POST", HB, {"body": "{}", "headers": {"content-type": "text/plain"} | auth()}, 415, "unsupported_media_type", None),
-    ("hb too large", H, "POST", HB, {"body": heartbeat_body("{job}", gpu={"available": True, "error": "e" * 20_000}), "headers": auth()}, 413, "payload_too_large", None),
+    ("hb too large", H, "POST", HB, {"body": heartbeat_body("{job}", gpu={"available": True, "error": "e" * 200_000}), "headers": auth()}, 413, "payload_too_large", None),
     ("hb unknown field", H, "POST", HB, {"body": heartbeat_body("{job}", mood="happy"), "headers": auth()}, 400, "invalid_request", "mood"),
     ("hb generation 0", H, "POST", HB, {"body": heartbeat_body("{job}", generation=0), "headers": auth()}, 400, "invalid_request", "generation"),
     ("hb generation as string", H, "POST", HB, {"body": heartbeat_body("{job}", generation="1"), "headers": auth()}, 400, "invalid_request", "generation"),

@@ -13,6 +13,7 @@ import pytest
 from tests.integration.local import sample_stack as stack
 from tether_local import lambda_runtime
 from tether_local.aws import Deployed, LambdaInvocationError, LocalAws
+from tether_local.deployed import Throttle
 from tether_local.deployer import rate_seconds
 from tether_local.moto_patches import MotoInternalsMoved, check_moto_internals
 from tether_local.template import Resolver, StackContext, TemplateError, creation_order
@@ -463,3 +464,18 @@ def test_real_tether_stack_deploys_unchanged(
         assert callable(lambda_runtime.load_handler(handler)), handler
     routed = {route.function_arn for route in deployed.http_routes}
     assert routed <= {f["FunctionArn"] for f in ours}
+
+
+def test_the_front_gets_each_routes_throttle_from_the_template(
+    local_aws: LocalAws, tether_template: dict[str, Any]
+) -> None:
+    """The stage's route settings, resolved with the stack's parameters: a raised heartbeat
+    bucket here, the user routes' default (10/s, 20) and `$default` on the stage default."""
+    deployed = local_aws.deploy(
+        tether_template, parameters={"HeartbeatRateLimit": "70", "HeartbeatBurstLimit": "140"}
+    )
+    throttles = {r.route_key: r.throttle for r in deployed.http_routes}
+    assert throttles["POST /agent/heartbeat"] == Throttle(rate_per_s=70.0, burst=140)
+    for key in ("POST /jobs", "GET /jobs", "GET /jobs/{id}", "POST /jobs/{id}/cancel",
+                "GET /jobs/{id}/logs", "$default"):  # fmt: skip
+        assert throttles[key] == Throttle(rate_per_s=10.0, burst=20), key

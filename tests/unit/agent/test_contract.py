@@ -177,3 +177,34 @@ def test_no_command_and_no_tether_run_is_a_config_error() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "TETHER_RUN" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "read_as"),
+    [("agent_time", 1e-166, None), ("bytes_downloaded", 0, 0)],
+)
+def test_both_copies_read_a_number_nearer_zero_than_1e_9_alike(
+    field: str, value: float, read_as: float | None
+) -> None:
+    """Not in the JSON schema, so compared by behaviour: the same body reads the same way (or is
+    refused by both: agent_time 1e-166 reads as 0, which is not > 0)."""
+    body = {
+        "job_id": "j1",
+        "generation": 1,
+        "phase": "training",
+        "gpu": {"available": True, "utilization_pct": 1e-300, "unresponsive_s": 5e-12},
+        "agent_time": 1_800_000_000.0,
+        field: value,
+    }
+    outcomes = []
+    for model in (heartbeat.HeartbeatRequest, protocol.HeartbeatRequest):
+        try:
+            outcomes.append(model.model_validate(body).model_dump(mode="json"))
+        except ValueError as exc:
+            outcomes.append({"refused": [e["loc"] for e in exc.errors()]})  # type: ignore[attr-defined]
+    assert outcomes[0] == outcomes[1]
+    if read_as is None:
+        assert outcomes[0] == {"refused": [(field,)]}
+    else:
+        assert outcomes[0]["gpu"]["utilization_pct"] == 0.0
+        assert outcomes[0]["gpu"]["unresponsive_s"] == 0.0

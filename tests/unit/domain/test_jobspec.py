@@ -104,7 +104,7 @@ BAD_SPECS = [
     ("expected_hours", DELETE, "expected_hours", "required"),
     ("budget_usd", DELETE, "budget_usd", "required"),
     ("budget_usd", float("nan"), "budget_usd", "not NaN"),
-    ("budget_usd", float("inf"), "budget_usd", "must be ≤ 1000000"),
+    ("budget_usd", float("inf"), "budget_usd", "must be a finite number, not infinity"),
     ("budget_usd", 0.01, "(root)", "budget_usd does not even cover the start-up minutes"),
     ("checkpoint.dir", "checkpoints", "checkpoint.dir", "must be an absolute path"),
     ("checkpoint.marker", "done/.ok", "checkpoint.marker", "must be a file name"),
