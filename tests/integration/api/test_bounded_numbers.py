@@ -139,7 +139,6 @@ HEARTBEAT_CASES = [
 @pytest.fixture
 def live(api):
     job_id = running_job(api)
-    api.store.write_pulse(api.clock.now)
     assert api.heartbeat("POST", HB, body=heartbeat_body(job_id), headers=auth()).status == 200
     return job_id
 
