@@ -19,7 +19,7 @@ import yaml
 
 from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, mint_job_credentials
 from functions.adapters.store import JobStore
-from functions.adapters.vast import VastClient
+from functions.adapters.vast import OfferGone, VastClient
 from functions.domain.agent_token import hash_token, new_agent_token
 from functions.domain.heartbeat import StorageCredentials
 from functions.domain.job import Generation, JobState, TimelineEvent, new_job, new_job_id
@@ -125,17 +125,25 @@ def provision_by_hand(
         vast_url=stack.vast_url,
     )
     vast = VastClient(stack.vast.api_key, base_url=stack.vast_url)
-    offer = min(stack.vast.offers(), key=lambda o: float(o.get("dph_total") or 0))
-    rented = vast.rent(
-        int(offer["id"]),
-        image=spec.image,
-        disk_gb=float(spec.resources.min_disk_gb),
-        label=instance_label(job.job_id, 1),
-        env=env,
-        onstart=build_onstart(
-            agent_wheel_url="https://artifacts.invalid/tether_agent-0.1.0-py3-none-any.whl"
-        ),
-    )
+    # The stack is shared: the monitor may rent an offer for another test's job between this
+    # listing and the rent, so try the offers cheapest first, as provision does.
+    for offer in sorted(stack.vast.offers(), key=lambda o: float(o.get("dph_total") or 0)):
+        try:
+            rented = vast.rent(
+                int(offer["id"]),
+                image=spec.image,
+                disk_gb=float(spec.resources.min_disk_gb),
+                label=instance_label(job.job_id, 1),
+                env=env,
+                onstart=build_onstart(
+                    agent_wheel_url="https://artifacts.invalid/tether_agent-0.1.0-py3-none-any.whl"
+                ),
+            )
+            break
+        except OfferGone:
+            continue
+    else:
+        raise AssertionError("every offer of the simulator was taken")
     recorded = store.record_generation(
         Generation(
             job_id=job.job_id,
