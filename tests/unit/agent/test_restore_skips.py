@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tether_agent import restore as restore_module
 from tether_agent.checkpoints import (
     MAX_MANIFEST_BYTES,
     MAX_MANIFEST_FILES,
@@ -210,7 +209,7 @@ def test_a_checkpoint_restores_only_when_the_disk_holds_it(
     ref = bucket.checkpoint(GOOD_STEP, 1, {"w": b"12345", "x": b"678"})
     usage = shutil.disk_usage(tmp_path)
     free = 8 + free_beyond_need
-    monkeypatch.setattr(restore_module.shutil, "disk_usage", lambda _: usage._replace(free=free))
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=free))
     result = restore_into(bucket, [ref], tmp_path)
     assert (result.restored is not None) is restored
     if not restored:
