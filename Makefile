@@ -47,10 +47,11 @@ synth: venv
 	$(PY) -m infra.synth --out cdk.out
 	$(VENV)/bin/cfn-lint --ignore-checks W3005 -- cdk.out/Tether.template.json
 
-# Deploy with a pinned CDK CLI through npx (needs AWS credentials and a bootstrapped account).
-CDK_CLI := aws-cdk@2.1148.1
-deploy: synth
-	npx --yes $(CDK_CLI) deploy --app cdk.out Tether
+# Deploy (or update) the stack with `tether deploy`: a pinned CDK CLI through npx, Node.js 22+,
+# no prompt (runs without a terminal). ARGS go to it, e.g.
+#   make deploy ARGS="--bootstrap --alarm-email you@example.com --region eu-west-1"
+deploy: venv
+	$(VENV)/bin/tether deploy $(ARGS)
 
 clean:
 	rm -rf $(VENV) build cdk.out .pytest_cache .mypy_cache .ruff_cache

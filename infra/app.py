@@ -1,6 +1,6 @@
 """The CDK app, as `cdk.json` runs it (`npx cdk synth|deploy` from the repository root).
 
-`make synth` / `make deploy` call `infra.synth` directly, which needs neither Docker nor the CDK
+`make synth` / `tether deploy` call `infra.synth` directly, which needs neither Docker nor the CDK
 CLI; this entry point exists so the CDK CLI's own commands (diff, destroy) work too.
 """
 

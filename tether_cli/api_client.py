@@ -118,13 +118,15 @@ def _checked_url(url: str, source: str) -> str:
     return url.rstrip("/") + "/"
 
 
-def stack_outputs(stack_name: str) -> dict[str, str]:
-    """The deployed stack's outputs, or a CliError that says how to get them."""
+def stack_outputs(stack_name: str, region: str | None = None) -> dict[str, str]:
+    """The deployed stack's outputs (in `region`, else the configured one), or a CliError that
+    says how to get them."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
-        reply = boto3.client("cloudformation").describe_stacks(StackName=stack_name)
+        client = boto3.client("cloudformation", region_name=region)
+        reply = client.describe_stacks(StackName=stack_name)
     except NoCredentialsError:
         raise CliError(_NO_CREDENTIALS, EXIT_FAILURE) from None
     except ClientError as exc:

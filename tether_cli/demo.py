@@ -19,7 +19,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from tether_cli import output
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, LOCAL_EXTRA_HINT, CliError, import_local
 
 
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario not in SCENARIOS:
         raise CliError(f"--scenario: {args.scenario!r} is not one of {', '.join(SCENARIOS)}")
     out = sys.stdout
-    timeline = timeline_printer(Console(file=sys.stderr if args.json else out, highlight=False))
+    timeline = timeline_printer(output.console(sys.stderr if args.json else out))
     try:
         with _quiet_functions():
             summary = run_scenario(args.scenario, timeline=timeline)
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out.write(summary.model_dump_json() + "\n")
     else:
-        _print_summary(Console(file=out, highlight=False), summary)
+        _print_summary(output.console(out), summary)
     return EXIT_OK if summary.ok else EXIT_FAILURE
 
 
@@ -80,7 +82,10 @@ def timeline_printer(console: Console) -> Any:
 
     def timeline(elapsed_s: float, source: str, text: str) -> None:
         style = "bold red" if text.startswith(("FAULT", "ZOMBIE")) else _STYLES.get(source, "")
-        console.print(f"[dim]{elapsed_s:6.1f}s[/] [cyan]{source:>12}[/] {text}", style=style)
+        line = Text.assemble(
+            (f"{elapsed_s:6.1f}s", "dim"), " ", (f"{source:>12}", "cyan"), " ", text, style=style
+        )
+        console.print(line)
 
     return timeline
 
@@ -130,11 +135,11 @@ def _print_summary(console: Console, summary: Any) -> None:
     checks.add_column("evidence")
     for name, ok in {**summary.invariants, **summary.scenario_checks}.items():
         detail = summary.invariant_details.get(name, "scenario check")
-        checks.add_row(name, "[green]yes[/]" if ok else "[red]NO[/]", detail)
+        checks.add_row(name, Text("yes", style="green") if ok else Text("NO", style="red"), detail)
     console.print(checks)
     if summary.log_tail:
         console.print("last host's log tail:", style="bold")
-        console.print(summary.log_tail, markup=False)
+        console.print(summary.log_tail)
     step = summary.compared_step
     if summary.identical_to_uninterrupted:
         console.print(

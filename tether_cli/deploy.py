@@ -2,7 +2,9 @@
 
 `deploy` and `destroy` synthesize the app (`python -m infra.synth`, as `make synth`) and run a
 pinned CDK CLI through `npx`; every prerequisite is checked first with a message that says what
-to install or configure. `secrets set vast|cloudflare` prompts without echoing (or reads stdin
+to install or configure. The region is resolved once (`--region`, else `AWS_REGION`, else
+`AWS_DEFAULT_REGION`, else the AWS config's profile), used for every boto3 call and given to the
+CDK CLI as both variables, so the checks and the deploy cannot land in different regions. `secrets set vast|cloudflare` prompts without echoing (or reads stdin
 when it is not a terminal) and writes Secrets Manager; the values never reach argv or a log.
 """
 
@@ -16,7 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,8 @@ from infra import names
 from tether_cli import output
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 
-CDK_CLI = "aws-cdk@2.1148.1"  # the same pin as the Makefile's `deploy`
-MIN_NODE_MAJOR = 18
+CDK_CLI = "aws-cdk@2.1148.1"  # the same pin as docs/deploy.md
+MIN_NODE_MAJOR = 22  # jsii (under the CDK) supports maintained Node.js releases only
 # What a checkout has that an installed wheel lacks: synth builds the Lambda bundle from
 # functions/ and the agent wheel from agent/, so deploy and destroy run from a clone.
 SOURCE_MARKERS = ("infra/synth.py", "functions/requirements.txt", "agent/pyproject.toml")
@@ -33,14 +35,20 @@ BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"  # the default CDK qual
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 CLOUDFLARE_ID = re.compile(r"^[0-9a-f]{32}$")
+REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+# Where a region can come from, in the order the CDK CLI reads them (boto3 reads only the second).
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 Runner = Callable[..., int]
 
 
-def _run(command: Sequence[str], cwd: Path | None = None) -> int:
+def _run(
+    command: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> int:
     """Run a step with its output on the terminal (CDK's progress is the user's feedback)."""
     try:
-        return subprocess.run(list(command), check=False, cwd=cwd).returncode
+        environ = None if env is None else dict(env)
+        return subprocess.run(list(command), check=False, cwd=cwd, env=environ).returncode
     except FileNotFoundError:
         raise CliError(f"{command[0]}: not found", EXIT_FAILURE) from None
 
@@ -55,8 +63,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         description="Synthesize and deploy the tether stack with a pinned CDK CLI (npx). Needs "
         "Node.js, AWS credentials and a region; --bootstrap prepares a new account/region.",
     )
+    _region_argument(deploy)
     deploy.add_argument(
-        "--email", type=_email, help="send alarms and job notifications to this address"
+        "--email",
+        "--alarm-email",
+        dest="email",
+        type=_email,
+        help="send alarms and job notifications to this address (the AlarmEmail parameter)",
     )
     deploy.add_argument(
         "--heartbeat-rate",
@@ -82,12 +95,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     destroy = subparsers.add_parser(
         "destroy",
         help="delete the tether stack (the job table and checkpoints are kept)",
-        description="Delete the tether stack. The DynamoDB table is retained and R2 is not "
-        "touched. Refuses while jobs are active unless --force.",
+        description="Delete the tether stack. The DynamoDB table is retained (a redeploy creates "
+        "a new, empty one), the secrets are scheduled for deletion, and R2 is not touched. "
+        "Refuses while jobs are active, or when it cannot check, unless --force.",
     )
+    _region_argument(destroy)
     destroy.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     destroy.add_argument(
-        "--force", action="store_true", help="destroy even while jobs are still active"
+        "--force",
+        action="store_true",
+        help="destroy even while jobs are still active, or without checking for them",
     )
     destroy.add_argument("--json", action="store_true", help="print the result as JSON")
     destroy.set_defaults(handler=run_destroy)
@@ -107,6 +124,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "not a terminal.",
     )
     set_.add_argument("which", choices=("vast", "cloudflare"), help="which secret")
+    _region_argument(set_)
     set_.add_argument("--json", action="store_true", help="print the result as JSON")
     set_.set_defaults(handler=run_secrets_set)
     secrets.set_defaults(handler=_missing_action)
@@ -114,6 +132,21 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def _missing_action(_args: argparse.Namespace) -> int:
     raise CliError("secrets: name an action, e.g. `tether secrets set vast` (see --help)")
+
+
+def _region_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--region",
+        type=_region,
+        help="the AWS region (default: AWS_REGION, else AWS_DEFAULT_REGION, else your AWS "
+        "config's profile)",
+    )
+
+
+def _region(text: str) -> str:
+    if not REGION.match(text):
+        raise argparse.ArgumentTypeError(f"not an AWS region name (like eu-west-1): {text!r}")
+    return text
 
 
 def _limit(maximum: int) -> Callable[[str], int]:
@@ -160,18 +193,51 @@ def check_node(which: Callable[[str], str | None] = shutil.which) -> str:
     return npx
 
 
-def check_aws() -> tuple[str, str]:
-    """(account id, region) of the default credentials, or a CliError saying what is missing."""
+def resolve_region(
+    given: str | None,
+    environ: Mapping[str, str] | None = None,
+    configured: Callable[[], str | None] | None = None,
+) -> tuple[str, str]:
+    """(region, where it came from): `--region`, else AWS_REGION (the CDK CLI's first choice),
+    else AWS_DEFAULT_REGION (boto3's), else the AWS config's profile; a CliError when none."""
+    env = os.environ if environ is None else environ
+    if given:
+        return given, "--region"
+    for variable in REGION_VARIABLES:
+        value = env.get(variable, "").strip()
+        if value:
+            if not REGION.match(value):
+                raise CliError(f"{variable}: not an AWS region name (like eu-west-1): {value!r}")
+            return value, variable
+    region = (configured or _profile_region)()
+    if region:
+        return region, f"profile {env.get('AWS_PROFILE') or 'default'} in the AWS config"
+    raise CliError(
+        "no AWS region: pass --region, set AWS_REGION, or `aws configure set region …`",
+        EXIT_USAGE,
+    )
+
+
+def _profile_region() -> str | None:
+    import boto3
+
+    return boto3.session.Session().region_name
+
+
+def region_environment(region: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for the CDK CLI: the resolved region under both names it may read."""
+    env = dict(os.environ if environ is None else environ)
+    env.update({variable: region for variable in REGION_VARIABLES})
+    return env
+
+
+def check_aws(region: str) -> str:
+    """The account id of the default credentials in `region`, or a CliError saying what is
+    missing."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    session = boto3.session.Session()
-    region = session.region_name
-    if not region:
-        raise CliError(
-            "no AWS region configured: set AWS_REGION (or `aws configure set region …`)",
-            EXIT_FAILURE,
-        )
+    session = boto3.session.Session(region_name=region)
     try:
         account = session.client("sts").get_caller_identity()["Account"]
     except NoCredentialsError:
@@ -182,7 +248,7 @@ def check_aws() -> tuple[str, str]:
         ) from None
     except (ClientError, BotoCoreError) as exc:
         raise CliError(f"AWS credentials do not work: {exc}", EXIT_FAILURE) from None
-    return str(account), region
+    return str(account)
 
 
 def is_bootstrapped(region: str) -> bool:
@@ -248,7 +314,10 @@ def deploy_parameters(args: argparse.Namespace) -> list[str]:
 def run_deploy(args: argparse.Namespace) -> int:
     root = source_root()
     npx = check_node()
-    account, region = check_aws()
+    region, source = resolve_region(args.region)
+    account = check_aws(region)
+    output.stderr_console().print(f"deploying to account {account}, region {region} ({source})")
+    env = region_environment(region)
     if not is_bootstrapped(region):
         if not args.bootstrap:
             raise CliError(
@@ -256,23 +325,27 @@ def run_deploy(args: argparse.Namespace) -> int:
                 "`tether deploy --bootstrap` (once per account and region)",
                 EXIT_FAILURE,
             )
-        if run_command(cdk(npx, "bootstrap", f"aws://{account}/{region}")) != 0:
+        if run_command(cdk(npx, "bootstrap", f"aws://{account}/{region}"), env=env) != 0:
             raise CliError("cdk bootstrap failed; see the output above", EXIT_FAILURE)
     assembly = synth(root)
     command = cdk(npx, "deploy", "--app", str(assembly), names.STACK_NAME)
     command += ["--require-approval", "never"]
     command += deploy_parameters(args)
-    code = run_command(command)
+    code = run_command(command, env=env)
     if code != 0:
         raise CliError(f"cdk deploy failed (exit {code}); see the output above", EXIT_FAILURE)
     from tether_cli.api_client import stack_outputs
 
-    outputs = stack_outputs(os.environ.get("TETHER_STACK_NAME") or names.STACK_NAME)
+    outputs = stack_outputs(
+        os.environ.get("TETHER_STACK_NAME") or names.STACK_NAME, region=region
+    )
     if args.json:
-        output.print_json({"account": account, "region": region, "outputs": outputs})
+        output.print_json(
+            {"account": account, "region": region, "region_from": source, "outputs": outputs}
+        )
         return EXIT_OK
     console = output.stdout_console()
-    console.print(f"deployed {names.STACK_NAME} to {account}/{region}")
+    console.print(f"deployed {names.STACK_NAME} to account {account}, region {region} ({source})")
     for key, value in sorted(outputs.items()):
         console.print(f"  {key}: {value}")
     console.print("next: tether secrets set vast   ·   tether secrets set cloudflare")
@@ -283,8 +356,9 @@ def run_deploy(args: argparse.Namespace) -> int:
 
 def run_destroy(args: argparse.Namespace) -> int:
     root = source_root()
+    region, source = resolve_region(args.region)
     if not args.force:
-        active = active_jobs()
+        active = active_jobs(region)
         if active:
             raise CliError(
                 f"{len(active)} job(s) still active ({', '.join(active[:5])}): cancel them "
@@ -295,37 +369,67 @@ def run_destroy(args: argparse.Namespace) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise CliError("destroy: pass --yes to confirm when not on a terminal")
-        answer = input(f"delete stack {names.STACK_NAME} from this account? [y/N] ")
+        output.stderr_console().print(destroy_consequences(region))
+        answer = input(f"delete stack {names.STACK_NAME} in {region} ({source})? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             output.stderr_console().print("not destroyed")
             return EXIT_USAGE
     npx = check_node()
-    check_aws()
+    account = check_aws(region)
     assembly = synth(root)
-    code = run_command(cdk(npx, "destroy", "--app", str(assembly), names.STACK_NAME, "--force"))
+    command = cdk(npx, "destroy", "--app", str(assembly), names.STACK_NAME, "--force")
+    code = run_command(command, env=region_environment(region))
     if code != 0:
         raise CliError(f"cdk destroy failed (exit {code}); see the output above", EXIT_FAILURE)
     if args.json:
-        output.print_json({"destroyed": names.STACK_NAME})
-    else:
-        output.stdout_console().print(
-            f"destroyed {names.STACK_NAME} (the job table is retained; delete it in the "
-            "DynamoDB console when you no longer need its history)"
+        output.print_json(
+            {
+                "destroyed": names.STACK_NAME,
+                "account": account,
+                "region": region,
+                "region_from": source,
+                "kept": [names.VAST_SECRET_NAME, names.CLOUDFLARE_SECRET_NAME, "job table"],
+            }
         )
+    else:
+        console = output.stdout_console()
+        console.print(f"destroyed {names.STACK_NAME} in account {account}, region {region}")
+        console.print(destroy_consequences(region))
     return EXIT_OK
 
 
-def active_jobs() -> list[str]:
-    """Ids of jobs that are not in a terminal state; [] when the API cannot be asked."""
+def destroy_consequences(region: str) -> str:
+    """What a destroy leaves behind, said before asking and after destroying."""
+    secrets = f"{names.VAST_SECRET_NAME} and {names.CLOUDFLARE_SECRET_NAME}"
+    return (
+        f"the job table is retained with its history, and a redeploy creates a new, empty "
+        f"table; the secrets {secrets} stay scheduled for deletion for Secrets Manager's "
+        f"recovery window (7-30 days), and a redeploy under the same names fails until they are "
+        f"restored or deleted for good (`aws secretsmanager delete-secret --region {region} "
+        "--force-delete-without-recovery --secret-id NAME`); checkpoints in R2 are not touched "
+        "(docs/deploy.md#teardown)"
+    )
+
+
+def active_jobs(region: str) -> list[str]:
+    """Ids of jobs that are not in a terminal state; a CliError when the API cannot be asked
+    (destroying then would leave any running host billing unwatched: --force skips the check)."""
     from functions.domain.job import ACTIVE_STATES
-    from tether_cli.api_client import TetherApi, resolve_api_url
+    from tether_cli.api_client import TetherApi, resolve_api_url, stack_outputs
 
     try:
-        with TetherApi(resolve_api_url(local=False)) as api:
+        target = resolve_api_url(
+            local=False, describe_stacks=lambda stack: stack_outputs(stack, region=region)
+        )
+        with TetherApi(target, region=region) as api:
             jobs = api.list_jobs(limit=200).get("jobs") or []
     except CliError as exc:
-        output.warn(f"could not check for active jobs ({exc.message})")
-        return []
+        raise CliError(
+            f"not destroying: cannot check for active jobs ({exc.message}); a job still running "
+            "would bill until its agent's lease runs out. Fix the access, or pass --force to "
+            "destroy without checking",
+            EXIT_FAILURE,
+        ) from None
     active = {s.value for s in ACTIVE_STATES}
     return [str(j["job_id"]) for j in jobs if j.get("state") in active]
 
@@ -398,12 +502,13 @@ SECRETS: dict[str, tuple[str, list[tuple[str, bool]], Callable[[Sequence[str]], 
 
 def run_secrets_set(args: argparse.Namespace) -> int:
     secret_name, prompts, build = SECRETS[args.which]
+    region, _ = resolve_region(args.region)
     value = build(read_values(prompts))
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
-        reply = boto3.client("secretsmanager").put_secret_value(
+        reply = boto3.client("secretsmanager", region_name=region).put_secret_value(
             SecretId=secret_name, SecretString=value
         )
     except NoCredentialsError:
@@ -422,5 +527,7 @@ def run_secrets_set(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json({"secret": secret_name, "version_id": reply.get("VersionId")})
     else:
-        output.stdout_console().print(f"stored {secret_name} (version {reply.get('VersionId')})")
+        output.stdout_console().print(
+            f"stored {secret_name} in {region} (version {reply.get('VersionId')})"
+        )
     return EXIT_OK

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.text import Text
+
 from functions.domain.job import JobState
 from tether_cli import output
 from tether_cli.api_client import IDEMPOTENCY_KEY_PATTERN, TetherApi, resolve_api_url
@@ -167,7 +169,7 @@ def run_submit(args: argparse.Namespace) -> int:
         return EXIT_OK
     verb = "already submitted (same Idempotency-Key)" if replayed else "submitted"
     console = output.stdout_console()
-    console.print(f"{verb}: [bold]{view['job_id']}[/bold] ({view['state']})")
+    console.print(Text.assemble(f"{verb}: ", (str(view["job_id"]), "bold"), f" ({view['state']})"))
     console.print(f"plan: {summary(job)}")
     console.print(
         "      the control plane ranks live Vast offers by full cost (`tether plan` shows the "
@@ -233,7 +235,7 @@ def run_status(args: argparse.Namespace) -> int:
         output.print_json(view)
         return EXIT_OK
     for line in status_lines(view, time.time()):
-        output.stdout_console().print(line, highlight=False, markup=False)
+        output.stdout_console().print(line)
     return EXIT_OK
 
 

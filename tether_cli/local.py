@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tether_cli import output
 from tether_cli.api_client import write_local_state
 from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError, import_local
 
@@ -115,7 +116,6 @@ def _show_timeline(stack: Any, timeline: Any, started: float, stop: threading.Ev
 def run_up(args: argparse.Namespace) -> int:
     import_local("local up")
     from pydantic import ValidationError
-    from rich.console import Console
 
     from tether_cli.demo import timeline_printer
     from tether_local.stack import LocalStack, LocalStackConfig
@@ -159,7 +159,7 @@ def run_up(args: argparse.Namespace) -> int:
                 print(f"Logs: {stack.log_dir}/<function>.log (the functions' JSON logs, metrics)")
                 print(f"State: {state} (`tether <command> --local` reads it)")
                 print("serving; Ctrl-C stops every host and server", flush=True)
-                timeline = timeline_printer(Console(file=sys.stdout, highlight=False))
+                timeline = timeline_printer(output.console(sys.stdout))
                 watcher = threading.Thread(
                     target=_show_timeline,
                     args=(stack, timeline, started, stop),

@@ -3,6 +3,10 @@
 Results go to stdout (a rich table for people, `--json` for scripts); errors, warnings and notes
 go to stderr, so `tether plan --json … | jq` always reads clean JSON. Consoles are built per call
 so they write to whatever `sys.stdout` / `sys.stderr` are at that moment (pytest's capsys too).
+
+Data is printed verbatim: every console here has rich's markup, emoji codes and highlighting off,
+so an ARN with `:secret:` or a reason with `[bold]` in it reaches the terminal byte for byte.
+Styling is given as `style=` or `Text` spans, never as markup inside a string.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import importlib.util
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -38,20 +42,23 @@ class CliError(Exception):
         self.details = list(details)
 
 
-def stdout_console() -> Console:
+def console(file: TextIO) -> Console:
+    """A console that prints strings as they are: no markup, no `:emoji:` codes, no highlight."""
     return Console(
-        file=sys.stdout,
-        width=None if sys.stdout.isatty() else _PIPE_WIDTH,
+        file=file,
+        width=None if file.isatty() else _PIPE_WIDTH,
         highlight=False,
+        markup=False,
+        emoji=False,
     )
+
+
+def stdout_console() -> Console:
+    return console(sys.stdout)
 
 
 def stderr_console() -> Console:
-    return Console(
-        file=sys.stderr,
-        width=None if sys.stderr.isatty() else _PIPE_WIDTH,
-        highlight=False,
-    )
+    return console(sys.stderr)
 
 
 def print_json(data: Any) -> None:
