@@ -5,6 +5,13 @@ Lambda asset: `functions/` plus its runtime dependencies, installed for arm64 / 
 `build/lambda-deps/<hash of functions/requirements.txt>`). `bundle=False` gives a plain
 `functions/` directory asset: enough for template tests, not for a deploy.
 
+The bundle is reproducible, so a deploy from another checkout or machine updates no function whose
+code did not change (the CDK names an asset by a hash of its files' paths and contents): the
+dependencies' console scripts (`bin/`, whose first line names the Python that ran pip) and their
+`RECORD` files (which hash those scripts) are left out; nothing at run time reads either. The
+agent wheel is built with `SOURCE_DATE_EPOCH`, so its zip entries carry a fixed date rather than
+the checkout's file times.
+
 Templates are cached under `build/synth/` by a hash of the `infra/` and `functions/` sources, so a
 test session synthesizes (5–15 s of Node) only when the code changed.
 
@@ -33,6 +40,10 @@ PYTHON_VERSION = "3.12"
 # Shipped by the Lambda Python runtime; pruned when a dependency (aws-xray-sdk) pulls them in.
 RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "python_dateutil")
 _SOURCE_SUFFIXES = {".py", ".json", ".txt", ".yaml", ".toml", ".sh", ".cfg"}
+# Part of every bundle's cache key: a build by an older recipe (with bin/ and RECORD) is not reused.
+BUNDLE_RECIPE = "r2"
+# The agent wheel's zip timestamps: 1980-01-01, the earliest a zip file can hold.
+WHEEL_EPOCH = "315532800"
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
@@ -60,8 +71,8 @@ def source_hash(*paths: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _run(cmd: list[str], what: str) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
         raise BundleError(f"{what} failed (exit {result.returncode}):\n{tail}")
@@ -84,15 +95,16 @@ def _publish(staging: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def build_dependencies() -> Path:
-    """`functions/requirements.txt` installed for arm64 / cp312, cached by the file's hash."""
-    target = BUILD / "lambda-deps" / source_hash(REQUIREMENTS)
+def build_dependencies(build: Path = BUILD, python: str = sys.executable) -> Path:
+    """`functions/requirements.txt` installed for arm64 / cp312 by `python`'s pip under `build`,
+    cached by the file's hash; without anything that depends on the building machine."""
+    target = build / "lambda-deps" / f"{source_hash(REQUIREMENTS)}-{BUNDLE_RECIPE}"
     if (target / ".complete").exists():
         return target
     staging = _staging(target)
     _run(
         [
-            sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
             "--platform", PLATFORM, "--implementation", "cp",
             "--python-version", PYTHON_VERSION, "--only-binary=:all:",
             "--target", str(staging), "-r", str(REQUIREMENTS),
@@ -105,9 +117,18 @@ def build_dependencies() -> Path:
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     for cache in staging.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
+    make_reproducible(staging)
     (staging / ".complete").write_text("ok\n")
     _publish(staging, target)
     return target
+
+
+def make_reproducible(installed: Path) -> None:
+    """Drop what pip writes per machine: console scripts (`bin/`, their first line is the path of
+    the Python that installed them) and each distribution's `RECORD` (it hashes those scripts)."""
+    shutil.rmtree(installed / "bin", ignore_errors=True)
+    for record in installed.glob("*.dist-info/RECORD"):
+        record.unlink()
 
 
 def _copy_functions(dest: Path) -> None:
@@ -118,16 +139,18 @@ def _copy_functions(dest: Path) -> None:
     )
 
 
-def build_lambda_asset(*, bundle: bool) -> Path:
+def build_lambda_asset(
+    *, bundle: bool, build: Path = BUILD, python: str = sys.executable
+) -> Path:
     """A directory with `functions/` (and, bundled, its arm64 dependencies) and nothing else."""
-    kind = "bundled" if bundle else "source"
-    target = BUILD / "lambda-asset" / f"{kind}-{source_hash(FUNCTIONS)}"
+    kind = f"bundled-{BUNDLE_RECIPE}" if bundle else "source"
+    target = build / "lambda-asset" / f"{kind}-{source_hash(FUNCTIONS)}"
     if (target / ".complete").exists():
         return target
     staging = _staging(target)
     staging.mkdir(parents=True)
     if bundle:
-        deps = build_dependencies()
+        deps = build_dependencies(build, python)
         shutil.copytree(
             deps, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete")
         )
@@ -145,17 +168,24 @@ def build_agent_wheel(*, bundle: bool) -> Path:
         target.mkdir(parents=True, exist_ok=True)
         (target / "README.txt").write_text("placeholder: `make synth` builds the agent wheel\n")
         return target
-    target = BUILD / "agent-wheel" / source_hash(AGENT / "pyproject.toml", AGENT / "tether_agent")
+    key = source_hash(AGENT / "pyproject.toml", AGENT / "tether_agent")
+    target = BUILD / "agent-wheel" / f"{key}-{BUNDLE_RECIPE}"
     if any(target.glob("*.whl")):
         return target
     staging = _staging(target)
-    _run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-         "--disable-pip-version-check", "--wheel-dir", str(staging), str(AGENT)],
-        "building the agent wheel",
-    )  # fmt: skip
+    wheel(AGENT, staging)
     _publish(staging, target)
     return target
+
+
+def wheel(source: Path, out: Path) -> None:
+    """Build the distribution at `source` into `out` with fixed zip timestamps."""
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+         "--disable-pip-version-check", "--wheel-dir", str(out), str(source)],
+        "building the agent wheel",
+        env={**os.environ, "SOURCE_DATE_EPOCH": WHEEL_EPOCH},
+    )  # fmt: skip
 
 
 def build_app(*, bundle: bool, outdir: str | None = None, nag: bool = True) -> tuple[Any, Any]:

@@ -24,6 +24,13 @@ from tether_cli.api_client import IDEMPOTENCY_KEY_PATTERN, TetherApi, resolve_ap
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
 from tether_cli.validate import load_job, summary
 
+# What renting a marketplace host means for the data (the README says it too).
+HOST_VISIBILITY = (
+    "marketplace hosts can see everything on the machine (the host's operator has root on it): "
+    "fine for public models and data and non-sensitive fine-tunes, not for regulated or secret "
+    "data."
+)
+
 TIMELINE_SHOWN = 12
 LOG_PAGE = 50
 DEFAULT_FOLLOW_INTERVAL_S = 5.0
@@ -40,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "submit",
         "validate a job spec locally, then submit it",
         "Validate JOB.yaml locally (exit 2 on any problem), then submit it. The request "
-        "carries an Idempotency-Key, so a retried submit never creates a second job.",
+        "carries an Idempotency-Key, so a retried submit never creates a second job. "
+        + HOST_VISIBILITY,
     )
     submit.add_argument("job", metavar="JOB.yaml", help="the job spec (YAML or JSON)")
     submit.add_argument(
@@ -176,6 +184,7 @@ def run_submit(args: argparse.Namespace) -> int:
         "ranking now) and rents the best; `tether status` shows the host it chose"
     )
     console.print(f"next: tether status {view['job_id']}   ·   tether logs -f {view['job_id']}")
+    console.print(f"note: {HOST_VISIBILITY}")
     return EXIT_OK
 
 

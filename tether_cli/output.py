@@ -4,8 +4,9 @@ Results go to stdout (a rich table for people, `--json` for scripts); errors, wa
 go to stderr, so `tether plan --json … | jq` always reads clean JSON. Consoles are built per call
 so they write to whatever `sys.stdout` / `sys.stderr` are at that moment (pytest's capsys too).
 
-Data is printed verbatim: every console here has rich's markup, emoji codes and highlighting off,
-so an ARN with `:secret:` or a reason with `[bold]` in it reaches the terminal byte for byte.
+Data is printed verbatim: every console here has rich's markup, emoji codes, highlighting and line
+wrapping off, so an ARN with `:secret:` or a reason with `[bold]` in it reaches the terminal byte
+for byte.
 Styling is given as `style=` or `Text` spans, never as markup inside a string.
 """
 
@@ -43,13 +44,15 @@ class CliError(Exception):
 
 
 def console(file: TextIO) -> Console:
-    """A console that prints strings as they are: no markup, no `:emoji:` codes, no highlight."""
+    """A console that prints strings as they are: no markup, no `:emoji:` codes, no highlight,
+    and a long line is not broken (an ARN stays one line; tables still fit the width)."""
     return Console(
         file=file,
         width=None if file.isatty() else _PIPE_WIDTH,
         highlight=False,
         markup=False,
         emoji=False,
+        soft_wrap=True,
     )
 
 

@@ -438,7 +438,7 @@ def test_secrets_set_rejects_bad_values_and_a_missing_stack(capsys, monkeypatch)
 
 
 def test_deploy_without_node_says_what_to_install() -> None:
-    with pytest.raises(CliError, match=r"install Node\.js 18"):
+    with pytest.raises(CliError, match=r"install Node\.js 22"):
         deploy.check_node(which=lambda _name: None)
 
 
