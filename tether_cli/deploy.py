@@ -65,8 +65,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     _region_argument(deploy)
     deploy.add_argument(
-        "--email",
         "--alarm-email",
+        "--email",
         dest="email",
         type=_email,
         help="send alarms and job notifications to this address (the AlarmEmail parameter)",

@@ -356,7 +356,10 @@ def test_logs_of_an_unknown_job_and_a_bad_cursor(backend, capsys) -> None:
         (["jobs", "--state", "sleeping"], "argument --state: unknown state 'sleeping'"),
         (["submit", EXAMPLE, "--idempotency-key", "two words"], "argument --idempotency-key"),
         (["logs", "j", "--interval", "0"], "argument --interval: must be between 0.1"),
-        (["deploy", "--email", "not-an-address"], "argument --email: not an e-mail address"),
+        (
+            ["deploy", "--email", "not-an-address"],
+            "argument --alarm-email/--email: not an e-mail address",
+        ),
         (["secrets", "set", "github"], "argument which: invalid choice: 'github'"),
         (["status", "j", "--bogus"], "unrecognized arguments: --bogus"),
     ],
@@ -443,14 +446,14 @@ def test_deploy_without_node_says_what_to_install() -> None:
 
 
 def test_destroy_refuses_with_active_jobs_and_asks_for_confirmation(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(deploy, "active_jobs", lambda: ["tiny-cpu-1234abcd"])
+    monkeypatch.setattr(deploy, "active_jobs", lambda region: ["tiny-cpu-1234abcd"])
     code, _, err = run(capsys, "destroy", "--yes")
     assert code == 2 and "tiny-cpu-1234abcd" in err and "--force" in err
-    monkeypatch.setattr(deploy, "active_jobs", lambda: [])
+    monkeypatch.setattr(deploy, "active_jobs", lambda region: [])
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     ran: list[Any] = []
 
-    def record(command: Any) -> int:
+    def record(command: Any, **_: Any) -> int:
         ran.append(command)
         return 0
 
