@@ -139,9 +139,7 @@ def _copy_functions(dest: Path) -> None:
     )
 
 
-def build_lambda_asset(
-    *, bundle: bool, build: Path = BUILD, python: str = sys.executable
-) -> Path:
+def build_lambda_asset(*, bundle: bool, build: Path = BUILD, python: str = sys.executable) -> Path:
     """A directory with `functions/` (and, bundled, its arm64 dependencies) and nothing else."""
     kind = f"bundled-{BUNDLE_RECIPE}" if bundle else "source"
     target = build / "lambda-asset" / f"{kind}-{source_hash(FUNCTIONS)}"

@@ -4,8 +4,9 @@
 pinned CDK CLI through `npx`; every prerequisite is checked first with a message that says what
 to install or configure. The region is resolved once (`--region`, else `AWS_REGION`, else
 `AWS_DEFAULT_REGION`, else the AWS config's profile), used for every boto3 call and given to the
-CDK CLI as both variables, so the checks and the deploy cannot land in different regions. `secrets set vast|cloudflare` prompts without echoing (or reads stdin
-when it is not a terminal) and writes Secrets Manager; the values never reach argv or a log.
+CDK CLI as both variables, so the checks and the deploy cannot land in different regions.
+`secrets set vast|cloudflare` prompts without echoing (or reads stdin when it is not a terminal)
+and writes Secrets Manager; the values never reach argv or a log.
 """
 
 from __future__ import annotations
@@ -221,7 +222,8 @@ def resolve_region(
 def _profile_region() -> str | None:
     import boto3
 
-    return boto3.session.Session().region_name
+    region: str | None = boto3.session.Session().region_name
+    return region
 
 
 def region_environment(region: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -336,9 +338,7 @@ def run_deploy(args: argparse.Namespace) -> int:
         raise CliError(f"cdk deploy failed (exit {code}); see the output above", EXIT_FAILURE)
     from tether_cli.api_client import stack_outputs
 
-    outputs = stack_outputs(
-        os.environ.get("TETHER_STACK_NAME") or names.STACK_NAME, region=region
-    )
+    outputs = stack_outputs(os.environ.get("TETHER_STACK_NAME") or names.STACK_NAME, region=region)
     if args.json:
         output.print_json(
             {"account": account, "region": region, "region_from": source, "outputs": outputs}

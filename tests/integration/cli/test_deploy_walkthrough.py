@@ -190,7 +190,12 @@ def test_destroy_refuses_when_it_cannot_check_for_active_jobs(
     moto_server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deleted: list[list[str]] = []
-    monkeypatch.setattr(deploy, "run_command", lambda command, **_: deleted.append(command) or 0)
+
+    def cdk(command: list[str], **_: object) -> int:
+        deleted.append(command)
+        return 0
+
+    monkeypatch.setattr(deploy, "run_command", cdk)
     code, out, err = run(capsys, "destroy", "--yes", "--region", REGION)
     assert code == 1 and out == "" and deleted == []
     assert err.startswith(

@@ -24,8 +24,18 @@ def no_profile() -> str | None:
             "us-east-2",
             ("eu-west-1", "AWS_REGION"),
         ),
-        (None, {"AWS_DEFAULT_REGION": "us-east-1"}, "us-east-2", ("us-east-1", "AWS_DEFAULT_REGION")),
-        (None, {"AWS_REGION": " "}, "us-east-2", ("us-east-2", "profile default in the AWS config")),
+        (
+            None,
+            {"AWS_DEFAULT_REGION": "us-east-1"},
+            "us-east-2",
+            ("us-east-1", "AWS_DEFAULT_REGION"),
+        ),
+        (
+            None,
+            {"AWS_REGION": " "},
+            "us-east-2",
+            ("us-east-2", "profile default in the AWS config"),
+        ),
         (
             None,
             {"AWS_PROFILE": "work"},
@@ -57,7 +67,9 @@ def test_a_malformed_region_flag_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
     assert main([*command, "--region", "eu_west_1"]) == 2
-    assert "--region: not an AWS region name (like eu-west-1): 'eu_west_1'" in capsys.readouterr().err
+    assert (
+        "--region: not an AWS region name (like eu-west-1): 'eu_west_1'" in capsys.readouterr().err
+    )
 
 
 def test_the_cdk_cli_gets_the_region_under_both_names() -> None:
@@ -72,7 +84,9 @@ def test_node_older_than_22_is_refused_with_the_version_found(tmp_path) -> None:
         script = tmp_path / name
         script.write_text(f"#!/bin/sh\necho {version}\n")
         script.chmod(0o755)
-    with pytest.raises(CliError, match=r"Node\.js 22\+ is needed for the CDK CLI \(found v20\.20\.2\)"):
+    with pytest.raises(
+        CliError, match=r"Node\.js 22\+ is needed for the CDK CLI \(found v20\.20\.2\)"
+    ):
         deploy.check_node(which=lambda name: str(tmp_path / name))
 
 

@@ -52,6 +52,4 @@ def test_an_error_message_is_printed_verbatim(
 ) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     assert main(["secrets", "set", "vast", "--region", "eu-west-1"]) == 2
-    assert capsys.readouterr().err == (
-        "tether: error: stdin: expected 1 line(s): Vast API key\n"
-    )
+    assert capsys.readouterr().err == ("tether: error: stdin: expected 1 line(s): Vast API key\n")
