@@ -204,6 +204,11 @@ def test_submit_validates_signs_and_prints_the_job(backend: Backend, capsys) -> 
     (job_id,) = backend.job_ids()
     assert f"submitted: {job_id} (PENDING)" in out
     assert "plan: job 'tiny-cpu'" in out and "budget $" in out
+    assert out.endswith(
+        "note: marketplace hosts can see everything on the machine (the host's operator has root "
+        "on it): fine for public models and data and non-sensitive fine-tunes, not for regulated "
+        "or secret data.\n"
+    )
     (request,) = backend.requests
     assert request.headers["idempotency-key"].startswith("cli-")
     job = backend.store.get_job(job_id)
