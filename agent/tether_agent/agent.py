@@ -54,22 +54,13 @@ from tether_agent.storage import (
     TransferStats,
 )
 from tether_agent.storage_credentials import Credentials, CredentialStore
+from tether_agent.training_env import training_env
 from tether_agent.uploader import CheckpointUploader
 from tether_agent.vast import stop_own_instance
 
 log = logging.getLogger(__name__)
-HOOKS_DIR = Path(__file__).parent / "_hooks"  # holds only tether_hooks.py (stdlib only)
 SIGNAL_CANCEL_WAIT_S = 2.0  # after a signal, how long a cancelled restore may take to stop
 _T = TypeVar("_T")
-SECRET_VARS = (
-    "TETHER_AGENT_TOKEN",
-    "TETHER_S3_ACCESS_KEY_ID",
-    "TETHER_S3_SECRET_ACCESS_KEY",
-    "TETHER_S3_SESSION_TOKEN",
-    "TETHER_S3_WRITE_ACCESS_KEY_ID",
-    "TETHER_S3_WRITE_SECRET_ACCESS_KEY",
-    "TETHER_S3_WRITE_SESSION_TOKEN",
-)
 
 
 RESTORE_CHECKPOINTS_VAR = "TETHER_RESTORE_CHECKPOINTS"
@@ -457,17 +448,14 @@ class Agent:
         return reason
 
     def _child_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}
-        env["TETHER_CHECKPOINT_DIR"] = str(self.settings.checkpoint_dir)
-        env["TETHER_MARKER"] = self.settings.marker
-        env["TETHER_PROGRESS_FILE"] = str(self.progress_file)
-        if self.restored:
-            env["TETHER_RESTORED_STEP"] = str(self.restored.ref.step)
-            env["TETHER_RESUME_FROM"] = str(self.restored.local_dir)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(HOOKS_DIR), os.environ.get("PYTHONPATH", "")) if p
+        return training_env(
+            os.environ,
+            checkpoint_dir=self.settings.checkpoint_dir,
+            marker=self.settings.marker,
+            progress_file=self.progress_file,
+            restored_step=self.restored.ref.step if self.restored else None,
+            resume_from=self.restored.local_dir if self.restored else None,
         )
-        return env
 
     # -- signals ----------------------------------------------------------------------------
 
