@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -31,8 +30,10 @@ from tether_agent.checkpoints import MIB, generation_prefix
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
 from tether_agent.logs import LogShipper, TeeLog
-from tether_agent.progress import current_step
+from tether_agent.progress import current_step, misplaced_checkpoints
 from tether_agent.protocol import (
+    MAX_MISPLACED,
+    MAX_MISPLACED_PATH,
     CheckpointRef,
     Command,
     HeartbeatRequest,
@@ -98,6 +99,7 @@ class Agent:
         self._signalled: int | None = None  # the last SIGTERM/SIGINT received, in any phase
         self._interrupted = False  # one reached the training before it exited: not `finished`
         self._wake = threading.Event()
+        self._misplaced_said: set[str] = set()  # misplaced checkpoints already logged
         # Two keys: read-only on the job's prefix (restore), read-write on this generation's
         # own prefix (checkpoints, logs). `self.storage` writes, `self.reader` restores.
         self.credentials = CredentialStore(
@@ -198,6 +200,7 @@ class Agent:
             last_checkpoint=self.uploader.last,
             restored_checkpoint=self.restored.ref if self.restored else None,
             restore=self.restore_report,
+            misplaced_checkpoints=self._misplaced(),
             gpu=self.gpu.current(),
             exit_code=self.exit_code,
             bytes_downloaded=self.storage.stats.bytes_downloaded,
@@ -205,6 +208,23 @@ class Agent:
             agent_time=time.time(),
             credentials_expire_at=self._credentials_expire_at(),
         )
+
+    def _misplaced(self) -> list[str]:
+        """Checkpoints saved one level below the checkpoint dir (never uploaded); each new one
+        is said once in the agent's log and the shipped training log."""
+        s = self.settings
+        found = misplaced_checkpoints(s.checkpoint_dir, s.marker, limit=MAX_MISPLACED)
+        new = [path for path in found if path not in self._misplaced_said]
+        if new:
+            self._misplaced_said.update(new)
+            message = (
+                f"checkpoints found below the checkpoint dir, never uploaded: {', '.join(new)}; "
+                f"save each checkpoint directly in {s.checkpoint_dir} (Hugging Face: "
+                f"output_dir={s.checkpoint_dir})"
+            )
+            log.warning(message)
+            self.log_shipper.note(message)
+        return [path[:MAX_MISPLACED_PATH] for path in found]
 
     def _credentials_expire_at(self) -> float | None:
         """When the first of the two keys expires (None: neither says)."""

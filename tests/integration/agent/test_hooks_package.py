@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tether_agent.training_env import HOOKS_DIR
 
 from tests.unit.agent.test_rules import NOOP_SCRIPT
-from tether_agent.training_env import HOOKS_DIR
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ holds is a small stand-in too: `trainer_state.json` (the real name, which the ag
 for progress) and `weights.json`.
 
 Run as a script, it is a training command for the agent: `python hf_standin.py --max-steps N
---save-steps K [--step-s S]`, output_dir `$TETHER_CHECKPOINT_DIR` (else ./checkpoints),
-resuming from `tether_hooks.latest_checkpoint(output_dir)`.
+--save-steps K [--step-s S] [--output-dir D]`, output_dir `$TETHER_CHECKPOINT_DIR` by default
+(else ./checkpoints), resuming from `tether_hooks.latest_checkpoint(output_dir)`.
 """
 
 from __future__ import annotations
@@ -149,8 +149,9 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, required=True)
     parser.add_argument("--save-steps", type=int, required=True)
     parser.add_argument("--step-s", type=float, default=0.0)
+    parser.add_argument("--output-dir", default=os.environ.get("TETHER_CHECKPOINT_DIR"))
     opts = parser.parse_args()
-    output_dir = os.environ.get("TETHER_CHECKPOINT_DIR", "checkpoints")
+    output_dir = opts.output_dir or "checkpoints"
     args = TrainingArguments(output_dir, max_steps=opts.max_steps, save_steps=opts.save_steps)
 
     def step(n: int) -> None:

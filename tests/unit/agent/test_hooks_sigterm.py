@@ -12,9 +12,9 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
+from tether_agent._hooks import tether_hooks
 
 from tests.unit.agent.hf_standin import Trainer, TrainingArguments
-from tether_agent._hooks import tether_hooks
 
 
 @pytest.fixture(autouse=True)

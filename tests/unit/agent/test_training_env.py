@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.paths import ROOT
 from tether_agent.training_env import HOOKS_DIR, training_env
+
+from tests.paths import ROOT
 
 PARENT = {
     "PATH": "/usr/bin",
