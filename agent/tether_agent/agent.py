@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -31,8 +30,10 @@ from tether_agent.checkpoints import MIB, generation_prefix
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
 from tether_agent.logs import LogShipper, TeeLog
-from tether_agent.progress import current_step
+from tether_agent.progress import current_step, misplaced_checkpoints
 from tether_agent.protocol import (
+    MAX_MISPLACED,
+    MAX_MISPLACED_PATH,
     CheckpointRef,
     Command,
     HeartbeatRequest,
@@ -54,22 +55,13 @@ from tether_agent.storage import (
     TransferStats,
 )
 from tether_agent.storage_credentials import Credentials, CredentialStore
+from tether_agent.training_env import training_env
 from tether_agent.uploader import CheckpointUploader
 from tether_agent.vast import stop_own_instance
 
 log = logging.getLogger(__name__)
-HOOKS_DIR = Path(__file__).parent / "_hooks"  # holds only tether_hooks.py (stdlib only)
 SIGNAL_CANCEL_WAIT_S = 2.0  # after a signal, how long a cancelled restore may take to stop
 _T = TypeVar("_T")
-SECRET_VARS = (
-    "TETHER_AGENT_TOKEN",
-    "TETHER_S3_ACCESS_KEY_ID",
-    "TETHER_S3_SECRET_ACCESS_KEY",
-    "TETHER_S3_SESSION_TOKEN",
-    "TETHER_S3_WRITE_ACCESS_KEY_ID",
-    "TETHER_S3_WRITE_SECRET_ACCESS_KEY",
-    "TETHER_S3_WRITE_SESSION_TOKEN",
-)
 
 
 RESTORE_CHECKPOINTS_VAR = "TETHER_RESTORE_CHECKPOINTS"
@@ -107,6 +99,7 @@ class Agent:
         self._signalled: int | None = None  # the last SIGTERM/SIGINT received, in any phase
         self._interrupted = False  # one reached the training before it exited: not `finished`
         self._wake = threading.Event()
+        self._misplaced_said: set[str] = set()  # misplaced checkpoints already logged
         # Two keys: read-only on the job's prefix (restore), read-write on this generation's
         # own prefix (checkpoints, logs). `self.storage` writes, `self.reader` restores.
         self.credentials = CredentialStore(
@@ -207,6 +200,7 @@ class Agent:
             last_checkpoint=self.uploader.last,
             restored_checkpoint=self.restored.ref if self.restored else None,
             restore=self.restore_report,
+            misplaced_checkpoints=self._misplaced(),
             gpu=self.gpu.current(),
             exit_code=self.exit_code,
             bytes_downloaded=self.storage.stats.bytes_downloaded,
@@ -214,6 +208,23 @@ class Agent:
             agent_time=time.time(),
             credentials_expire_at=self._credentials_expire_at(),
         )
+
+    def _misplaced(self) -> list[str]:
+        """Checkpoints saved one level below the checkpoint dir (never uploaded); each new one
+        is said once in the agent's log and the shipped training log."""
+        s = self.settings
+        found = misplaced_checkpoints(s.checkpoint_dir, s.marker, limit=MAX_MISPLACED)
+        new = [path for path in found if path not in self._misplaced_said]
+        if new:
+            self._misplaced_said.update(new)
+            message = (
+                f"checkpoints found below the checkpoint dir, never uploaded: {', '.join(new)}; "
+                f"save each checkpoint directly in {s.checkpoint_dir} (Hugging Face: "
+                f"output_dir={s.checkpoint_dir})"
+            )
+            log.warning(message)
+            self.log_shipper.note(message)
+        return [path[:MAX_MISPLACED_PATH] for path in found]
 
     def _credentials_expire_at(self) -> float | None:
         """When the first of the two keys expires (None: neither says)."""
@@ -457,17 +468,14 @@ class Agent:
         return reason
 
     def _child_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}
-        env["TETHER_CHECKPOINT_DIR"] = str(self.settings.checkpoint_dir)
-        env["TETHER_MARKER"] = self.settings.marker
-        env["TETHER_PROGRESS_FILE"] = str(self.progress_file)
-        if self.restored:
-            env["TETHER_RESTORED_STEP"] = str(self.restored.ref.step)
-            env["TETHER_RESUME_FROM"] = str(self.restored.local_dir)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(HOOKS_DIR), os.environ.get("PYTHONPATH", "")) if p
+        return training_env(
+            os.environ,
+            checkpoint_dir=self.settings.checkpoint_dir,
+            marker=self.settings.marker,
+            progress_file=self.progress_file,
+            restored_step=self.restored.ref.step if self.restored else None,
+            resume_from=self.restored.local_dir if self.restored else None,
         )
-        return env
 
     # -- signals ----------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ must not be masked by a coarser one (the last checkpoint).
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 from pathlib import Path
 
 from tether_agent.checkpoints import local_step
@@ -27,6 +29,37 @@ def marked_checkpoints(checkpoint_dir: Path, marker: str) -> list[tuple[int, Pat
         if step is not None and not entry.name.startswith(".") and (entry / marker).is_file():
             found.append((step, entry))
     return sorted(found)
+
+
+def misplaced_checkpoints(checkpoint_dir: Path, marker: str, limit: int) -> list[str]:
+    """Checkpoints saved one level too deep, as paths relative to the checkpoint dir: `X/Y`
+    where Y's name ends in a step and holds the marker or Hugging Face's `trainer_state.json`,
+    and X is not a marked checkpoint itself (a Trainer whose `output_dir` is a folder below the
+    checkpoint dir). The agent uploads only the checkpoint dir's own children, so these would
+    never leave the host. Hidden entries are skipped, and at most 1024 entries of each folder
+    are looked at, so a dataset kept in the checkpoint dir costs little."""
+    found: list[str] = []
+    for parent in _entries(checkpoint_dir):
+        if not parent.is_dir() or (parent / marker).exists():
+            continue
+        for entry in _entries(parent):
+            if local_step(entry.name) is None or not entry.is_dir():
+                continue
+            if any((entry / name).is_file() for name in (marker, "trainer_state.json")):
+                found.append(f"{parent.name}/{entry.name}")
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _entries(directory: Path) -> list[Path]:
+    """At most 1024 non-hidden entries of `directory`, sorted by name (symlinks left out)."""
+    try:
+        with os.scandir(directory) as it:
+            kept = (e for e in it if not e.name.startswith(".") and not e.is_symlink())
+            return sorted(Path(e.path) for e in itertools.islice(kept, 1024))
+    except OSError:
+        return []
 
 
 def read_progress_file(path: Path) -> int | None:

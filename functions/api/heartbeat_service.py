@@ -21,6 +21,7 @@ from functions.adapters.store import JobStore
 from functions.domain.agent_token import hash_token
 from functions.domain.checkpoint_record import (
     checkpoint_to_record,
+    misplaced_event,
     restore_event,
     with_recorded,
 )
@@ -131,6 +132,9 @@ def handle_heartbeat(
         if stored:  # measured against the generation as it was before this heartbeat
             _record_checkpoint(deps, job, generation, request, token_hash)
             _report_restore(deps, generation, request, now)
+            found = misplaced_event(generation.heartbeat, request, now)
+            if found is not None:
+                deps.store.append_event(found)
             measures = HeartbeatMeasures(
                 recovery_to_training_s=recovery_to_training_s(job, generation, request, now),
                 checkpoint_upload_lag_s=checkpoint_upload_lag_s(generation, request, now),

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from functions.domain.heartbeat import MAX_RESTORE_CANDIDATES, CheckpointRef, HeartbeatRequest
-from functions.domain.job import Generation, Job, TimelineEvent
+from functions.domain.job import Generation, Heartbeat, Job, TimelineEvent
 from functions.domain.storage_layout import manifest_key
 
 MAX_RECORDED_CHECKPOINTS = 8
@@ -114,4 +114,26 @@ def restore_event(request: HeartbeatRequest, now: float) -> TimelineEvent | None
             "outcome": report.outcome,
             "skipped": [s.model_dump(mode="json") for s in report.skipped],
         },
+    )
+
+
+def misplaced_event(
+    previous: Heartbeat | None, request: HeartbeatRequest, now: float
+) -> TimelineEvent | None:
+    """The timeline event for checkpoints the agent found one level below the checkpoint dir
+    (never uploaded: e.g. a Trainer's `output_dir` set to a folder below it), when a heartbeat
+    names one its generation's previous heartbeat did not; None otherwise."""
+    before = set(previous.misplaced_checkpoints) if previous is not None else set()
+    if not set(request.misplaced_checkpoints) - before:
+        return None
+    paths = ", ".join(request.misplaced_checkpoints)
+    return TimelineEvent(
+        job_id=request.job_id,
+        at=now,
+        kind="checkpoints_misplaced",
+        message=(
+            f"g{request.generation} checkpoints below the checkpoint dir are never uploaded: "
+            f"{paths}; save them directly in the checkpoint dir (Hugging Face: output_dir)"
+        )[:MAX_EVENT_MESSAGE],
+        data={"generation": request.generation, "paths": list(request.misplaced_checkpoints)},
     )

@@ -9,7 +9,7 @@ absolute lease into a local deadline without trusting its own clock.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -91,6 +91,13 @@ class RestoreReport(_Wire):
     )
 
 
+# Checkpoints the agent found one level below the checkpoint dir (never uploaded), at most
+# this many, each path relative to the checkpoint dir and cut to this length.
+MAX_MISPLACED = 4
+MAX_MISPLACED_PATH = 300
+MisplacedPath = Annotated[str, Field(min_length=1, max_length=MAX_MISPLACED_PATH)]
+
+
 class HeartbeatRequest(_Wire):
     job_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     generation: int = Field(ge=1, le=MAX_GENERATION)
@@ -100,6 +107,12 @@ class HeartbeatRequest(_Wire):
     restored_checkpoint: CheckpointRef | None = None
     restore: RestoreReport | None = Field(
         default=None, description="How the restore went; None until it is over."
+    )
+    misplaced_checkpoints: list[MisplacedPath] = Field(
+        default_factory=list,
+        max_length=MAX_MISPLACED,
+        description="Marked (or Hugging Face) checkpoints found one level below the checkpoint "
+        "dir, which the agent never uploads: e.g. output_dir set to a folder below it.",
     )
     gpu: GpuProbe
     exit_code: int | None = Field(default=None, ge=-255, le=255)

@@ -211,6 +211,7 @@ class Heartbeat(BaseModel):
     last_checkpoint: CheckpointRef | None = None
     restored_checkpoint: CheckpointRef | None = None
     restore: RestoreReport | None = None
+    misplaced_checkpoints: list[str] = Field(default_factory=list)
     exit_code: int | None = None
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
@@ -432,6 +433,7 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         last_checkpoint=request.last_checkpoint,
         restored_checkpoint=request.restored_checkpoint,
         restore=request.restore,
+        misplaced_checkpoints=request.misplaced_checkpoints,
         exit_code=request.exit_code,
         bytes_downloaded=request.bytes_downloaded,
         bytes_uploaded=request.bytes_uploaded,

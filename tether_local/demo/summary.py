@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from tether_agent.agent import HOOKS_DIR
+from tether_agent.training_env import HOOKS_DIR
 
 from functions.adapters.store import JobView
 from functions.domain.job import JobState

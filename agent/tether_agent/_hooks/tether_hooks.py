@@ -1,11 +1,16 @@
-"""Tell tether when a checkpoint is complete and how far training got. Standard library only:
-the agent puts this directory on the training process's PYTHONPATH, so the user's own Python
-imports it without any of the agent's dependencies.
+"""Tell tether when a checkpoint is complete and how far training got. Standard library only.
+
+Two ways onto the training process's path, one source: the agent puts this directory on the
+training command's PYTHONPATH, and the same file is the `tether-hooks` distribution (this
+directory's pyproject.toml), which a user's image or laptop can `pip install`, so the script runs
+unchanged outside tether. Outside tether (no `TETHER_*` variables) every function is a harmless
+no-op: `latest_checkpoint()` returns None, `report_step` writes nothing, the callback only marks
+the checkpoints the Trainer saves.
 
 Hugging Face Trainer::
 
-    from tether_hooks import TetherCallback
-    trainer = Trainer(..., callbacks=[TetherCallback()])
+    import tether_hooks
+    trainer = Trainer(..., callbacks=[tether_hooks.TetherCallback()])
     trainer.train(resume_from_checkpoint=tether_hooks.latest_checkpoint())
 
 Plain PyTorch loop::
@@ -14,8 +19,8 @@ Plain PyTorch loop::
     tether_hooks.report_step(step)                      # every step (cheap)
     tether_hooks.checkpoint_saved(path_of_saved_dir)    # after each complete save
 
-The agent exports `TETHER_CHECKPOINT_DIR`, `TETHER_MARKER` and `TETHER_PROGRESS_FILE`; outside
-tether (no variables) every function is a harmless no-op.
+The agent exports `TETHER_CHECKPOINT_DIR`, `TETHER_MARKER` and `TETHER_PROGRESS_FILE`
+(agent/README.md lists everything it sets).
 """
 
 from __future__ import annotations
@@ -23,13 +28,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 DEFAULT_MARKER = ".tether-complete"
 _MIN_PROGRESS_INTERVAL_S = 1.0
 _last_progress_write = 0.0
+_stop_requested = threading.Event()
 
 
 def checkpoint_dir() -> Path | None:
@@ -88,28 +98,116 @@ def latest_checkpoint(directory: str | os.PathLike[str] | None = None) -> str | 
     return str(best[1]) if best else None
 
 
+def stop_requested() -> bool:
+    """True once a SIGTERM reached a `TetherCallback` run: the Trainer saved a final marked
+    checkpoint and stopped early. Check it after `trainer.train()` returns, to skip what only a
+    finished run should do."""
+    return _stop_requested.is_set()
+
+
+class _SigtermWatch:
+    """SIGTERM (the agent stopping training: stop, cancel, lease expiry, a replaced host) sets
+    a flag instead of killing the process, so the Trainer saves at the end of the current step.
+    A second SIGTERM acts as the handler before it would have (by default: the process dies)."""
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+        self._installed = False
+
+    def install(self) -> None:
+        if self._installed or threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._installed = False
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if not _stop_requested.is_set():
+            _stop_requested.set()
+            print("[tether_hooks] SIGTERM: saving a checkpoint at the end of this step, then "
+                  "stopping", file=sys.stderr, flush=True)  # fmt: skip
+            return
+        previous = self._previous
+        self.uninstall()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _CallbackEvents:
+    """Every event of transformers' `TrainerCallback`, doing nothing: the callback's base when
+    transformers is not installed, so it stays a complete callback object."""
+
+    def _pass(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        return None
+
+    on_init_end = on_train_begin = on_train_end = on_epoch_begin = on_epoch_end = _pass
+    on_step_begin = on_pre_optimizer_step = on_optimizer_step = on_substep_end = _pass
+    on_step_end = on_evaluate = on_predict = on_save = on_log = on_prediction_step = _pass
+
+
 def _callback_base() -> type:
-    """A real TrainerCallback when transformers is installed, a duck-typed object otherwise."""
+    """A real TrainerCallback when transformers is installed, `_CallbackEvents` otherwise."""
     try:
         from transformers import TrainerCallback
     except ImportError:
-        return object
+        return _CallbackEvents
     base: type = TrainerCallback
     return base
 
 
-class TetherCallback(_callback_base()):  # type: ignore[misc]
-    """Writes the marker into `output_dir/checkpoint-<step>` after each save and the progress
-    file at each step. Set `output_dir` to the job's checkpoint dir (TETHER_CHECKPOINT_DIR)."""
+def _make_callback() -> type:
+    class TetherCallback(_callback_base()):  # type: ignore[misc]
+        """Marks each checkpoint the Trainer saves (`output_dir/checkpoint-<step>`), reports
+        the step, and on SIGTERM makes the Trainer save a final checkpoint at the end of the
+        current step and stop. Set `output_dir` to the job's checkpoint dir
+        (TETHER_CHECKPOINT_DIR)."""
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        report_step(state.global_step)
-        return control
+        def __init__(self) -> None:
+            self._sigterm = _SigtermWatch()
 
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if not getattr(state, "is_world_process_zero", True):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            self._sigterm.install()
             return control
-        saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if saved.is_dir():
-            checkpoint_saved(saved, state.global_step)
-        return control
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            self._sigterm.uninstall()
+            return control
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            report_step(state.global_step)
+            if _stop_requested.is_set():
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if not getattr(state, "is_world_process_zero", True):
+                return control
+            saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if saved.is_dir():
+                checkpoint_saved(saved, state.global_step)
+            return control
+
+    TetherCallback.__module__ = __name__
+    return TetherCallback
+
+
+_callback: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """`TetherCallback` is built on first use: importing tether_hooks stays cheap (no
+    transformers import) for a script that never uses the callback."""
+    global _callback
+    if name == "TetherCallback":
+        if _callback is None:
+            _callback = _make_callback()
+        return _callback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

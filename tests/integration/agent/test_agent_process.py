@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -250,3 +251,28 @@ def test_interrupted_and_resumed_equals_uninterrupted(
     assert "resumed from" in out and "checkpoint-30" in out
     resumed = (tmp_path / "host2" / "ckpt" / "final_sha256.txt").read_text()
     assert resumed == (straight / "ckpt" / "final_sha256.txt").read_text()
+
+
+def test_a_misplaced_output_dir_is_named_in_heartbeats_and_the_log(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    """output_dir one level below the checkpoint dir: the Trainer's checkpoints land in
+    `$TETHER_CHECKPOINT_DIR/out/checkpoint-N`, nothing is uploaded, and the agent says so."""
+    env = agent_env(tmp_path, s3_server, bucket, control_plane)
+    script = Path(__file__).parents[2] / "unit" / "agent" / "hf_standin.py"
+    command = [sys.executable, str(script), "--max-steps", "4", "--save-steps", "2",
+               "--output-dir", str(tmp_path / "ckpt" / "out")]  # fmt: skip
+    code, out = finish(start_agent(env, command))
+    assert code == 0, out
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "finished", last
+    assert last["misplaced_checkpoints"] == ["out/checkpoint-2", "out/checkpoint-4"]
+    assert "checkpoints found below the checkpoint dir, never uploaded: out/checkpoint-" in out
+    storage = make_storage(s3_server.endpoint_url, bucket)
+    try:
+        keys = storage.list_keys("jobs/j1/")
+        shipped = b"".join(storage.get_bytes(k) or b"" for k in keys).decode()
+    finally:
+        storage.close()
+    assert keys and all(k.startswith("jobs/j1/g1/logs/") for k in keys)  # no checkpoint
+    assert "[tether] checkpoints found below the checkpoint dir, never uploaded: out/" in shipped

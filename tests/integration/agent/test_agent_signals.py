@@ -8,10 +8,13 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.integration.agent.conftest import (
     ControlPlane,
@@ -158,3 +161,42 @@ def test_sigterm_during_training_ends_stopping_not_failed_and_uploads_the_last_s
         assert {c.step for c in storage.list_checkpoints(1)} == {1, 101}
     finally:
         storage.close()
+
+
+HF_STANDIN = Path(__file__).parents[2] / "unit" / "agent" / "hf_standin.py"
+
+
+@pytest.mark.parametrize("stopped_by", ["sigterm", "stop command"])
+def test_hf_callback_saves_a_final_checkpoint_on_sigterm_and_the_agent_uploads_it(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane, stopped_by: str
+) -> None:
+    """A Trainer run (the callback protocol's stand-in) with `TetherCallback`, imported from
+    the PYTHONPATH the agent sets, saving only every 100,000 steps: the agent is signalled (the
+    container stops) or told to stop (cancel, budget), so the training gets SIGTERM; the
+    Trainer saves a marked checkpoint at the step it was in, and the agent uploads it."""
+    env = agent_env(tmp_path, s3_server, bucket, control_plane, TETHER_GRACE_S="30")
+    command = [sys.executable, str(HF_STANDIN),
+               "--max-steps", "1000000", "--save-steps", "100000", "--step-s", "0.02"]  # fmt: skip
+    agent = start_agent(env, command)
+    try:
+        control_plane.wait_for(lambda hb: hb["phase"] == "training" and (hb["step"] or 0) >= 3)
+    finally:
+        if stopped_by == "sigterm":
+            agent.send_signal(signal.SIGTERM)  # forwarded to the training group
+        else:
+            control_plane.command = "stop"
+        code, out = finish(agent)
+    assert code == (0 if stopped_by == "sigterm" else 11), out  # the script itself exits 0
+    (line,) = [x for x in out.splitlines() if x.startswith("stopped by SIGTERM at step ")]
+    final = int(line.rsplit(" ", 1)[1])
+    assert 3 <= final < 100_000, out
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "stopping", last
+    assert last["last_checkpoint"]["step"] == final, last
+    storage = make_storage(s3_server.endpoint_url, bucket)
+    try:
+        (uploaded,) = storage.list_checkpoints(1)
+        assert uploaded.step == final
+    finally:
+        storage.close()
+    assert "Traceback" not in out

@@ -203,3 +203,40 @@ def test_an_unbounded_restore_report_is_refused(api, restore) -> None:
         "POST", URL, body=heartbeat_body(job_id, restore=restore), headers=auth(TOKEN)
     )
     assert reply.status == 400
+
+
+def test_misplaced_checkpoints_go_on_the_timeline_once_per_new_path(api) -> None:
+    job_id = running_job(api)
+    for paths in (["out/checkpoint-5"], ["out/checkpoint-5"], ["out/checkpoint-10"], []):
+        beat(api, job_id, misplaced_checkpoints=paths)
+    events = [e for e in api.store.get_job_view(job_id).events if e.kind == "checkpoints_misplaced"]
+    # The test's clock stands still: events of one instant come back in any order.
+    assert len(events) == 2
+    by_path = {e.data["paths"][0]: e for e in events}
+    assert sorted(by_path) == ["out/checkpoint-10", "out/checkpoint-5"]
+    assert by_path["out/checkpoint-5"].message == (
+        "g1 checkpoints below the checkpoint dir are never uploaded: out/checkpoint-5; "
+        "save them directly in the checkpoint dir (Hugging Face: output_dir)"
+    )
+    assert api.store.get_generation(job_id, 1).heartbeat.misplaced_checkpoints == []
+
+
+@pytest.mark.parametrize(
+    ("paths", "problem"),
+    [
+        ([f"out/checkpoint-{n}" for n in range(5)], "must have at most 4 item(s)"),
+        (["o" * 301], "at most 300 characters"),
+        ([""], "must not be empty"),
+    ],
+)
+def test_misplaced_checkpoints_past_their_bounds_are_refused_and_nothing_stored(
+    api, paths: list[str], problem: str
+) -> None:
+    job_id = running_job(api)
+    body = heartbeat_body(job_id, misplaced_checkpoints=paths)
+    reply = api.heartbeat("POST", URL, body=body, headers=auth(TOKEN))
+    assert reply.status == 400, reply.body
+    (detail,) = reply.body["details"]
+    assert detail["path"].startswith("misplaced_checkpoints") and problem in detail["reason"]
+    assert api.store.get_generation(job_id, 1).heartbeat is None
+    assert not [e for e in api.store.get_job_view(job_id).events if "misplaced" in e.kind]

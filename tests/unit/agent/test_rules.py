@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,16 +133,35 @@ def test_hooks_are_noops_outside_tether(tmp_path: Path, monkeypatch: pytest.Monk
     assert tether_hooks.latest_checkpoint() is None
 
 
-def test_hooks_import_in_a_bare_interpreter_without_site_packages() -> None:
+NOOP_SCRIPT = """
+import os, sys, tether_hooks
+from types import SimpleNamespace
+cb = tether_hooks.TetherCallback()
+args = SimpleNamespace(output_dir="out")
+state = SimpleNamespace(global_step=3, is_world_process_zero=True)
+control = SimpleNamespace(should_save=False, should_training_stop=False)
+for event in ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin",
+              "on_step_end", "on_save", "on_log", "on_epoch_end", "on_train_end"):
+    getattr(cb, event)(args, state, control)
+tether_hooks.report_step(3, force=True)
+print(type(cb).__mro__[1].__name__, tether_hooks.latest_checkpoint(),
+      tether_hooks.stop_requested(), control.should_save, sorted(os.listdir(".")))
+"""
+
+
+def test_hooks_import_in_a_bare_interpreter_and_do_nothing_outside_tether(tmp_path: Path) -> None:
+    """No site-packages, no TETHER_* variable: the import works, `latest_checkpoint()` is None,
+    every callback event runs and changes nothing, nothing is written."""
     hooks_dir = Path(tether_hooks.__file__).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     done = subprocess.run(
         [sys.executable, "-S", "-I", "-c",
-         f"import sys; sys.path.insert(0, {str(hooks_dir)!r}); import tether_hooks;"
-         "print(tether_hooks.TetherCallback.__mro__[1].__name__)"],
-        capture_output=True, text=True, timeout=30, check=False,
+         f"import sys; sys.path.insert(0, {str(hooks_dir)!r})\n{NOOP_SCRIPT}"],
+        capture_output=True, text=True, timeout=30, check=False, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "object"
+    assert done.stdout.strip() == "_CallbackEvents None False False []"
+    assert done.stderr == ""
 
 
 def test_gpu_probe_hang_is_reported_unresponsive_at_the_deadline(tmp_path: Path) -> None:
