@@ -31,7 +31,7 @@ from tether_agent.checkpoints import MIB, generation_prefix
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
 from tether_agent.logs import LogShipper, TeeLog
-from tether_agent.progress import current_step
+from tether_agent.progress import ResumeWatch, current_step
 from tether_agent.protocol import (
     CheckpointRef,
     Command,
@@ -136,6 +136,7 @@ class Agent:
             self.read_credentials, limiter, self.storage.stats, self.storage.cancel
         )
         self.restore_report: RestoreReport | None = None
+        self.resume = ResumeWatch()  # the step resumed at and when the first one after it came
         self.progress_file = settings.progress_file or settings.work_dir / "progress.json"
         self.uploader = CheckpointUploader(
             self.storage,
@@ -199,14 +200,17 @@ class Agent:
 
     def _heartbeat_request(self) -> HeartbeatRequest:
         s = self.settings
+        step = self._step()
+        self.resume.observe(step)
         return HeartbeatRequest(
             job_id=s.job_id,
             generation=s.generation,
             phase=self.phase,
-            step=current_step(s.checkpoint_dir, s.marker, self.progress_file),
+            step=step,
             last_checkpoint=self.uploader.last,
             restored_checkpoint=self.restored.ref if self.restored else None,
             restore=self.restore_report,
+            resumed=self.resume.report(),
             gpu=self.gpu.current(),
             exit_code=self.exit_code,
             bytes_downloaded=self.storage.stats.bytes_downloaded,
@@ -214,6 +218,10 @@ class Agent:
             agent_time=time.time(),
             credentials_expire_at=self._credentials_expire_at(),
         )
+
+    def _step(self) -> int | None:
+        s = self.settings
+        return current_step(s.checkpoint_dir, s.marker, self.progress_file)
 
     def _credentials_expire_at(self) -> float | None:
         """When the first of the two keys expires (None: neither says)."""
@@ -347,6 +355,7 @@ class Agent:
             orphan_grace_s=self.settings.grace_s,
             orphan_log=self.settings.work_dir / "logs" / "training.log",
         )
+        baseline = self._step()  # what is on disk before the script ran
         try:
             self.training.start()
         except OSError as exc:
@@ -356,6 +365,7 @@ class Agent:
             self.uploader.stop_watching()
             self.heartbeater.stop(final=True)
             return 127
+        self.resume.started(self.restored.ref.step if self.restored else 0, baseline)
         self._set_phase("training")
         if self._signalled is not None and not self._interrupted:  # came while it started
             self._interrupted = True
@@ -363,6 +373,8 @@ class Agent:
 
         while True:
             self.training.exited.wait(timeout=max(0.01, min(1.0, self.lease.remaining_s())))
+            if self.resume.waiting():
+                self.resume.observe(self._step())
             if self._command or self.lease.expired():
                 return self._shut_down()
             code = self.training.poll()
