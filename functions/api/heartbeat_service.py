@@ -207,6 +207,8 @@ def _report_resumed(
     generation's last heartbeat (`functions/domain/recovery.py`)."""
     if generation.first_step_at is not None or resumed is None or resumed.first_step_at is None:
         return
+    if generation.resumed_started_at is not None:  # as stored by an earlier heartbeat
+        resumed = resumed.model_copy(update={"started_at": generation.resumed_started_at})
     lost = previous_step = since_incident = None
     data: dict[str, Any] = {
         "resumed_step": resumed.step,

@@ -42,8 +42,11 @@ class Resumed(_Frozen):
 
     @property
     def first_step_after_start_s(self) -> float | None:
-        """Process start → first step: imports, model build, the first step itself."""
-        return None if self.first_step_at is None else self.first_step_at - self.started_at
+        """Process start → first step: imports, model build, the first step itself (never
+        below 0: two heartbeats' conversions may differ by their transit times)."""
+        if self.first_step_at is None:
+            return None
+        return max(0.0, self.first_step_at - self.started_at)
 
 
 def resumed_on_server(request: HeartbeatRequest, now: float) -> Resumed | None:
