@@ -60,6 +60,7 @@ from tether_agent.vast import stop_own_instance
 log = logging.getLogger(__name__)
 HOOKS_DIR = Path(__file__).parent / "_hooks"  # holds only tether_hooks.py (stdlib only)
 SIGNAL_CANCEL_WAIT_S = 2.0  # after a signal, how long a cancelled restore may take to stop
+FIRST_STEP_POLL_S = 0.1  # how late the first step after the restore may be seen, at most
 _T = TypeVar("_T")
 SECRET_VARS = (
     "TETHER_AGENT_TOKEN",
@@ -372,8 +373,10 @@ class Agent:
             self.training.signal(self._signalled)
 
         while True:
-            self.training.exited.wait(timeout=max(0.01, min(1.0, self.lease.remaining_s())))
-            if self.resume.waiting():
+            waiting = self.resume.waiting()  # for the first step: polled 10 times a second
+            poll_s = FIRST_STEP_POLL_S if waiting else 1.0
+            self.training.exited.wait(timeout=max(0.01, min(poll_s, self.lease.remaining_s())))
+            if waiting:
                 self.resume.observe(self._step())
             if self._command or self.lease.expired():
                 return self._shut_down()

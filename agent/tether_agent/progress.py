@@ -84,7 +84,8 @@ class ResumeWatch:
     checkpoint's step (0 fresh), `baseline` what `current_step` said then (what is on disk before
     the script ran: a stale progress file must not count as a step). `observe(step)` with each
     `current_step` reading: the first one past `step` that differs from the baseline is the
-    first step; its time is when it was seen (polled about once a second, so at most that late).
+    first step; its time is when it was seen (the agent polls ten times a second until then, so
+    it is at most that late, never early).
     Thread-safe: the training loop and the heartbeat thread both observe."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:

@@ -97,7 +97,7 @@ class ResumeReport(_Wire):
 
     `step`: the restored checkpoint's step, 0 for a fresh start; `started_at`: when the training
     process started; `first_step_at`: when the agent first saw a step past `step` (progress
-    file, marker or `trainer_state.json`, polled about once a second), None until then. Recovery
+    file, marker or `trainer_state.json`, polled ten times a second), None until then. Recovery
     is measured to `first_step_at`, not to the process start."""
 
     step: int = Field(ge=0, le=MAX_STEP)
