@@ -102,7 +102,8 @@ def resumed_message(
 ) -> str:
     """The timeline line of a generation's first step after its restore."""
     after = resumed.first_step_after_start_s
-    text = f"generation {generation} resumed at step {resumed.step}"
+    where = f"resumed at step {resumed.step}" if resumed.step else "started at step 0"
+    text = f"generation {generation} {where}"
     if after is not None:
         text += f"; first step {after:.1f} s after the training process started"
     if since_incident_s is not None:

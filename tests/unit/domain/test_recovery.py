@@ -131,5 +131,5 @@ def test_the_timeline_line_says_where_when_and_the_lower_bound() -> None:
     )
     fresh = Resumed(step=0, started_at=NOW - 10, first_step_at=NOW - 2)
     assert resumed_message(1, fresh, since_incident_s=None, lost=None, previous_step=None) == (
-        "generation 1 resumed at step 0; first step 8.0 s after the training process started"
+        "generation 1 started at step 0; first step 8.0 s after the training process started"
     )
