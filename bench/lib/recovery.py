@@ -51,8 +51,9 @@ def breakdown(m: Milestones, *, threshold_s: float, monitor_interval_s: float) -
     """Detection (fault → verdict), to rent (verdict → rent request), start-up (rent → the new
     agent's first heartbeat), restore (its first `restoring` heartbeat → its training process
     started), first step (process start → the first training step after the restore), total
-    (fault → that first step: recovery ends there, not at the process start). Goals: detection ≤ threshold + one monitor interval;
-    the rent request inside the replace execution the verdict started."""
+    (fault → that first step: recovery ends there, not at the process start). Goals: detection
+    ≤ threshold + one monitor interval; the rent request inside the replace execution the
+    verdict started."""
     detection = _between(m.fault_at, m.detected_at)
     budget = threshold_s + monitor_interval_s
     within_execution = (
