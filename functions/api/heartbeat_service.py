@@ -205,7 +205,8 @@ def _report_resumed(
     on the timeline: the step resumed at, how long the process took to its first step, the time
     since the replace began, and (for a replacement) the work the fault lost, from the previous
     generation's last heartbeat (`functions/domain/recovery.py`)."""
-    if generation.first_step_at is not None or resumed is None or resumed.first_step_at is None:
+    first_step_at = resumed.first_step_at if resumed is not None else None
+    if generation.first_step_at is not None or resumed is None or first_step_at is None:
         return
     if generation.resumed_started_at is not None:  # as stored by an earlier heartbeat
         resumed = resumed.model_copy(update={"started_at": generation.resumed_started_at})
@@ -220,7 +221,7 @@ def _report_resumed(
         lost = lost_work(previous_step, resumed.step, training_ended=ended)
         data.update(lost_steps=lost.steps, lost_steps_lower_bound=lost.lower_bound)
         if job.incident_at is not None and job.incident_generation == generation.generation - 1:
-            since_incident = max(0.0, resumed.first_step_at - job.incident_at)
+            since_incident = max(0.0, first_step_at - job.incident_at)
             data["recovery_s"] = since_incident
     deps.store.append_event(
         TimelineEvent(

@@ -47,6 +47,7 @@ def test_dead_twice_resumes_twice_and_ends_identical(demo_stack: LocalStack) -> 
         g = store.get_generation(summary.job_id, number)
         assert g is not None and g.first_step_at is not None and g.resumed_started_at is not None
         start_to_step = g.first_step_at - g.resumed_started_at
+        assert incident.first_step_after_start_s is not None
         assert incident.first_step_after_start_s == pytest.approx(start_to_step, abs=0.01)
         assert incident.first_step_after_start_s > 0
         assert incident.resumed_after_s is not None and incident.detected_after_s is not None

@@ -46,7 +46,8 @@ def replaced_by_g2(api: Any, *, g1_step: int, exit_code: int | None = None) -> s
 
 
 def agent_clock(api: Any, seconds_ago: float = 0.0) -> float:
-    return api.clock.now - AGENT_BEHIND_S - seconds_ago
+    now: float = api.clock.now
+    return now - AGENT_BEHIND_S - seconds_ago
 
 
 def beat_g2(api: Any, job_id: str, resumed: dict[str, Any], step: int = 100) -> Any:
