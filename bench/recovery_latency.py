@@ -10,8 +10,10 @@ also `hung-gpu` and `no-progress`.
 
 Per incident, on one clock: the fault (the demo's FAULT line), detection (the monitor's dead /
 hung timeline event in DynamoDB), the replacement's rent request (the Vast simulator's ledger
-opens at the rent call), its first heartbeat (the agent is up), the first `restoring` and the
-first `training` heartbeat (the first resumed step). Detection is compared with the threshold
+opens at the rent call), its first heartbeat (the agent is up), its first `restoring` heartbeat,
+and, as its agent reported them (stored on the generation by the heartbeat API), when its
+training process started and when its first training step after the restore completed: the
+recovery ends there, not at the process start. Detection is compared with the threshold
 the policy must wait (0 when Vast reports the host gone, else the heartbeat timeout, GPU or
 progress threshold) plus one monitor interval; the rent with the replace execution that
 detection started (goal: the rent lies inside that one execution).
@@ -77,6 +79,9 @@ def thresholds() -> dict[str, float]:
 
 def milestones(stack: Any, recorder: StackRecorder, job_id: str) -> list[Milestones]:
     """One `Milestones` per FAULT line of the job's run."""
+    from functions.adapters.store import JobStore
+
+    store = JobStore(stack.table_name())
     entries = recorder.timeline_entries
     runs = [r for r in executions(stack) if r["action"] == "replace"]
     assert stack.hosts is not None
@@ -103,6 +108,7 @@ def milestones(stack: Any, recorder: StackRecorder, job_id: str) -> list[Milesto
         if successor is not None and successor.instance_id is not None:
             rent_at = stack.vast.ledger(successor.instance_id).opened_at
         nxt = [b for b in beats if b.generation == generation + 1]
+        after = store.get_generation(job_id, generation + 1)
         found.append(
             Milestones(
                 kind=match["kind"],
@@ -113,7 +119,8 @@ def milestones(stack: Any, recorder: StackRecorder, job_id: str) -> list[Milesto
                 rent_at=rent_at,
                 first_heartbeat_at=min((b.at for b in nxt), default=None),
                 restoring_at=min((b.at for b in nxt if b.phase == "restoring"), default=None),
-                training_at=min((b.at for b in nxt if b.phase == "training"), default=None),
+                training_at=after.resumed_started_at if after else None,
+                first_step_at=after.first_step_at if after else None,
             )
         )
     return found
@@ -155,7 +162,7 @@ def measure(quick: bool) -> dict[str, Any]:
 
 
 def summarise(incidents: list[dict[str, Any]]) -> dict[str, Any]:
-    parts = ("detection_s", "to_rent_s", "startup_s", "restore_s", "total_s")
+    parts = ("detection_s", "to_rent_s", "startup_s", "restore_s", "first_step_s", "total_s")
     out: dict[str, Any] = {}
     for part in parts:
         values = [i[part] for i in incidents if i[part] is not None]
@@ -183,10 +190,11 @@ def print_results(r: dict[str, Any]) -> None:
             f"{_x(i['excess_over_interval'])}), rent +{_s(i['to_rent_s'])} "
             f"(execution {_s(i['execution_s'])}; inside it: {i['rent_within_execution']}), "
             f"start-up +{_s(i['startup_s'])}, restore +{_s(i['restore_s'])}, "
+            f"process start → first step +{_s(i['first_step_s'])}, "
             f"first resumed step after {_s(i['total_s'])}"
         )
     s = r["summary"]
-    for part in ("detection_s", "to_rent_s", "startup_s", "restore_s", "total_s"):
+    for part in ("detection_s", "to_rent_s", "startup_s", "restore_s", "first_step_s", "total_s"):
         if part in s:
             print(f"{part}: {s[part].describe(2)}")
     within, n = s["detection_within_goal"], s["incidents"]

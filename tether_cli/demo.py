@@ -1,7 +1,8 @@
 """`tether demo [--scenario NAME] [--json]`: the local stack, a deterministic CPU job, faults.
 
 Starts the local stack, runs one scenario of `tether_local.demo` with a live timeline, and ends
-with a summary: each incident (detection time, time until training resumed, steps lost), the
+with a summary: each incident (detection time, time to the first training step after the restore
+and how much of it the new process took to its first step, steps lost as a lower bound), the
 spend at the simulated prices, whether the final weights are identical to an uninterrupted run,
 and every DESIGN §6 invariant checked from stored state. `--json` prints the summary as one JSON
 object on stdout (the timeline then goes to stderr). Exit 0 only if every invariant holds and the
@@ -115,14 +116,19 @@ def _quiet_functions() -> Any:
 
 def _print_summary(console: Console, summary: Any) -> None:
     incidents = Table(title=f"scenario {summary.scenario}: incidents", title_justify="left")
-    for column in ("kind", "detected after", "training resumed after", "steps lost"):
+    columns = ("kind", "detected after", "first step after", "(process start → step)")
+    for column in (*columns, "steps lost"):
         incidents.add_column(column, justify="left" if column == "kind" else "right")
     for incident in summary.incidents:
+        lost = "-" if incident.lost_steps is None else str(incident.lost_steps)
         incidents.add_row(
             incident.kind,
             _seconds(incident.detected_after_s),
             _seconds(incident.resumed_after_s),
-            "-" if incident.lost_steps is None else str(incident.lost_steps),
+            _seconds(incident.first_step_after_start_s),
+            f"≥ {lost}"
+            if incident.lost_steps is not None and incident.lost_steps_lower_bound
+            else lost,
         )
     console.print(incidents)
     console.print(

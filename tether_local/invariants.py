@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.domain.job import Generation, Job
 from functions.domain.labels import parse_label
+from functions.domain.recovery import lost_work
 from functions.domain.storage_layout import job_prefix
 
 
@@ -356,15 +357,34 @@ class GenerationProgress(_Frozen):
     """What the demo saw of one generation while polling."""
 
     generation: int
-    first_training_at: float | None = None
+    first_training_at: float | None = Field(
+        default=None, description="When the demo first saw it `training` (its process started)."
+    )
     restored_step: int | None = None
+    first_step_after_start_s: float | None = Field(
+        default=None,
+        description="Its process start → its first step after the restore, as the agent reported.",
+    )
+    first_step_at: float | None = Field(
+        default=None, description="Its first training step after the restore (stored by the API)."
+    )
 
 
 class Incident(_Frozen):
     kind: str
     detected_after_s: float | None
-    resumed_after_s: float | None
+    resumed_after_s: float | None = Field(
+        description="Fault → the next generation's first training step after its restore."
+    )
+    first_step_after_start_s: float | None = Field(
+        default=None,
+        description="Of `resumed_after_s`: the next generation's process start → first step.",
+    )
     lost_steps: int | None
+    lost_steps_lower_bound: bool = Field(
+        default=True,
+        description="The step at the fault was read just before it: the host may have gone on.",
+    )
 
 
 def incidents(
@@ -372,24 +392,28 @@ def incidents(
     verdicts: Sequence[tuple[float, str]],
     progress: Mapping[int, GenerationProgress],
 ) -> list[Incident]:
-    """Per fault: how long until the monitor's verdict, until the next generation trained, and
-    how many steps the job went back (the step reached minus the step restored)."""
+    """Per fault: how long until the monitor's verdict, until the next generation's first
+    training step after its restore (not its process start), and how many steps the job went
+    back (the step reached minus the step restored: a lower bound, `functions.domain.recovery`)."""
     found = []
     for fault in faults:
         detected = fault.detected_at
         if detected is None:
             detected = next((at for at, _ in sorted(verdicts) if at >= fault.at), None)
         after = progress.get(fault.generation + 1)
-        resumed = after.first_training_at if after is not None else None
+        resumed = after.first_step_at if after is not None else None
         lost = None
-        if after is not None and after.first_training_at is not None:
-            lost = max(0, fault.step_at_fault - (after.restored_step or 0))
+        if after is not None and resumed is not None:
+            lost = lost_work(fault.step_at_fault, after.restored_step or 0, training_ended=False)
+        start_to_step = after.first_step_after_start_s if after is not None else None
         found.append(
             Incident(
                 kind=fault.kind,
                 detected_after_s=None if detected is None else round(detected - fault.at, 2),
                 resumed_after_s=None if resumed is None else round(resumed - fault.at, 2),
-                lost_steps=lost,
+                first_step_after_start_s=None if start_to_step is None else round(start_to_step, 2),
+                lost_steps=None if lost is None else lost.steps,
+                lost_steps_lower_bound=True if lost is None else lost.lower_bound,
             )
         )
     return found

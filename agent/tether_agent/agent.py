@@ -30,7 +30,7 @@ from tether_agent.checkpoints import MIB, generation_prefix
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
 from tether_agent.logs import LogShipper, TeeLog
-from tether_agent.progress import current_step, misplaced_checkpoints
+from tether_agent.progress import ResumeWatch, current_step, misplaced_checkpoints
 from tether_agent.protocol import (
     MAX_MISPLACED,
     MAX_MISPLACED_PATH,
@@ -61,6 +61,7 @@ from tether_agent.vast import stop_own_instance
 
 log = logging.getLogger(__name__)
 SIGNAL_CANCEL_WAIT_S = 2.0  # after a signal, how long a cancelled restore may take to stop
+FIRST_STEP_POLL_S = 0.1  # how late the first step after the restore may be seen, at most
 _T = TypeVar("_T")
 
 
@@ -129,6 +130,7 @@ class Agent:
             self.read_credentials, limiter, self.storage.stats, self.storage.cancel
         )
         self.restore_report: RestoreReport | None = None
+        self.resume = ResumeWatch()  # the step resumed at and when the first one after it came
         self.progress_file = settings.progress_file or settings.work_dir / "progress.json"
         self.uploader = CheckpointUploader(
             self.storage,
@@ -192,15 +194,18 @@ class Agent:
 
     def _heartbeat_request(self) -> HeartbeatRequest:
         s = self.settings
+        step = self._step()
+        self.resume.observe(step)
         return HeartbeatRequest(
             job_id=s.job_id,
             generation=s.generation,
             phase=self.phase,
-            step=current_step(s.checkpoint_dir, s.marker, self.progress_file),
+            step=step,
             last_checkpoint=self.uploader.last,
             restored_checkpoint=self.restored.ref if self.restored else None,
             restore=self.restore_report,
             misplaced_checkpoints=self._misplaced(),
+            resumed=self.resume.report(),
             gpu=self.gpu.current(),
             exit_code=self.exit_code,
             bytes_downloaded=self.storage.stats.bytes_downloaded,
@@ -225,6 +230,10 @@ class Agent:
             log.warning(message)
             self.log_shipper.note(message)
         return [path[:MAX_MISPLACED_PATH] for path in found]
+
+    def _step(self) -> int | None:
+        s = self.settings
+        return current_step(s.checkpoint_dir, s.marker, self.progress_file)
 
     def _credentials_expire_at(self) -> float | None:
         """When the first of the two keys expires (None: neither says)."""
@@ -358,6 +367,7 @@ class Agent:
             orphan_grace_s=self.settings.grace_s,
             orphan_log=self.settings.work_dir / "logs" / "training.log",
         )
+        baseline = self._step()  # what is on disk before the script ran
         try:
             self.training.start()
         except OSError as exc:
@@ -367,13 +377,18 @@ class Agent:
             self.uploader.stop_watching()
             self.heartbeater.stop(final=True)
             return 127
+        self.resume.started(self.restored.ref.step if self.restored else 0, baseline)
         self._set_phase("training")
         if self._signalled is not None and not self._interrupted:  # came while it started
             self._interrupted = True
             self.training.signal(self._signalled)
 
         while True:
-            self.training.exited.wait(timeout=max(0.01, min(1.0, self.lease.remaining_s())))
+            waiting = self.resume.waiting()  # for the first step: polled 10 times a second
+            poll_s = FIRST_STEP_POLL_S if waiting else 1.0
+            self.training.exited.wait(timeout=max(0.01, min(poll_s, self.lease.remaining_s())))
+            if waiting:
+                self.resume.observe(self._step())
             if self._command or self.lease.expired():
                 return self._shut_down()
             code = self.training.poll()

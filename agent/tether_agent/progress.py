@@ -12,9 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tether_agent.checkpoints import local_step
+from tether_agent.protocol import ResumeReport
 
 
 def marked_checkpoints(checkpoint_dir: Path, marker: str) -> list[tuple[int, Path]]:
@@ -102,3 +106,46 @@ def current_step(checkpoint_dir: Path, marker: str, progress_file: Path | None) 
     ]
     known = [s for s in steps if s is not None]
     return max(known) if known else None
+
+
+class ResumeWatch:
+    """Where training resumed on this host and when its first step after that completed (the
+    `resumed` heartbeat field): recovery ends at the first step, not at the process start,
+    which may be minutes of imports and model loading earlier.
+
+    `started(step, baseline)` when the training process starts: `step` is the restored
+    checkpoint's step (0 fresh), `baseline` what `current_step` said then (what is on disk before
+    the script ran: a stale progress file must not count as a step). `observe(step)` with each
+    `current_step` reading: the first one past `step` that differs from the baseline is the
+    first step; its time is when it was seen (the agent polls ten times a second until then, so
+    it is at most that late, never early).
+    Thread-safe: the training loop and the heartbeat thread both observe."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._report: ResumeReport | None = None
+        self._baseline: int | None = None
+
+    def started(self, step: int, baseline: int | None) -> None:
+        with self._lock:
+            self._report = ResumeReport(step=step, started_at=self._clock())
+            self._baseline = baseline
+
+    def observe(self, step: int | None) -> None:
+        with self._lock:
+            report = self._report
+            if report is None or report.first_step_at is not None or step is None:
+                return
+            if step > report.step and step != self._baseline:
+                at = max(self._clock(), report.started_at)
+                self._report = report.model_copy(update={"first_step_at": at})
+
+    def waiting(self) -> bool:
+        """Training started and its first step not seen yet."""
+        with self._lock:
+            return self._report is not None and self._report.first_step_at is None
+
+    def report(self) -> ResumeReport | None:
+        with self._lock:
+            return self._report

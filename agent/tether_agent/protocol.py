@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Phase = Literal["starting", "restoring", "training", "uploading", "stopping", "finished", "failed"]
 Command = Literal["continue", "stop", "superseded"]
@@ -97,6 +97,26 @@ MAX_MISPLACED_PATH = 300
 MisplacedPath = Annotated[str, Field(min_length=1, max_length=MAX_MISPLACED_PATH)]
 
 
+class ResumeReport(_Wire):
+    """Where training resumed on this host and when it got going (agent clock), sent in every
+    heartbeat once the training process has started.
+
+    `step`: the restored checkpoint's step, 0 for a fresh start; `started_at`: when the training
+    process started; `first_step_at`: when the agent first saw a step past `step` (progress
+    file, marker or `trainer_state.json`, polled ten times a second), None until then. Recovery
+    is measured to `first_step_at`, not to the process start."""
+
+    step: int = Field(ge=0, le=MAX_STEP)
+    started_at: float = Field(gt=0, le=MAX_EPOCH_S)
+    first_step_at: float | None = Field(default=None, gt=0, le=MAX_EPOCH_S)
+
+    @model_validator(mode="after")
+    def _first_step_after_start(self) -> ResumeReport:
+        if self.first_step_at is not None and self.first_step_at < self.started_at:
+            raise ValueError("first_step_at is before started_at")
+        return self
+
+
 class HeartbeatRequest(_Wire):
     job_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     generation: int = Field(ge=1, le=MAX_GENERATION)
@@ -112,6 +132,9 @@ class HeartbeatRequest(_Wire):
         max_length=MAX_MISPLACED,
         description="Marked (or Hugging Face) checkpoints found one level below the checkpoint "
         "dir, which the agent never uploads: e.g. output_dir set to a folder below it.",
+    )
+    resumed: ResumeReport | None = Field(
+        default=None, description="Where training resumed and when; None until it started."
     )
     gpu: GpuProbe
     exit_code: int | None = Field(default=None, ge=-255, le=255)

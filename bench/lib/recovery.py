@@ -18,7 +18,8 @@ class Milestones:
     rent_at: float | None  # the replacement's rent request
     first_heartbeat_at: float | None  # the replacement's agent is up
     restoring_at: float | None
-    training_at: float | None  # the first resumed step
+    training_at: float | None  # its training process started (the agent's report)
+    first_step_at: float | None  # its first training step after the restore (the agent's report)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Incident:
     execution_s: float | None
     startup_s: float | None
     restore_s: float | None
+    first_step_s: float | None  # process start → first step: imports, model build, one step
     total_s: float | None
     excess_over_interval: float | None  # (detection − threshold) / interval
     detection_over_threshold_plus_interval: float | None
@@ -47,9 +49,11 @@ def _between(start: float | None, end: float | None) -> float | None:
 
 def breakdown(m: Milestones, *, threshold_s: float, monitor_interval_s: float) -> Incident:
     """Detection (fault → verdict), to rent (verdict → rent request), start-up (rent → the new
-    agent's first heartbeat), restore (its first `restoring` → first `training` heartbeat),
-    total (fault → first resumed step). Goals: detection ≤ threshold + one monitor interval;
-    the rent request inside the replace execution the verdict started."""
+    agent's first heartbeat), restore (its first `restoring` heartbeat → its training process
+    started), first step (process start → the first training step after the restore), total
+    (fault → that first step: recovery ends there, not at the process start). Goals: detection
+    ≤ threshold + one monitor interval; the rent request inside the replace execution the
+    verdict started."""
     detection = _between(m.fault_at, m.detected_at)
     budget = threshold_s + monitor_interval_s
     within_execution = (
@@ -67,7 +71,8 @@ def breakdown(m: Milestones, *, threshold_s: float, monitor_interval_s: float) -
         execution_s=_between(m.execution_start, m.execution_stop),
         startup_s=_between(m.rent_at, m.first_heartbeat_at),
         restore_s=_between(m.restoring_at, m.training_at),
-        total_s=_between(m.fault_at, m.training_at),
+        first_step_s=_between(m.training_at, m.first_step_at),
+        total_s=_between(m.fault_at, m.first_step_at),
         excess_over_interval=(
             None if detection is None else (detection - threshold_s) / monitor_interval_s
         ),

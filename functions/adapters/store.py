@@ -69,6 +69,7 @@ from functions.domain.job import (
     is_terminal,
 )
 from functions.domain.reconcile import Observation, StatusClock
+from functions.domain.recovery import Resumed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -416,13 +417,16 @@ class JobStore:
         lease_expires_at: float,
         training_start_step: int | None = None,
         gpu_busy: bool = False,
+        resumed: Resumed | None = None,
     ) -> bool:
         """The heartbeat and the renewed lease, in one conditional UpdateItem: only the current
         generation, with this token, writes. `training_start_step` given: the first `training`
         heartbeat also records when and at which step training began on this host (kept if
         already there). `gpu_busy`: the GPU was above the job's idle threshold, so
         `gpu_busy_at` moves to this heartbeat (the hung rule's window). False when the
-        condition fails (the generation was replaced meanwhile)."""
+        condition fails (the generation was replaced meanwhile). `resumed` (server clock): the
+        step training resumed at and when it started, then the first step after it; each kept
+        once written."""
         expression = "SET heartbeat = :hb, lease_expires_at = :lease"
         values: dict[str, Any] = {
             ":hb": heartbeat.model_dump(mode="json", exclude_none=True),
@@ -440,6 +444,16 @@ class JobStore:
             )
             values[":at"] = heartbeat.at
             values[":step"] = training_start_step
+        if resumed is not None:
+            expression += (
+                ", resumed_step = if_not_exists(resumed_step, :resumed_step)"
+                ", resumed_started_at = if_not_exists(resumed_started_at, :resumed_at)"
+            )
+            values[":resumed_step"] = resumed.step
+            values[":resumed_at"] = resumed.started_at
+            if resumed.first_step_at is not None:
+                expression += ", first_step_at = if_not_exists(first_step_at, :first_step_at)"
+                values[":first_step_at"] = resumed.first_step_at
         return self._table.update(
             generation_key(job_id, generation),
             UpdateExpression=expression,

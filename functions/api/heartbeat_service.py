@@ -32,6 +32,7 @@ from functions.domain.job import (
     Generation,
     HeartbeatDecision,
     Job,
+    TimelineEvent,
     decide_heartbeat,
     heartbeat_record,
 )
@@ -40,6 +41,13 @@ from functions.domain.measures import (
     is_first_training_heartbeat,
     recovery_to_training_s,
     training_start_step,
+)
+from functions.domain.recovery import (
+    Resumed,
+    last_known_step,
+    lost_work,
+    resumed_message,
+    resumed_on_server,
 )
 from functions.settings import HeartbeatSettings
 
@@ -120,6 +128,7 @@ def handle_heartbeat(
     measures = HeartbeatMeasures()
     if decision.command != "superseded":
         first_training = is_first_training_heartbeat(generation, request)
+        resumed = resumed_on_server(request, now)
         stored = deps.store.store_heartbeat(
             request.job_id,
             request.generation,
@@ -128,6 +137,7 @@ def handle_heartbeat(
             lease_expires_at=decision.lease_expires_at,
             training_start_step=training_start_step(request) if first_training else None,
             gpu_busy=gpu_busy(request.gpu, job.spec.policy),
+            resumed=resumed,
         )
         if stored:  # measured against the generation as it was before this heartbeat
             _record_checkpoint(deps, job, generation, request, token_hash)
@@ -135,8 +145,9 @@ def handle_heartbeat(
             found = misplaced_event(generation.heartbeat, request, now)
             if found is not None:
                 deps.store.append_event(found)
+            _report_resumed(deps, job, generation, resumed, now)
             measures = HeartbeatMeasures(
-                recovery_to_training_s=recovery_to_training_s(job, generation, request, now),
+                recovery_to_training_s=recovery_to_training_s(job, generation, resumed),
                 checkpoint_upload_lag_s=checkpoint_upload_lag_s(generation, request, now),
             )
         else:  # replaced between our read and our write
@@ -189,3 +200,45 @@ def _report_restore(
     found = None if already else restore_event(request, now)
     if found is not None:
         deps.store.append_event(found)
+
+
+def _report_resumed(
+    deps: HeartbeatDeps, job: Job, generation: Generation, resumed: Resumed | None, now: float
+) -> None:
+    """The heartbeat that first reports the generation's first step after its restore puts it
+    on the timeline: the step resumed at, how long the process took to its first step, the time
+    since the replace began, and (for a replacement) the work the fault lost, from the previous
+    generation's last heartbeat (`functions/domain/recovery.py`)."""
+    first_step_at = resumed.first_step_at if resumed is not None else None
+    if generation.first_step_at is not None or resumed is None or first_step_at is None:
+        return
+    if generation.resumed_started_at is not None:  # as stored by an earlier heartbeat
+        resumed = resumed.model_copy(update={"started_at": generation.resumed_started_at})
+    lost = previous_step = since_incident = None
+    data: dict[str, Any] = {
+        "resumed_step": resumed.step,
+        "first_step_after_start_s": resumed.first_step_after_start_s,
+    }
+    if generation.generation > 1:
+        _, previous = deps.store.load_heartbeat_context(job.job_id, generation.generation - 1)
+        previous_step, ended = last_known_step(previous.heartbeat if previous else None)
+        lost = lost_work(previous_step, resumed.step, training_ended=ended)
+        data.update(lost_steps=lost.steps, lost_steps_lower_bound=lost.lower_bound)
+        if job.incident_at is not None and job.incident_generation == generation.generation - 1:
+            since_incident = max(0.0, first_step_at - job.incident_at)
+            data["recovery_s"] = since_incident
+    deps.store.append_event(
+        TimelineEvent(
+            job_id=job.job_id,
+            at=now,
+            kind="resumed",
+            message=resumed_message(
+                generation.generation,
+                resumed,
+                since_incident_s=since_incident,
+                lost=lost,
+                previous_step=previous_step,
+            ),
+            data=data,
+        )
+    )

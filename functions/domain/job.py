@@ -31,6 +31,7 @@ from functions.domain.heartbeat import (
     HeartbeatRequest,
     Phase,
     RestoreReport,
+    ResumeReport,
     StorageCredentials,
 )
 from functions.domain.jobspec import JobSpec
@@ -212,6 +213,7 @@ class Heartbeat(BaseModel):
     restored_checkpoint: CheckpointRef | None = None
     restore: RestoreReport | None = None
     misplaced_checkpoints: list[str] = Field(default_factory=list)
+    resumed: ResumeReport | None = None  # agent clock; the generation's `resumed_*` are ours
     exit_code: int | None = None
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
@@ -271,6 +273,12 @@ class Generation(BaseModel):
         description="Heartbeat API: the last heartbeat whose GPU utilisation was above the "
         "job's `gpu_idle_util_pct` (the hung rule judges idleness over its whole window).",
     )
+    # Written by the heartbeat API from the agent's `resumed` report, on the server's clock
+    # (functions/domain/recovery.py): the step training resumed at on this host, when its
+    # process started and when its first step after the restore completed. Recovery ends there.
+    resumed_step: int | None = None
+    resumed_started_at: float | None = None
+    first_step_at: float | None = None
 
 
 class HostReputation(BaseModel):
@@ -434,6 +442,7 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         restored_checkpoint=request.restored_checkpoint,
         restore=request.restore,
         misplaced_checkpoints=request.misplaced_checkpoints,
+        resumed=request.resumed,
         exit_code=request.exit_code,
         bytes_downloaded=request.bytes_downloaded,
         bytes_uploaded=request.bytes_uploaded,

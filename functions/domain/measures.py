@@ -21,6 +21,7 @@ from functions.domain.heartbeat import HeartbeatRequest
 from functions.domain.job import Generation, Heartbeat, Job, JobState
 from functions.domain.labels import parse_label
 from functions.domain.reconcile import InstanceFacts, JobSnapshot
+from functions.domain.recovery import Resumed
 
 # Metric names (namespace and the one dimension come from functions/observability.py); the
 # dashboard (infra/constructs/observability.py) reads the same names.
@@ -115,15 +116,19 @@ def is_first_training_heartbeat(generation: Generation, request: HeartbeatReques
 
 
 def recovery_to_training_s(
-    job: Job, generation: Generation, request: HeartbeatRequest, now: float
+    job: Job, generation: Generation, resumed: Resumed | None
 ) -> float | None:
     """Detection → training resumed: from when the monitor started the replace of generation
-    n − 1 to the first `training` heartbeat of generation n. None for any other heartbeat."""
-    if generation.generation <= 1 or not is_first_training_heartbeat(generation, request):
+    n − 1 to the first training step of generation n after its restore (the agent's report, on
+    the server's clock: `functions/domain/recovery.py`), not to its process start. Measured by
+    the heartbeat that first reports that step; None for any other."""
+    if generation.generation <= 1 or generation.first_step_at is not None:
+        return None
+    if resumed is None or resumed.first_step_at is None:
         return None
     if job.incident_at is None or job.incident_generation != generation.generation - 1:
         return None
-    return max(0.0, now - job.incident_at)
+    return max(0.0, resumed.first_step_at - job.incident_at)
 
 
 def checkpoint_upload_lag_s(

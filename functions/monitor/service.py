@@ -68,6 +68,7 @@ from functions.domain.reconcile import (
     labelled_by_job,
     unseen_starts,
 )
+from functions.domain.recovery import LostWork
 from functions.domain.spend import VastCharges, vast_charges
 from functions.monitor import repair
 from functions.observability import logger
@@ -396,10 +397,10 @@ def _record_incident(
 
 
 def _describe(lost: WorkLost) -> str:
-    if lost.steps == 0:
-        return "no work lost since the last checkpoint"
-    seconds = f" (≈ {lost.seconds:.0f} s of training)" if lost.seconds is not None else ""
-    return f"{lost.steps} steps since the last checkpoint lost{seconds}"
+    """A lower bound: the host may have trained on after its last heartbeat."""
+    steps = LostWork(steps=lost.steps, lower_bound=True).describe()
+    seconds = f" (≈ {lost.seconds:.0f} s of training)" if lost.steps and lost.seconds else ""
+    return f"{steps} since the last checkpoint{seconds}, as of the last heartbeat"
 
 
 def _renew_credentials(

@@ -145,6 +145,17 @@ class DemoRun:
             self.max_step[g.generation] = max(self.max_step.get(g.generation, 0), hb.step)
         if first_training and seen.first_training_at is None:
             seen = seen.model_copy(update={"first_training_at": now})
+        if g.first_step_at is not None and seen.first_step_at is None:
+            # the API's record of the agent's report (the stack's clock is this machine's)
+            started = g.resumed_started_at
+            seen = seen.model_copy(
+                update={
+                    "first_step_at": g.first_step_at,
+                    "first_step_after_start_s": (
+                        None if started is None else max(0.0, g.first_step_at - started)
+                    ),
+                }
+            )
         self.progress[g.generation] = seen
 
     def wait(self, what: str, probe: Callable[[JobView], Any], timeout_s: float = 45) -> Any:

@@ -38,8 +38,24 @@ def test_dead_twice_resumes_twice_and_ends_identical(demo_stack: LocalStack) -> 
     _assert_sound(summary)
     assert summary.identical_to_uninterrupted and summary.compared_step == 300
     assert [i.kind for i in summary.incidents] == ["dead", "dead"]
-    assert all(i.resumed_after_s is not None for i in summary.incidents)
     assert _generations(demo_stack, summary.job_id) == [1, 2, 3]
+    store = JobStore(demo_stack.table_name())
+    for incident, number in zip(summary.incidents, (2, 3), strict=True):
+        # Recovery ends at the replacement's first step after its restore, as the agent
+        # reported it: after the verdict, the rent, the boot and the restore, and after the
+        # process's own time to its first step (imports, building the model).
+        g = store.get_generation(summary.job_id, number)
+        assert g is not None and g.first_step_at is not None and g.resumed_started_at is not None
+        start_to_step = g.first_step_at - g.resumed_started_at
+        assert incident.first_step_after_start_s is not None
+        assert incident.first_step_after_start_s == pytest.approx(start_to_step, abs=0.01)
+        assert incident.first_step_after_start_s > 0
+        assert incident.resumed_after_s is not None and incident.detected_after_s is not None
+        assert incident.resumed_after_s >= incident.detected_after_s + start_to_step
+        # it resumed at the checkpoint it restored; the steps lost are a lower bound
+        restored = g.heartbeat.restored_checkpoint if g.heartbeat is not None else None
+        assert restored is not None and g.resumed_step == restored.step
+        assert incident.lost_steps is not None and incident.lost_steps_lower_bound
 
 
 def test_zombie_is_superseded_never_billed_and_its_checkpoints_never_restored(

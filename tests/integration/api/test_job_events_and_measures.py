@@ -132,8 +132,13 @@ def test_a_replacement_reports_recovery_once_then_its_checkpoint_lag(api, capsys
         assert reply.status == 200, reply.body
         return emitted(capsys)
 
-    first = beat(step=400, last_checkpoint=restored, restored_checkpoint=restored)
-    assert first["RecoveryToTrainingS"] == [200]
+    # the agent's clock equals ours here: the process started 30 s ago, its first step came 5 s ago
+    resumed = {"step": 400, "started_at": api.clock.now - 30, "first_step_at": api.clock.now - 5}
+    first = beat(
+        step=400, last_checkpoint=restored, restored_checkpoint=restored, resumed=resumed,
+        agent_time=api.clock.now,
+    )  # fmt: skip
+    assert first["RecoveryToTrainingS"] == [195]  # to the first step, not to the process start
     assert "CheckpointUploadLagS" not in first  # the restored checkpoint was not uploaded here
     stored = api.store.get_generation(job_id, 2)
     assert stored.training_started_at == api.clock.now and stored.training_start_step == 400

@@ -86,7 +86,7 @@ def test_provision_and_replace_publish_each_move_and_record_the_incident(
     view = sup.store.get_job_view(job.job_id)
     assert view is not None
     (dead,) = [e for e in view.events if e.kind == "dead"]
-    assert "100 steps since the last checkpoint lost" in dead.message
+    assert "≥ 100 steps lost since the last checkpoint" in dead.message
     assert dead.data["work_lost_steps"] == 100
     assert transitions(sup, queue, job.job_id) == [
         ("PENDING", "PROVISIONING", 0),

@@ -18,6 +18,7 @@ MIRRORED = [
     "CheckpointRef",
     "SkippedCheckpoint",
     "RestoreReport",
+    "ResumeReport",
     "HeartbeatRequest",
     "StorageKey",
     "StorageCredentials",

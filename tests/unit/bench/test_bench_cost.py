@@ -104,7 +104,7 @@ def test_recovery_breakdown_and_goals() -> None:
     m = Milestones(
         kind="frozen", fault_at=100.0, detected_at=106.5, execution_start=106.6,
         execution_stop=107.5, rent_at=107.2, first_heartbeat_at=108.7, restoring_at=108.8,
-        training_at=109.4,
+        training_at=109.4, first_step_at=111.9,
     )  # fmt: skip
     i = breakdown(m, threshold_s=6, monitor_interval_s=1)
     assert i.detection_s == pytest.approx(6.5)
@@ -113,7 +113,8 @@ def test_recovery_breakdown_and_goals() -> None:
     assert i.to_rent_s == pytest.approx(0.7)
     assert i.startup_s == pytest.approx(1.5)
     assert i.restore_s == pytest.approx(0.6)
-    assert i.total_s == pytest.approx(9.4)
+    assert i.first_step_s == pytest.approx(2.5)
+    assert i.total_s == pytest.approx(11.9)  # to the first step, not to the process start
     late = breakdown(m, threshold_s=5, monitor_interval_s=1)
     assert not late.detection_within_goal
     outside = Milestones(**{**m.__dict__, "rent_at": 108.0})
@@ -121,7 +122,7 @@ def test_recovery_breakdown_and_goals() -> None:
 
 
 def test_recovery_breakdown_of_an_incident_never_detected() -> None:
-    m = Milestones("dead", 10.0, None, None, None, None, None, None, None)
+    m = Milestones("dead", 10.0, None, None, None, None, None, None, None, None)
     i = breakdown(m, threshold_s=0, monitor_interval_s=1)
     assert i.detection_s is None and i.total_s is None
     assert not i.detection_within_goal and not i.rent_within_execution

@@ -22,6 +22,7 @@ from functions.domain.measures import (
     work_lost,
 )
 from functions.domain.reconcile import InstanceFacts, JobSnapshot
+from functions.domain.recovery import Resumed
 from tests.paths import ROOT
 
 NOW = 1_800_000_000.0
@@ -123,18 +124,23 @@ def test_training_starts_at_the_reported_step_else_the_restored_one() -> None:
 # --- heartbeat API --------------------------------------------------------------------------
 
 
-def test_recovery_is_measured_on_the_first_training_heartbeat_of_the_replacement() -> None:
+def test_recovery_is_measured_to_the_first_step_after_the_restore() -> None:
     replaced = job(current_generation=2, incident_at=NOW - 210, incident_generation=1)
     second = generation(2)
-    assert recovery_to_training_s(replaced, second, request(2, step=400), NOW) == 210
-    # not a recovery: still restoring, already training, the first generation, no incident
-    assert recovery_to_training_s(replaced, second, request(2, phase="restoring"), NOW) is None
-    trained = second.model_copy(update={"training_started_at": NOW - 30})
-    assert recovery_to_training_s(replaced, trained, request(2), NOW) is None
-    assert recovery_to_training_s(replaced, generation(1), request(1), NOW) is None
-    assert recovery_to_training_s(job(current_generation=2), second, request(2), NOW) is None
+    # the process started 60 s after the replace began, its first step came 90 s later
+    stepped = Resumed(step=400, started_at=NOW - 150, first_step_at=NOW - 60)
+    assert recovery_to_training_s(replaced, second, stepped) == 150
+    # not yet: the process started but no step came; not a recovery: reported before, the
+    # first generation, no incident, an incident of another generation
+    started = Resumed(step=400, started_at=NOW - 150, first_step_at=None)
+    assert recovery_to_training_s(replaced, second, started) is None
+    assert recovery_to_training_s(replaced, second, None) is None
+    reported = second.model_copy(update={"first_step_at": NOW - 60})
+    assert recovery_to_training_s(replaced, reported, stepped) is None
+    assert recovery_to_training_s(replaced, generation(1), stepped) is None
+    assert recovery_to_training_s(job(current_generation=2), second, stepped) is None
     stale = replaced.model_copy(update={"incident_generation": 3})
-    assert recovery_to_training_s(stale, second, request(2), NOW) is None
+    assert recovery_to_training_s(stale, second, stepped) is None
 
 
 def test_checkpoint_lag_is_measured_once_per_new_upload_of_this_generation() -> None:

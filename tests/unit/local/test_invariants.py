@@ -15,10 +15,14 @@ from tests.integration.api.helpers import SPEC
 from tether_local.invariants import (
     CheckpointFacts,
     Evidence,
+    Fault,
+    GenerationProgress,
+    Incident,
     KeyFacts,
     Recorded,
     Restore,
     hosts_hold_job_scoped_credentials,
+    incidents,
     no_bad_checkpoint_restored,
     result_checkpoint,
 )
@@ -157,3 +161,44 @@ def test_a_zombies_late_checkpoint_is_not_the_jobs_result() -> None:
     zombie = facts(99_950, 1, written_at=25.0)  # g1 ended at 20
     unverified = facts(500, 2, verified=False)
     assert result_checkpoint([ours, zombie, unverified], generations) == ours
+
+
+# --- incidents: recovery to the first step, lost work as a lower bound -----------------------
+
+
+def test_an_incident_is_measured_to_the_first_step_and_its_loss_is_a_lower_bound() -> None:
+    faults = [
+        Fault(kind="dead", at=100.0, generation=1, step_at_fault=117),
+        Fault(kind="dead", at=200.0, generation=2, step_at_fault=230),
+    ]
+    progress = {
+        # g2's process was seen training at 106 s, its first step after the restore came at 114
+        2: GenerationProgress(
+            generation=2,
+            first_training_at=106.0,
+            restored_step=100,
+            first_step_at=114.0,
+            first_step_after_start_s=7.5,
+        ),
+        # g3 was seen training, but its first step never came
+        3: GenerationProgress(generation=3, first_training_at=206.0, restored_step=200),
+    }
+    found = incidents(faults, [(101.0, "dead"), (201.5, "dead")], progress)
+    assert found == [
+        Incident(
+            kind="dead",
+            detected_after_s=1.0,
+            resumed_after_s=14.0,
+            first_step_after_start_s=7.5,
+            lost_steps=17,
+            lost_steps_lower_bound=True,
+        ),
+        Incident(
+            kind="dead",
+            detected_after_s=1.5,
+            resumed_after_s=None,
+            first_step_after_start_s=None,
+            lost_steps=None,
+            lost_steps_lower_bound=True,
+        ),
+    ]
