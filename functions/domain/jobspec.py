@@ -129,18 +129,20 @@ _RELATIVE_FLOORS = {
 
 class Policy(_Strict):
     """Health thresholds (DESIGN §4). Floors are relative to `heartbeat_interval_s` (see
-    `_RELATIVE_FLOORS`): e.g. `heartbeat_timeout_s ≥ 3 × heartbeat_interval_s`."""
+    `_RELATIVE_FLOORS`): e.g. `heartbeat_timeout_s ≥ 3 × heartbeat_interval_s`. Defaults are
+    held to them too (`validate_default`): a long interval with the default timeout would
+    otherwise be accepted at submit and refused when the stored job is read back."""
 
     heartbeat_interval_s: int = Field(
         default=15, ge=1, le=600, description="How often the agent heartbeats."
     )
-    heartbeat_timeout_s: int = Field(default=180, ge=3, le=86_400)
-    gpu_unresponsive_s: int = Field(default=300, ge=2, le=86_400)
-    no_progress_s: int = Field(default=1800, ge=4, le=7 * 86_400)
+    heartbeat_timeout_s: int = Field(default=180, ge=3, le=86_400, validate_default=True)
+    gpu_unresponsive_s: int = Field(default=300, ge=2, le=86_400, validate_default=True)
+    no_progress_s: int = Field(default=1800, ge=4, le=7 * 86_400, validate_default=True)
     gpu_idle_util_pct: float = Field(
         default=5, ge=0, le=100, description="'Near zero' GPU utilisation."
     )
-    startup_timeout_s: int = Field(default=1200, ge=4, le=86_400)
+    startup_timeout_s: int = Field(default=1200, ge=4, le=86_400, validate_default=True)
     # Replacement caps, one per cause (DESIGN §4): once a cause has used its cap, the next
     # verdict of that cause ends the job FAILED with the reason (and a notification) instead
     # of renting again.

@@ -312,3 +312,32 @@ def test_mutated_example_only_raises_spec_error(mutations):
         except (KeyError, IndexError, TypeError):
             continue  # an earlier mutation removed or replaced this path
     assert_parses_or_spec_error(data)
+
+
+def minimal(**fields: Any) -> dict[str, Any]:
+    """A job with only the required fields, and `fields`: every other one at its default."""
+    base = {"name": "t", "image": "python:3.12", "run": "python train.py"}
+    return base | {"expected_hours": 1, "budget_usd": 10} | fields
+
+
+def test_a_long_interval_is_held_against_the_default_timeouts():
+    """Found by the property test through the API: `heartbeat_interval_s: 95` with the default
+    180 s timeout was accepted at submit, stored, and refused when the job was read back (a
+    500 for every later request about it)."""
+    errors = errors_of(minimal(policy={"heartbeat_interval_s": 95}))
+    assert errors["policy.heartbeat_timeout_s"] == (
+        "must be ≥ 3 × policy.heartbeat_interval_s (285 s), "
+        "or heartbeats too far apart would trip it"
+    )
+    assert set(errors) == {"policy.heartbeat_timeout_s"}  # the others' defaults still fit
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=1, max_value=600))
+def test_whatever_parses_reads_back_from_its_own_dump(interval):
+    spec = minimal(policy={"heartbeat_interval_s": interval})
+    try:
+        parsed = parse_job(spec)
+    except SpecError:
+        return
+    assert parse_job(parsed.model_dump(mode="json")) == parsed
