@@ -28,9 +28,9 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from tether_agent.checkpoints import MIB, generation_prefix
-from tether_agent.job_code import CodeUnavailable, fetch_git
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
+from tether_agent.job_code import CodeUnavailable, fetch_git
 from tether_agent.logs import LogShipper, TeeLog
 from tether_agent.progress import ResumeWatch, current_step, misplaced_checkpoints
 from tether_agent.protocol import (

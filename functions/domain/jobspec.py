@@ -181,9 +181,7 @@ class Policy(_Strict):
 # A git URL the agent may clone: https, ssh (`ssh://…` or scp-like `git@host:path`) or file
 # (the local stack and tests). No other transport: `ext::` runs commands, and a leading `-`
 # would be read by git as an option.
-_GIT_URL = re.compile(
-    r"^(https://|http://|ssh://|file://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)[^\s]+$"
-)
+_GIT_URL = re.compile(r"^(https://|http://|ssh://|file://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)[^\s]+$")
 # A password (any scheme) or any user name over http(s), where it can only be a token.
 _GIT_URL_USERINFO = re.compile(r"^([a-z]+://[^/@]*:[^/@]*@|https?://[^/]*@)")
 _COMMIT = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from tether_agent.agent import ExitCode
 from tether_agent.job_code import CodeUnavailable, fetch_git
-
 from tether_agent.storage_credentials import Credentials, CredentialStore
 
 from tests.integration.agent.conftest import (
@@ -145,7 +144,7 @@ def test_agent_without_git_fails_the_generation_before_training(
         TETHER_CODE_GIT=f"file://{origin}", TETHER_CODE_COMMIT=first, PATH=str(no_git),
     )  # fmt: skip
     code, out = finish(start_agent(env, ["python", "-c", f"open({str(marker)!r}, 'w')"]))
-    assert code == ExitCode.CODE_UNAVAILABLE == 14, out
+    assert code == 14 and ExitCode.CODE_UNAVAILABLE.value == 14, out
     assert not marker.exists()  # training never started
     last = control_plane.last()
     assert last is not None

@@ -129,7 +129,7 @@ BAD_SPECS = [
     ("code", {"commit": SHA40}, "code.git", "required"),
     ("code", {"git": "https://github.com/u/r", "commit": "main"}, "code.commit", "full commit"),
     ("code", {"git": "https://github.com/u/r", "commit": SHA40[:7]}, "code.commit", "short SHA"),
-    ("code", {"git": "https://github.com/u/r", "commit": SHA40.upper()}, "code.commit", "lowercase"),
+    ("code", {"git": "https://h/r", "commit": SHA40.upper()}, "code.commit", "lowercase"),
     ("code", {"git": "ext::sh -c touch% /tmp/x", "commit": SHA40}, "code.git", "https://, ssh://"),
     ("code", {"git": "--upload-pack=touch /tmp/x", "commit": SHA40}, "code.git", "git URL"),
     ("code", {"git": "/srv/repo", "commit": SHA40}, "code.git", "file://"),
