@@ -4,6 +4,7 @@ Exit codes (`ExitCode`): 0 training finished; the training command's own non-zer
 passed through (128+N when a signal N killed it); 2 bad configuration; 10 lease expired (the
 supervisor went silent); 11 stopped by a `stop` command; 12 superseded by a newer generation;
 13 checkpoint storage unreadable at restore (no recorded checkpoint could even be judged);
+14 the job's code could not be fetched (`job_code.py`; the reason is in the log);
 128+N the agent got signal N (SIGTERM, SIGINT) before training started.
 
 Signals. SIGTERM and SIGINT are handled in every phase: during training they are forwarded to the
@@ -29,6 +30,7 @@ from typing import Any, TypeVar
 from tether_agent.checkpoints import MIB, generation_prefix
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
+from tether_agent.job_code import CodeUnavailable, fetch_git
 from tether_agent.logs import LogShipper, TeeLog
 from tether_agent.progress import ResumeWatch, current_step, misplaced_checkpoints
 from tether_agent.protocol import (
@@ -79,6 +81,7 @@ class ExitCode(IntEnum):
     STOPPED = 11
     SUPERSEDED = 12
     STORAGE_FAILED = 13
+    CODE_UNAVAILABLE = 14
 
 
 class Agent:
@@ -331,11 +334,18 @@ class Agent:
     def _run(self) -> int:
         self._set_phase("restoring")
         try:
-            readable = self._restore()
+            no_code = self._fetch_code()  # first: a bad commit fails before any download
+            readable = self._restore() if no_code is None else True
         except _Signalled:
             return self._stopped_by_signal()
         if self._signalled is not None:
             return self._stopped_by_signal()
+        if no_code is not None and self._command is None:
+            log.error("cannot fetch the job's code: %s", no_code)
+            self.log_shipper.note(f"cannot fetch the job's code: {no_code}; training not started")
+            self._set_phase("failed")
+            self.heartbeater.stop(final=True)
+            return ExitCode.CODE_UNAVAILABLE
         if not readable and self._command is None:
             self.exit_code = None
             self._set_phase("failed")
@@ -366,6 +376,7 @@ class Agent:
             ),
             orphan_grace_s=self.settings.grace_s,
             orphan_log=self.settings.work_dir / "logs" / "training.log",
+            cwd=self.settings.code_dir,
         )
         baseline = self._step()  # what is on disk before the script ran
         try:
@@ -394,6 +405,24 @@ class Agent:
             code = self.training.poll()
             if code is not None:
                 return self._finish(code)
+
+    def _fetch_code(self) -> str | None:
+        """Put the job's code from git in place (`job_code.py`); why not, when it cannot be.
+        Raises `_Signalled` when SIGTERM/SIGINT arrives meanwhile (git is then killed)."""
+        s = self.settings
+        url, commit, dest = s.code_git, s.code_commit, s.code_dir
+        if url is None or commit is None or dest is None:
+            return None
+        cancel = threading.Event()
+        log.info("fetching the job's code: %s at %s", url, commit)
+        try:
+            self._unless_signalled(lambda: fetch_git(url, commit, dest, cancel=cancel))
+        except CodeUnavailable as exc:
+            return str(exc)
+        finally:
+            cancel.set()
+        self.log_shipper.note(f"code: {url} at {commit}")
+        return None
 
     def _restore(self) -> bool:
         """Restore the newest usable recorded checkpoint; False when storage could not be read
@@ -490,6 +519,7 @@ class Agent:
             progress_file=self.progress_file,
             restored_step=self.restored.ref.step if self.restored else None,
             resume_from=self.restored.local_dir if self.restored else None,
+            code_dir=self.settings.code_dir,
         )
 
     # -- signals ----------------------------------------------------------------------------

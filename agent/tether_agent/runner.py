@@ -71,8 +71,10 @@ class TrainingProcess:
         *,
         orphan_grace_s: float | None = None,
         orphan_log: Path | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self._argv = list(argv)
+        self._cwd = cwd
         self._orphan_grace_s = orphan_grace_s
         self._orphan_log = orphan_log
         self._output: BinaryIO | None = None
@@ -103,6 +105,7 @@ class TrainingProcess:
             self._process = subprocess.Popen(
                 argv,
                 env=self._env,
+                cwd=self._cwd,
                 stdout=write_fd,
                 stderr=write_fd,
                 stdin=subprocess.DEVNULL,

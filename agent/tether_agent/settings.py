@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 DEFAULT_LEASE_S = 3 * 3600  # DESIGN §3: lease window when no TETHER_LEASE_EXPIRES_AT is given
 
@@ -85,6 +92,15 @@ class AgentSettings(BaseModel):
     )
     probe_timeout_s: float = Field(default=10, alias="TETHER_PROBE_TIMEOUT_S", gt=0, le=600)
     work_dir: Path = Field(default=Path("/var/lib/tether"), alias="TETHER_WORK_DIR")
+    # The job's code from git (agent/tether_agent/job_code.py); both or neither. The control plane
+    # validated them (functions/domain/jobspec.py); here only their shape, so that a
+    # malformed value is a configuration error (exit 2), never an argument git misreads.
+    code_git: str | None = Field(
+        default=None, alias="TETHER_CODE_GIT", max_length=2048, pattern=r"^[^-\s]\S*$"
+    )
+    code_commit: str | None = Field(
+        default=None, alias="TETHER_CODE_COMMIT", pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$"
+    )
     container_id: str = Field(alias="CONTAINER_ID", pattern=r"^[0-9]+$")
     container_api_key: str = Field(alias="CONTAINER_API_KEY", min_length=1, repr=False)
 
@@ -94,6 +110,17 @@ class AgentSettings(BaseModel):
         if value.startswith("/") or "//" in value:
             raise ValueError("must look like jobs/<job_id>/ (no leading or double slash)")
         return value
+
+    @model_validator(mode="after")
+    def _code_complete(self) -> AgentSettings:
+        if (self.code_git is None) != (self.code_commit is None):
+            raise ValueError("TETHER_CODE_GIT and TETHER_CODE_COMMIT must be set together")
+        return self
+
+    @property
+    def code_dir(self) -> Path | None:
+        """Where the job's code is put and the command runs; None: the image as is."""
+        return self.work_dir / "code" if self.code_git else None
 
     @property
     def first_lease_expires_at(self) -> float:

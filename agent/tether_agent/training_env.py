@@ -28,6 +28,7 @@ def training_env(
     progress_file: Path,
     restored_step: int | None = None,
     resume_from: Path | None = None,
+    code_dir: Path | None = None,
 ) -> dict[str, str]:
     """`parent` (the agent's environment) without the agent's secrets, with the checkpoint
     variables set, the restored checkpoint named when there is one, and the hooks first on
@@ -39,6 +40,8 @@ def training_env(
     if restored_step is not None and resume_from is not None:
         env["TETHER_RESTORED_STEP"] = str(restored_step)
         env["TETHER_RESUME_FROM"] = str(resume_from)
+    if code_dir is not None:
+        env["TETHER_CODE_DIR"] = str(code_dir)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HOOKS_DIR), parent.get("PYTHONPATH", "")) if p
     )

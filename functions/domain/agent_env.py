@@ -40,6 +40,10 @@ VAST_URL = "TETHER_VAST_URL"  # default https://console.vast.ai (the simulator's
 GPU_PROBE = "TETHER_GPU_PROBE"  # nvml (default) | none | fake:<file> (local stack and tests)
 PROBE_TIMEOUT_S = "TETHER_PROBE_TIMEOUT_S"  # default 10
 WORK_DIR = "TETHER_WORK_DIR"  # agent state and logs, default /var/lib/tether
+# The job's code from git (spec `code: {git, commit}`): cloned into $TETHER_WORK_DIR/code at
+# that commit before the command runs, and the command runs there. Unset: the image as is.
+CODE_GIT = "TETHER_CODE_GIT"
+CODE_COMMIT = "TETHER_CODE_COMMIT"
 CONTAINER_ID = "CONTAINER_ID"  # set by Vast: the instance id
 CONTAINER_API_KEY = "CONTAINER_API_KEY"  # set by Vast: can only start/stop/destroy this instance
 
@@ -49,5 +53,5 @@ ALL = (
     S3_SESSION_TOKEN, S3_CREDENTIALS_EXPIRE_AT, S3_WRITE_ACCESS_KEY_ID, S3_WRITE_SECRET_ACCESS_KEY,
     S3_WRITE_SESSION_TOKEN, S3_WRITE_CREDENTIALS_EXPIRE_AT, RESTORE_CHECKPOINTS, LEASE_EXPIRES_AT,
     HEARTBEAT_INTERVAL_S, GRACE_S, ON_DEAD_MAN, VAST_URL, GPU_PROBE, PROBE_TIMEOUT_S, WORK_DIR,
-    CONTAINER_ID, CONTAINER_API_KEY,
+    CONTAINER_ID, CONTAINER_API_KEY, CODE_GIT, CODE_COMMIT,
 )  # fmt: skip

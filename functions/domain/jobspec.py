@@ -180,6 +180,46 @@ class Policy(_Strict):
         return self
 
 
+# A git URL the agent may clone: https, ssh (`ssh://…` or scp-like `git@host:path`) or file
+# (the local stack and tests). No other transport: `ext::` runs commands, and a leading `-`
+# would be read by git as an option.
+_GIT_URL = re.compile(r"^(https://|http://|ssh://|file://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)[^\s]+$")
+# A password (any scheme) or any user name over http(s), where it can only be a token.
+_GIT_URL_USERINFO = re.compile(r"^([a-z]+://[^/@]*:[^/@]*@|https?://[^/]*@)")
+_COMMIT = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+class GitCode(_Strict):
+    """`code: {git: URL, commit: SHA}`: the agent clones this commit and runs the command in it."""
+
+    git: str = Field(min_length=1, max_length=2048, description="The repository to clone.")
+    commit: str = Field(min_length=1, max_length=64, description="The full commit SHA to run.")
+
+    @field_validator("git")
+    @classmethod
+    def _clonable(cls, value: str) -> str:
+        if not _GIT_URL.match(value):
+            raise ValueError(
+                "must be an https://, ssh://, file:// or user@host:path git URL without spaces"
+            )
+        if _GIT_URL_USERINFO.match(value):
+            raise ValueError(
+                "must not carry a password or token: the spec is stored and shown in plain "
+                "text; use a public repository or a key the image already has"
+            )
+        return value
+
+    @field_validator("commit")
+    @classmethod
+    def _full_sha(cls, value: str) -> str:
+        if not _COMMIT.match(value):
+            raise ValueError(
+                "must be a full commit SHA (40 or 64 lowercase hex digits), not a branch, tag "
+                "or short SHA, so that every replacement host runs the same code"
+            )
+        return value
+
+
 class JobSpec(_Strict):
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
     image: str = Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")
@@ -196,6 +236,10 @@ class JobSpec(_Strict):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     budget_usd: float = Field(gt=0, le=1_000_000)
     policy: Policy = Field(default_factory=Policy)
+    code: GitCode | None = Field(
+        default=None,
+        description="Where the job's code comes from; unset: the command runs in the image as is.",
+    )
 
     @field_validator("run")
     @classmethod

@@ -199,6 +199,8 @@ def build_host_env(
         agent_env.GPU_PROBE: gpu_probe,
         agent_env.PROBE_TIMEOUT_S: None if probe_timeout_s is None else _number(probe_timeout_s),
         agent_env.WORK_DIR: work_dir,
+        agent_env.CODE_GIT: job.code.git if job.code else None,
+        agent_env.CODE_COMMIT: job.code.commit if job.code else None,
     }
     env.update({name: value for name, value in ours.items() if value is not None})
     return env

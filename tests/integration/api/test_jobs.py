@@ -25,6 +25,16 @@ def test_submit_stores_a_pending_job_and_starts_its_provision_transition(api):
     assert stored.spec.name == "tiny-cpu"
 
 
+def test_submit_records_the_code_named_by_git(api):
+    code = {"git": "https://github.com/you/finetune.git", "commit": "3f1c" + "0" * 36}
+    reply = api.jobs("POST", "/jobs", body=spec(code=code))
+    assert reply.status == 201, reply.body
+    assert reply.body["spec"]["code"] == code
+    stored = api.store.get_job(reply.body["job_id"])
+    assert stored is not None and stored.spec.code is not None
+    assert (stored.spec.code.git, stored.spec.code.commit) == (code["git"], code["commit"])
+
+
 def test_a_retried_submit_with_the_same_idempotency_key_creates_one_job(api):
     headers = {"Idempotency-Key": "retry-1"}
     first = api.jobs("POST", "/jobs", body=spec(), headers=headers)

@@ -243,6 +243,16 @@ def test_an_invalid_spec_is_refused_before_anything_is_sent(backend, capsys, tmp
     assert backend.requests == []
 
 
+def test_a_bad_git_code_spec_is_refused_before_anything_is_sent(backend, capsys, tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    spec = Path(EXAMPLE).read_text()
+    bad.write_text(spec + "code: {git: 'https://github.com/u/r.git', commit: main}\n")
+    code, out, err = run(capsys, "submit", str(bad))
+    assert code == 2 and out == ""
+    assert "code.commit" in err and "full commit SHA" in err and "Traceback" not in err
+    assert backend.requests == []
+
+
 # --- jobs / status / cancel ---------------------------------------------------------------
 
 

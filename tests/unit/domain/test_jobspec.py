@@ -65,6 +65,8 @@ def test_there_are_two_examples():
 
 
 # (dotted field to change, new value, path reported, fragment of the reason)
+SHA40 = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
 BAD_SPECS = [
     ("name", DELETE, "name", "required"),
     ("name", "Bad_Name", "name", "does not match"),
@@ -122,7 +124,46 @@ BAD_SPECS = [
     ("policy.max_replacements_dead", 1.5, "policy.max_replacements_dead", "must be an integer"),
     ("policy.max_replacements", 3, "policy.max_replacements", "unknown field"),
     ("gpus", 1, "gpus", "unknown field"),
+    ("code", "https://github.com/u/r", "code", "must be a mapping"),
+    ("code", {"git": "https://github.com/u/r"}, "code.commit", "required"),
+    ("code", {"commit": SHA40}, "code.git", "required"),
+    ("code", {"git": "https://github.com/u/r", "commit": "main"}, "code.commit", "full commit"),
+    ("code", {"git": "https://github.com/u/r", "commit": SHA40[:7]}, "code.commit", "short SHA"),
+    ("code", {"git": "https://h/r", "commit": SHA40.upper()}, "code.commit", "lowercase"),
+    ("code", {"git": "ext::sh -c touch% /tmp/x", "commit": SHA40}, "code.git", "https://, ssh://"),
+    ("code", {"git": "--upload-pack=touch /tmp/x", "commit": SHA40}, "code.git", "git URL"),
+    ("code", {"git": "/srv/repo", "commit": SHA40}, "code.git", "file://"),
+    ("code", {"git": "https://github.com/u/r x", "commit": SHA40}, "code.git", "without spaces"),
+    ("code", {"git": "https://u:pw@host/r.git", "commit": SHA40}, "code.git", "password or token"),
+    ("code", {"git": "https://ghp_abc@github.com/r", "commit": SHA40}, "code.git", "plain text"),
+    ("code", {"git": "ssh://git:pw@host/r.git", "commit": SHA40}, "code.git", "password or token"),
+    ("code", {"git": "https://h/r", "commit": SHA40, "ref": "main"}, "code.ref", "unknown field"),
 ]
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://github.com/user/repo.git",
+        "http://git.internal/repo",
+        "ssh://git@github.com/user/repo.git",
+        "git@github.com:user/repo.git",
+        "file:///srv/git/repo",
+    ],
+)
+def test_code_from_git_is_accepted(url: str) -> None:
+    job = parse_job(mutate(example(), "code", {"git": url, "commit": SHA}))
+    assert job.code is not None
+    assert (job.code.git, job.code.commit) == (url, SHA)
+
+
+def test_code_is_optional_and_a_sha256_commit_is_accepted() -> None:
+    assert parse_job(example()).code is None
+    job = parse_job(mutate(example(), "code", {"git": "https://h/r", "commit": "ab" * 32}))
+    assert job.code is not None and job.code.commit == "ab" * 32
 
 
 @pytest.mark.parametrize(

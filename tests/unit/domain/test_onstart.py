@@ -16,7 +16,7 @@ import pytest
 
 from functions.domain import agent_env
 from functions.domain.heartbeat import CheckpointRef, StorageCredentials, StorageKey
-from functions.domain.jobspec import RESERVED_ENV_PREFIXES, load_job_file, parse_job
+from functions.domain.jobspec import RESERVED_ENV_PREFIXES, GitCode, load_job_file, parse_job
 from functions.domain.onstart import (
     VAST_ONSTART_LIMIT,
     OnstartTooLong,
@@ -195,6 +195,21 @@ def test_env_carries_the_job_and_its_scoped_credentials() -> None:
     assert agent_env.PROBE_TIMEOUT_S not in env  # unset options stay unset (agent default)
     for key, value in job.env.items():
         assert env[key] == value
+
+
+def test_code_from_git_travels_to_the_agent_only_when_named() -> None:
+    job = load_job_file(ROOT / "examples/qlora-7b.yaml")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    with_code = job.model_copy(
+        update={"code": GitCode(git="https://github.com/u/r.git", commit=commit)}
+    )
+    env = build_host_env(
+        with_code, job_id="j-123", generation=2, api_url="https://api.example.com",
+        agent_token="t", storage=storage(), lease_expires_at=1_700_010_800.0,
+    )  # fmt: skip
+    assert env["TETHER_CODE_GIT"] == "https://github.com/u/r.git"
+    assert env["TETHER_CODE_COMMIT"] == commit
+    assert "TETHER_CODE_GIT" not in host_env() and "TETHER_CODE_COMMIT" not in host_env()
 
 
 def test_credentials_for_another_job_or_generation_are_refused() -> None:
