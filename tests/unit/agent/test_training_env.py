@@ -48,6 +48,7 @@ def test_a_restored_run_sees_every_documented_variable_and_none_of_the_agents_se
         progress_file=Path("/var/lib/tether/progress.json"),
         restored_step=400,
         resume_from=Path("/workspace/checkpoints/checkpoint-400"),
+        outputs_dir=Path("/workspace/outputs"),
     )
     assert {k: v for k, v in env.items() if k.startswith("TETHER_") or k == "PYTHONPATH"} == {
         "TETHER_JOB_ID": "j1",
@@ -56,6 +57,7 @@ def test_a_restored_run_sees_every_documented_variable_and_none_of_the_agents_se
         "TETHER_PROGRESS_FILE": "/var/lib/tether/progress.json",
         "TETHER_RESTORED_STEP": "400",
         "TETHER_RESUME_FROM": "/workspace/checkpoints/checkpoint-400",
+        "TETHER_OUTPUTS_DIR": "/workspace/outputs",
         "PYTHONPATH": f"{HOOKS_DIR}:/mine",
     }
     assert env["HF_HOME"] == "/cache" and env["CONTAINER_API_KEY"] == "k"
@@ -72,6 +74,7 @@ def test_a_fresh_run_has_no_restored_checkpoint_variables() -> None:
         progress_file=Path("/p"),
     )
     assert "TETHER_RESTORED_STEP" not in env and "TETHER_RESUME_FROM" not in env
+    assert "TETHER_OUTPUTS_DIR" not in env  # the spec names no outputs dir
     assert env["PYTHONPATH"] == str(HOOKS_DIR)
 
 
