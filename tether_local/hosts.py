@@ -24,8 +24,8 @@ The environment: `LocalHost.received_env` is exactly what Vast gives the contain
 account secrets. The process environment adds what the container image and the disk would
 provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR`, `TETHER_PROGRESS_FILE`
 and `TETHER_OUTPUTS_DIR` are mapped into the host's disk (`/workspace/ckpt` →
-`<disk>/workspace/ckpt`), `HOME` is the disk, `PATH` is the image's (above), the GPU is scripted through `<machine>/gpu-probe` (below),
-and `TETHER_VAST_URL` points at the simulator when the rent did not set it. Nothing else is
+`<disk>/workspace/ckpt`), `HOME` is the disk, `PATH` is the image's (above), the GPU is
+scripted through `<machine>/gpu-probe` (below), and `TETHER_VAST_URL` points at the simulator when the rent did not set it. Nothing else is
 mapped: any other absolute path a job names is this machine's, so job commands should use the
 `TETHER_*` paths or paths relative to the disk.
 
