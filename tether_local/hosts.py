@@ -25,9 +25,9 @@ account secrets. The process environment adds what the container image and the d
 provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR`, `TETHER_PROGRESS_FILE`
 and `TETHER_OUTPUTS_DIR` are mapped into the host's disk (`/workspace/ckpt` →
 `<disk>/workspace/ckpt`), `HOME` is the disk, `PATH` is the image's (above), the GPU is
-scripted through `<machine>/gpu-probe` (below), and `TETHER_VAST_URL` points at the simulator when the rent did not set it. Nothing else is
-mapped: any other absolute path a job names is this machine's, so job commands should use the
-`TETHER_*` paths or paths relative to the disk.
+scripted through `<machine>/gpu-probe` (below), and `TETHER_VAST_URL` points at the simulator
+when the rent did not set it. Nothing else is mapped: any other absolute path a job names is
+this machine's, so job commands should use the `TETHER_*` paths or paths relative to the disk.
 
 The GPU (`LocalHosts.use_gpu`, chosen when a host is rented). `fake-probe` (the default): the
 agent's fake probe reads the file (`TETHER_GPU_PROBE=fake:<file>`). `fake-nvml`: the probe path of
