@@ -385,3 +385,9 @@ def test_outputs_are_uploaded_and_outlive_the_destroyed_host(stack: LocalStack) 
     kept = (base / "files" / "adapter" / "weights.bin").read_bytes()
     assert kept == bytes(range(256)) * 300
     assert hashlib.sha256(kept).hexdigest() == manifest["files"][0]["sha256"]
+    # …and the jobs API hands it back through a presigned URL, bit for bit.
+    listing = api(stack, "GET", f"/jobs/{job.job_id}/files", params={"outputs": "true"})
+    assert listing.status_code == 200, listing.text
+    (entry,) = listing.json()["files"]
+    assert (entry["path"], entry["size"]) == ("adapter/weights.bin", 76_800)
+    assert httpx.get(entry["url"]).content == bytes(range(256)) * 300
