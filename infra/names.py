@@ -76,6 +76,7 @@ USER_ROUTES = (
 HEARTBEAT_ROUTE = ("POST", "/agent/heartbeat")
 # GET /jobs/{id}/logs has its own function: it alone reads the Cloudflare secret.
 LOGS_ROUTE = ("GET", "/jobs/{id}/logs")
+FILES_ROUTE = ("GET", "/jobs/{id}/files")  # served by the logs function too
 LOGS_FUNCTION_ID = "LogsFunction"
 # Stack parameters of the routes' throttles (infra/constructs/api.py; `tether deploy` sets the
 # heartbeat route's, docs/deploy.md#throttles).

@@ -19,6 +19,7 @@ Safe requests (GET, cancel, and a submit with its Idempotency-Key) are retried o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import httpx
@@ -315,6 +316,55 @@ class TetherApi:
         if after:
             params["after"] = after
         return dict(self.request("GET", f"jobs/{_segment(job_id)}/logs", params=params).body)
+
+    def job_files(
+        self, job_id: str, *, outputs: bool, checkpoint: int | None, offset: int = 0
+    ) -> dict[str, Any]:
+        params: dict[str, str | int] = {"offset": offset}
+        if outputs:
+            params["outputs"] = "true"
+        if checkpoint is not None:
+            params["checkpoint"] = checkpoint
+        return dict(self.request("GET", f"jobs/{_segment(job_id)}/files", params=params).body)
+
+    def stream_to(self, url: str, out: BinaryIO, on_bytes: Callable[[int], None]) -> str | None:
+        """Write a presigned URL's content to `out` as it arrives; its sha256, or None when the
+        URL has expired or is gone (list again). Failures before any byte arrived are retried."""
+        written = 0
+        for attempt in range(1, ATTEMPTS + 1):
+            digest = hashlib.sha256()
+            out.seek(0)
+            out.truncate()
+            on_bytes(-written)  # a retry starts the file again
+            written = 0
+            try:
+                with self._client.stream("GET", url) as response:
+                    if response.status_code in (401, 403, 404):
+                        return None
+                    if response.status_code == 400:
+                        response.read()
+                        if _expired_request(response):
+                            return None
+                    if response.status_code in RETRY_STATUSES and attempt < ATTEMPTS:
+                        self._backoff(attempt)
+                        continue
+                    if not response.is_success:
+                        raise CliError(
+                            f"could not download a file: HTTP {response.status_code}",
+                            EXIT_FAILURE,
+                        )
+                    for chunk in response.iter_bytes(1024 * 1024):
+                        out.write(chunk)
+                        digest.update(chunk)
+                        written += len(chunk)
+                        on_bytes(len(chunk))
+                    return digest.hexdigest()
+            except httpx.HTTPError as exc:
+                if attempt < ATTEMPTS:
+                    self._backoff(attempt)
+                    continue
+                raise CliError(f"could not download a file: {exc}", EXIT_FAILURE) from None
+        return None
 
     def fetch(self, url: str) -> bytes | None:
         """A presigned URL's content; None when it has expired or is gone (list again).

@@ -22,12 +22,12 @@ A host is not kinder than a rented machine:
 The environment: `LocalHost.received_env` is exactly what Vast gives the container, the rent's
 `env` plus Vast's own variables (`CONTAINER_ID`, `CONTAINER_API_KEY`, ...); tests check it for
 account secrets. The process environment adds what the container image and the disk would
-provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR` and `TETHER_PROGRESS_FILE`
-are mapped into the host's disk (`/workspace/ckpt` → `<disk>/workspace/ckpt`), `HOME` is the
-disk, `PATH` is the image's (above), the GPU is scripted through `<machine>/gpu-probe` (below),
-and `TETHER_VAST_URL` points at the simulator when the rent did not set it. Nothing else is
-mapped: any other absolute path a job names is this machine's, so job commands should use the
-`TETHER_*` paths or paths relative to the disk.
+provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR`, `TETHER_PROGRESS_FILE`
+and `TETHER_OUTPUTS_DIR` are mapped into the host's disk (`/workspace/ckpt` →
+`<disk>/workspace/ckpt`), `HOME` is the disk, `PATH` is the image's (above), the GPU is
+scripted through `<machine>/gpu-probe` (below), and `TETHER_VAST_URL` points at the simulator
+when the rent did not set it. Nothing else is mapped: any other absolute path a job names is
+this machine's, so job commands should use the `TETHER_*` paths or paths relative to the disk.
 
 The GPU (`LocalHosts.use_gpu`, chosen when a host is rented). `fake-probe` (the default): the
 agent's fake probe reads the file (`TETHER_GPU_PROBE=fake:<file>`). `fake-nvml`: the probe path of
@@ -66,7 +66,12 @@ from tether_local.vast_sim import SimInstance, VastSimulator
 LOG = logging.getLogger(__name__)
 
 HOST_MARKER = "TETHER_LOCAL_HOST"  # on every process of a local host: "<stack id>:<instance id>"
-_MAPPED_PATHS = (agent_env.CHECKPOINT_DIR, agent_env.WORK_DIR, agent_env.PROGRESS_FILE)
+_MAPPED_PATHS = (
+    agent_env.CHECKPOINT_DIR,
+    agent_env.WORK_DIR,
+    agent_env.PROGRESS_FILE,
+    agent_env.OUTPUTS_DIR,
+)
 _DEFAULT_WORK_DIR = "/var/lib/tether"
 HostState = Literal["booting", "running", "stopped", "destroyed", "pull_failed"]
 HostGpu = Literal["fake-probe", "fake-nvml"]  # see the module docstring

@@ -32,6 +32,7 @@ from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
 from tether_agent.job_code import CodeUnavailable, fetch_git
 from tether_agent.logs import LogShipper, TeeLog
+from tether_agent.outputs import upload_outputs
 from tether_agent.progress import ResumeWatch, current_step, misplaced_checkpoints
 from tether_agent.protocol import (
     MAX_MISPLACED,
@@ -39,6 +40,7 @@ from tether_agent.protocol import (
     CheckpointRef,
     Command,
     HeartbeatRequest,
+    OutputsRef,
     Phase,
     RestoreReport,
     SkippedCheckpoint,
@@ -99,6 +101,7 @@ class Agent:
         self.phase: Phase = "starting"
         self.exit_code: int | None = None
         self.restored: Restored | None = None
+        self.outputs: OutputsRef | None = None  # the outputs dir as uploaded (once, at the end)
         self._command: tuple[Command, str | None] | None = None
         self._signalled: int | None = None  # the last SIGTERM/SIGINT received, in any phase
         self._interrupted = False  # one reached the training before it exited: not `finished`
@@ -209,6 +212,7 @@ class Agent:
             restore=self.restore_report,
             misplaced_checkpoints=self._misplaced(),
             resumed=self.resume.report(),
+            outputs=self.outputs,
             gpu=self.gpu.current(),
             exit_code=self.exit_code,
             bytes_downloaded=self.storage.stats.bytes_downloaded,
@@ -317,6 +321,8 @@ class Agent:
         s = self.settings
         s.work_dir.mkdir(parents=True, exist_ok=True)
         s.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if s.outputs_dir is not None:
+            s.outputs_dir.mkdir(parents=True, exist_ok=True)
         previous = self._handle_signals()
         self.gpu.start()
         self.heartbeater.start()
@@ -468,6 +474,8 @@ class Agent:
             pass
         except StorageError as exc:
             log.error("final upload failed: %s", exc)
+        if code == 0 or self._interrupted:
+            self._upload_outputs()
         if self._command and self._command[0] != "continue":
             return self._shut_down()
         self.log_shipper.note(f"training exited with {code}")
@@ -499,6 +507,8 @@ class Agent:
                 self.uploader.upload_pending()  # the final checkpoint, if one is marked
             except StorageError as exc:
                 log.warning("final checkpoint not uploaded: %s", exc)
+            if self.training is not None:
+                self._upload_outputs()
         self.log_shipper.note(f"stopped ({reason.name.lower().replace('_', ' ')})")
         self._ship_rest_of_log()
         self.heartbeater.stop(final=reason != ExitCode.SUPERSEDED)
@@ -511,6 +521,31 @@ class Agent:
         )
         return reason
 
+    def _upload_outputs(self) -> None:
+        """The outputs dir, once, after the final checkpoint (`outputs.py`); a failure is said
+        in the log and leaves `self.outputs` unset (the job then cannot end FINISHED)."""
+        s = self.settings
+        if s.outputs_dir is None or self.outputs is not None or self.storage.cancel.is_set():
+            return
+        try:
+            self.outputs = upload_outputs(
+                self.storage,
+                s.outputs_dir,
+                s.generation,
+                self._step() or 0,
+                file_concurrency=self.tuning.file_concurrency,
+            )
+        except (StorageError, OSError) as exc:
+            log.error("outputs not uploaded: %s", exc)
+            self.log_shipper.note(f"outputs not uploaded: {exc}")
+            return
+        what = f"{self.outputs.files} files, {self.outputs.bytes} bytes"
+        if self.outputs.files == 0:
+            what = f"nothing: {s.outputs_dir} is empty"
+        log.info("outputs uploaded (%s): %s", what, self.outputs.manifest_key)
+        self.log_shipper.note(f"outputs uploaded ({what})")
+        self.heartbeater.poke()
+
     def _child_env(self) -> dict[str, str]:
         return training_env(
             os.environ,
@@ -520,6 +555,7 @@ class Agent:
             restored_step=self.restored.ref.step if self.restored else None,
             resume_from=self.restored.local_dir if self.restored else None,
             code_dir=self.settings.code_dir,
+            outputs_dir=self.settings.outputs_dir,
         )
 
     # -- signals ----------------------------------------------------------------------------

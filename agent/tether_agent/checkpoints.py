@@ -4,6 +4,8 @@ Remote layout (DESIGN §3), under the job prefix `jobs/<job_id>/`::
 
     g<generation>/checkpoints/<step zero-padded to 12>/<files…>
     g<generation>/checkpoints/<step zero-padded to 12>/manifest.json   (written last)
+    g<generation>/outputs/files/<files…>
+    g<generation>/outputs/manifest.json                                 (written last)
 
 A generation writes only under its own `g<generation>/` (its read-write key reaches nothing
 else) and reads the job's prefix (a read-only key). A checkpoint exists only once its manifest
@@ -103,6 +105,20 @@ class RemoteCheckpointId:
 
     def manifest_key(self, prefix: str) -> str:
         return self.dir_key(prefix) + MANIFEST_NAME
+
+
+def outputs_prefix(prefix: str, generation: int) -> str:
+    """`g<generation>/outputs/`: the job's result (the outputs dir), `files/` and a manifest."""
+    return f"{generation_prefix(prefix, generation)}outputs/"
+
+
+def output_files_prefix(prefix: str, generation: int) -> str:
+    return f"{outputs_prefix(prefix, generation)}files/"
+
+
+def outputs_manifest_key(prefix: str, generation: int) -> str:
+    """Written last: the outputs exist only once it does."""
+    return outputs_prefix(prefix, generation) + MANIFEST_NAME
 
 
 def parse_remote_dir(name: str) -> int | None:

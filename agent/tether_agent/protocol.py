@@ -68,6 +68,22 @@ class CheckpointRef(_Wire):
     )
 
 
+MAX_OUTPUT_FILES = 100_000  # the most files one outputs manifest lists
+
+
+class OutputsRef(_Wire):
+    """The job's result as uploaded by a generation: the outputs dir's files under
+    `g<generation>/outputs/files/` and, written last, their manifest (size and sha256 of each)."""
+
+    generation: int = Field(ge=1, le=MAX_GENERATION)
+    manifest_key: str = Field(min_length=1, max_length=1024)
+    manifest_sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$", description="sha256 of the manifest's bytes as uploaded."
+    )
+    files: int = Field(ge=0, le=MAX_OUTPUT_FILES)
+    bytes: int = Field(ge=0, le=MAX_BYTES)
+
+
 class SkippedCheckpoint(_Wire):
     """A restore candidate the agent passed over, and why (any exception on it is a skip)."""
 
@@ -135,6 +151,9 @@ class HeartbeatRequest(_Wire):
     )
     resumed: ResumeReport | None = Field(
         default=None, description="Where training resumed and when; None until it started."
+    )
+    outputs: OutputsRef | None = Field(
+        default=None, description="The outputs this generation uploaded; None until then."
     )
     gpu: GpuProbe
     exit_code: int | None = Field(default=None, ge=-255, le=255)

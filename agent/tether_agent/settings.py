@@ -52,6 +52,8 @@ class AgentSettings(BaseModel):
     )
     progress_file: Path | None = Field(default=None, alias="TETHER_PROGRESS_FILE")
     keep_last: int = Field(default=3, alias="TETHER_KEEP_LAST", ge=1, le=100)
+    # The job's outputs dir (spec `outputs.dir`): uploaded at the end; unset, nothing is.
+    outputs_dir: Path | None = Field(default=None, alias="TETHER_OUTPUTS_DIR")
     s3_endpoint: str = Field(alias="TETHER_S3_ENDPOINT", pattern=r"^https?://\S+$")
     s3_bucket: str = Field(alias="TETHER_S3_BUCKET", min_length=1)
     s3_prefix: str = Field(alias="TETHER_S3_PREFIX", pattern=r"^\S+/$")

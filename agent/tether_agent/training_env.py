@@ -29,6 +29,7 @@ def training_env(
     restored_step: int | None = None,
     resume_from: Path | None = None,
     code_dir: Path | None = None,
+    outputs_dir: Path | None = None,
 ) -> dict[str, str]:
     """`parent` (the agent's environment) without the agent's secrets, with the checkpoint
     variables set, the restored checkpoint named when there is one, and the hooks first on
@@ -37,6 +38,8 @@ def training_env(
     env["TETHER_CHECKPOINT_DIR"] = str(checkpoint_dir)
     env["TETHER_MARKER"] = marker
     env["TETHER_PROGRESS_FILE"] = str(progress_file)
+    if outputs_dir is not None:
+        env["TETHER_OUTPUTS_DIR"] = str(outputs_dir)
     if restored_step is not None and resume_from is not None:
         env["TETHER_RESTORED_STEP"] = str(restored_step)
         env["TETHER_RESUME_FROM"] = str(resume_from)

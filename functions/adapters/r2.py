@@ -86,6 +86,19 @@ class ReadOnlyBucket:
         reply = client.list_objects_v2(**kwargs)
         return [ObjectInfo(o["Key"], int(o.get("Size", 0))) for o in reply.get("Contents", [])]
 
+    def get_bytes(self, prefix: str, key: str, max_bytes: int) -> bytes | None:
+        """The object `key` (under `prefix`), None when it does not exist; at most `max_bytes`
+        are read (a larger object raises ValueError)."""
+        client, _ = self._client(prefix)
+        try:
+            reply = client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{max_bytes}")
+        except client.exceptions.NoSuchKey:
+            return None
+        data = bytes(reply["Body"].read())
+        if len(data) > max_bytes:
+            raise ValueError(f"{key} is larger than {max_bytes} bytes")
+        return data
+
     def presign_get(self, prefix: str, key: str, expires_s: int) -> tuple[str, float]:
         """A GET URL for `key` (under `prefix`) and when it stops working: no later than the
         credentials that signed it."""

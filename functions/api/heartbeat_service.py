@@ -42,6 +42,7 @@ from functions.domain.measures import (
     recovery_to_training_s,
     training_start_step,
 )
+from functions.domain.outputs_record import outputs_to_record
 from functions.domain.recovery import (
     Resumed,
     last_known_step,
@@ -133,7 +134,9 @@ def handle_heartbeat(
             request.job_id,
             request.generation,
             token_hash=token_hash,
-            heartbeat=heartbeat_record(request, now),
+            heartbeat=heartbeat_record(request, now).model_copy(
+                update={"outputs": outputs_to_record(job, generation, request)}
+            ),
             lease_expires_at=decision.lease_expires_at,
             training_start_step=training_start_step(request) if first_training else None,
             gpu_busy=gpu_busy(request.gpu, job.spec.policy),

@@ -1,5 +1,7 @@
-"""`GET /jobs/{id}/logs` (IAM/SigV4 auth on API Gateway): presigned URLs of the job's training
-log segments (`logs_service`). Its own function, because it alone reads the Cloudflare secret."""
+"""`GET /jobs/{id}/logs` and `GET /jobs/{id}/files` (IAM/SigV4 auth on API Gateway): presigned
+URLs of the job's training log segments (`logs_service`) and of a recorded checkpoint's or the
+outputs' files (`files_service`). Its own function, because it alone reads the Cloudflare
+secret."""
 
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -10,7 +12,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.adapters import factory
-from functions.api import logs_service
+from functions.api import files_service, logs_service
 from functions.api.http import (
     iam_identity,
     install_error_handlers,
@@ -20,7 +22,7 @@ from functions.api.http import (
 from functions.observability import logger, metrics, tracer
 from functions.settings import LogsApiSettings, load_settings
 
-ROUTES = {"/jobs/{id}/logs": {"GET"}}
+ROUTES = {"/jobs/{id}/logs": {"GET"}, "/jobs/{id}/files": {"GET"}}
 
 app = APIGatewayHttpResolver(enable_validation=True)
 install_error_handlers(app, ROUTES)
@@ -49,6 +51,27 @@ def job_logs(
     reject_unknown_query(app.current_event.raw_event, ("after", "limit"))
     page = logs_service.list_logs(dependencies(), job_id, after=after, limit=limit)
     return json_response(HTTPStatus.OK, page)
+
+
+@app.get("/jobs/<job_id>/files")
+def job_files(
+    job_id: str,
+    outputs: Annotated[bool, Query()] = False,
+    checkpoint: Annotated[int | None, Query(ge=0, le=10**15)] = None,
+    offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=files_service.MAX_PAGE)] = files_service.MAX_PAGE,
+) -> Response[Any]:
+    iam_identity(app.current_event.raw_event)
+    reject_unknown_query(app.current_event.raw_event, ("outputs", "checkpoint", "offset", "limit"))
+    listing = files_service.list_files(
+        dependencies(),
+        job_id,
+        outputs=outputs,
+        checkpoint=checkpoint,
+        offset=offset,
+        limit=limit,
+    )
+    return json_response(HTTPStatus.OK, listing)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

@@ -6,6 +6,11 @@ fires decides, so the order *is* the precedence. Every threshold comes from the 
 Precedence, first match wins, and why:
 
 1. finished    — exit 0 and the final upload done: the work is complete whatever the host does next.
+                 When the spec names `outputs`, only once the generation's outputs manifest is
+                 recorded (an empty outputs dir uploads a manifest of no files: that counts).
+                 Without it the generation is not finished: the agent has stopped heartbeating,
+                 so the heartbeat timeout calls it dead and a new host runs the job to its end
+                 again (from the last checkpoint) and uploads the outputs.
 2. failed      — non-zero exit with the restarts used up: terminal, and the truest reason to
                  report; or the image cannot be pulled (Vast keeps the instance `loading` with the
                  pull error in `status_msg`): the job's fault, not the host's, and no host would
@@ -138,6 +143,9 @@ class HeartbeatView(_Frozen):
     gpu: GpuProbe | None = None
     exit_code: int | None = None
     last_checkpoint_step: int | None = None
+    outputs_recorded: bool = Field(
+        default=False, description="The generation's outputs manifest is recorded."
+    )
 
 
 class HealthInput(_Frozen):
@@ -161,6 +169,9 @@ class HealthInput(_Frozen):
     usd_per_hour: float = Field(ge=0, description="Current price of the live instance.")
     monitor_interval_s: float = Field(gt=0)
     restarts_so_far: int = Field(default=0, ge=0)
+    outputs_required: bool = Field(
+        default=False, description="The spec names an outputs dir: FINISHED waits for it."
+    )
     replacements: Mapping[Health, int] = Field(
         default_factory=dict, description="Replacements so far for each cause (dead, hung)."
     )
@@ -207,8 +218,13 @@ def _exited_nonzero(h: HealthInput) -> str | None:
 
 def _finished(h: HealthInput) -> str | None:
     hb = h.heartbeat
-    if hb is not None and hb.phase == "finished" and hb.exit_code == 0:
+    if hb is None or hb.phase != "finished" or hb.exit_code != 0:
+        return None
+    if not h.outputs_required:
         return "training exited 0 and the final checkpoint upload is done"
+    if hb.outputs_recorded:
+        return "training exited 0, the final checkpoint and the outputs are uploaded"
+    return None
     return None
 
 

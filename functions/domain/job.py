@@ -29,6 +29,7 @@ from functions.domain.heartbeat import (
     Command,
     GpuProbe,
     HeartbeatRequest,
+    OutputsRef,
     Phase,
     RestoreReport,
     ResumeReport,
@@ -214,6 +215,7 @@ class Heartbeat(BaseModel):
     restore: RestoreReport | None = None
     misplaced_checkpoints: list[str] = Field(default_factory=list)
     resumed: ResumeReport | None = None  # agent clock; the generation's `resumed_*` are ours
+    outputs: OutputsRef | None = None  # only as recorded (`outputs_record.py`)
     exit_code: int | None = None
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
@@ -443,6 +445,7 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         restore=request.restore,
         misplaced_checkpoints=request.misplaced_checkpoints,
         resumed=request.resumed,
+        outputs=request.outputs,
         exit_code=request.exit_code,
         bytes_downloaded=request.bytes_downloaded,
         bytes_uploaded=request.bytes_uploaded,

@@ -8,7 +8,7 @@ Unknown keys are rejected; impossible values are rejected with the field path an
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -109,6 +109,23 @@ class Checkpoint(_Strict):
     def _plain_name(cls, value: str) -> str:
         if "/" in value or value in {".", ".."}:
             raise ValueError("must be a file name, not a path")
+        return value
+
+
+class Outputs(_Strict):
+    """The job's result: a directory the agent uploads, with a manifest, when the training exits
+    0 (and on stop, cancel and lease expiry, after the final checkpoint). Set, a job ends
+    FINISHED only once that upload is recorded (DESIGN invariant 10)."""
+
+    dir: str = Field(default="/workspace/outputs", min_length=1, max_length=1024)
+
+    @field_validator("dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(
+                "must be an absolute path inside the container, e.g. /workspace/outputs"
+            )
         return value
 
 
@@ -234,6 +251,10 @@ class JobSpec(_Strict):
     expected_hours: float = Field(gt=0, le=24 * 90)
     expected_startup_min: float = Field(default=6, ge=0, le=24 * 60)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    outputs: Outputs | None = Field(
+        default=None,
+        description="The directory uploaded as the job's result; `outputs: {}` for the default.",
+    )
     budget_usd: float = Field(gt=0, le=1_000_000)
     policy: Policy = Field(default_factory=Policy)
     code: GitCode | None = Field(
@@ -266,6 +287,23 @@ class JobSpec(_Strict):
         if cap is not None and self.budget_usd < cap * (self.expected_startup_min / 60):
             raise ValueError(
                 "budget_usd does not even cover the start-up minutes at resources.max_usd_per_hour"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _outputs_apart_from_checkpoints(self) -> JobSpec:
+        if self.outputs is None:
+            return self
+        outputs = PurePosixPath(self.outputs.dir)
+        checkpoints = PurePosixPath(self.checkpoint.dir)
+        if (
+            outputs == checkpoints
+            or outputs in checkpoints.parents
+            or checkpoints in outputs.parents
+        ):
+            raise ValueError(
+                "outputs.dir must be apart from checkpoint.dir (neither inside the other), "
+                "e.g. /workspace/outputs next to /workspace/checkpoints"
             )
         return self
 

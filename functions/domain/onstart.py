@@ -175,6 +175,7 @@ def build_host_env(
         agent_env.MARKER: job.checkpoint.marker,
         agent_env.PROGRESS_FILE: job.checkpoint.progress_file,
         agent_env.KEEP_LAST: str(job.checkpoint.keep_last),
+        agent_env.OUTPUTS_DIR: job.outputs.dir if job.outputs else None,
         agent_env.S3_ENDPOINT: storage.endpoint,
         agent_env.S3_BUCKET: storage.bucket,
         agent_env.S3_PREFIX: storage.read.prefix,

@@ -194,6 +194,7 @@ def heartbeat_view(generation: Generation) -> HeartbeatView | None:
         gpu=hb.gpu,
         exit_code=hb.exit_code,
         last_checkpoint_step=hb.last_checkpoint.step if hb.last_checkpoint else None,
+        outputs_recorded=hb.outputs is not None,
     )
 
 
@@ -351,6 +352,7 @@ def decide_job(
             usd_per_hour=max(price, current.usd_per_hour),
             monitor_interval_s=settings.interval_s,
             restarts_so_far=job.restarts,
+            outputs_required=job.spec.outputs is not None,
             replacements=replacements(snapshot.generations),
         )
     )

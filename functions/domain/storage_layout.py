@@ -5,6 +5,11 @@
     jobs/<job_id>/g<generation>/checkpoints/<step, 12 digits>/<files…>
     jobs/<job_id>/g<generation>/checkpoints/<step, 12 digits>/manifest.json   (written last)
     jobs/<job_id>/g<generation>/logs/<sequence, 6 digits>.log
+    jobs/<job_id>/g<generation>/outputs/files/<files…>
+    jobs/<job_id>/g<generation>/outputs/manifest.json                        (written last)
+
+The outputs' files sit under `files/`, so a file of the job named `manifest.json` cannot take the
+manifest's place.
 
 Each generation writes only under its own `g<generation>/`, so nothing a replaced or zombie host
 writes can land where a later generation looks, and a later generation restores only the
@@ -25,6 +30,8 @@ import re
 JOBS_ROOT = "jobs/"
 CHECKPOINTS_DIR = "checkpoints/"
 LOGS_DIR = "logs/"
+OUTPUTS_DIR = "outputs/"
+OUTPUT_FILES_DIR = "files/"
 MANIFEST_NAME = "manifest.json"
 STEP_DIGITS = 12
 SEGMENT_NAME = re.compile(r"^g(\d{4,9})-(\d{6,9})\.log$")
@@ -62,6 +69,19 @@ def parse_manifest_key(job_id: str, key: str) -> tuple[int, int] | None:
         return None
     match = _MANIFEST_KEY.match(key[len(prefix) :])
     return (int(match[2]), int(match[1])) if match else None
+
+
+def outputs_prefix(job_id: str, generation: int) -> str:
+    return generation_prefix(job_id, generation) + OUTPUTS_DIR
+
+
+def output_files_prefix(job_id: str, generation: int) -> str:
+    return outputs_prefix(job_id, generation) + OUTPUT_FILES_DIR
+
+
+def outputs_manifest_key(job_id: str, generation: int) -> str:
+    """The generation's outputs exist only once this key exists."""
+    return outputs_prefix(job_id, generation) + MANIFEST_NAME
 
 
 def logs_prefix(job_id: str, generation: int) -> str:

@@ -177,13 +177,14 @@ class Api(Construct):
                 integration=jobs_integration,
                 authorizer=iam_auth,
             )
-        method, path = names.LOGS_ROUTE
-        self.http_api.add_routes(
-            path=path,
-            methods=[apigwv2.HttpMethod(method)],
-            integration=HttpLambdaIntegration("LogsIntegration", self.logs.function),
-            authorizer=iam_auth,
-        )
+        logs_integration = HttpLambdaIntegration("LogsIntegration", self.logs.function)
+        for method, path in (names.LOGS_ROUTE, names.FILES_ROUTE):
+            self.http_api.add_routes(
+                path=path,
+                methods=[apigwv2.HttpMethod(method)],
+                integration=logs_integration,
+                authorizer=iam_auth,
+            )
         method, path = names.HEARTBEAT_ROUTE
         heartbeat_routes = self.http_api.add_routes(
             path=path, methods=[apigwv2.HttpMethod(method)], integration=heartbeat_integration
@@ -196,7 +197,10 @@ class Api(Construct):
             integration=jobs_integration,
         )
         self._throttle_routes(
-            {f"{m} {p}": (user_rate, user_burst) for m, p in (*names.USER_ROUTES, names.LOGS_ROUTE)}
+            {
+                f"{m} {p}": (user_rate, user_burst)
+                for m, p in (*names.USER_ROUTES, names.LOGS_ROUTE, names.FILES_ROUTE)
+            }
             | {" ".join(names.HEARTBEAT_ROUTE): (heartbeat_rate, heartbeat_burst)}
         )
         for route in heartbeat_routes:

@@ -3,6 +3,7 @@ stand-in honouring only minted keys, chaos controls, and a heartbeat storm."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -343,3 +344,50 @@ def test_signed_header_is_required_shape_not_signature(stack: LocalStack) -> Non
     assert wrong_scheme.status_code == 403
     listed = httpx.get(stack.api_url + "/jobs", headers=SIGNED)
     assert listed.status_code == 200, listed.text
+
+
+# --- outputs: the job's result outlives its host ---------------------------------------------
+
+WRITE_RESULT = (
+    "python -c \"import os, pathlib; d = pathlib.Path(os.environ['TETHER_OUTPUTS_DIR']); "
+    "(d / 'adapter').mkdir(parents=True, exist_ok=True); "
+    "(d / 'adapter' / 'weights.bin').write_bytes(bytes(range(256)) * 300)\""
+)
+
+
+def test_outputs_are_uploaded_and_outlive_the_destroyed_host(stack: LocalStack) -> None:
+    assert stack.hosts is not None
+    job = provision_by_hand(stack, f"{TRAIN} && {WRITE_RESULT}", outputs={})
+    host = job.host(stack)
+    finished = wait_for(
+        "the agent's 'finished' heartbeat with outputs",
+        lambda: (
+            (hb := stored_heartbeat(stack, job.job_id))
+            and hb.phase == "finished"
+            and hb.outputs is not None
+            and hb
+        ),
+        timeout_s=45,
+    )
+    assert finished.exit_code == 0, host.log_text()[-3000:]
+    assert finished.outputs.manifest_key == f"jobs/{job.job_id}/g1/outputs/manifest.json"
+    assert (finished.outputs.files, finished.outputs.bytes) == (1, 76_800)
+    # The result was written outside the checkpoint folder, on the host's own disk.
+    assert (host.disk / "workspace" / "outputs" / "adapter" / "weights.bin").is_file()
+
+    stack.hosts.destroy(job.instance_id)  # its disk is wiped
+    assert not host.disk.exists()
+    base = stack.root / "s3" / R2_BUCKET / "jobs" / job.job_id / "g1" / "outputs"
+    raw = (base / "manifest.json").read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == finished.outputs.manifest_sha256
+    manifest = json.loads(raw)
+    assert [(f["path"], f["size"]) for f in manifest["files"]] == [("adapter/weights.bin", 76_800)]
+    kept = (base / "files" / "adapter" / "weights.bin").read_bytes()
+    assert kept == bytes(range(256)) * 300
+    assert hashlib.sha256(kept).hexdigest() == manifest["files"][0]["sha256"]
+    # …and the jobs API hands it back through a presigned URL, bit for bit.
+    listing = api(stack, "GET", f"/jobs/{job.job_id}/files", params={"outputs": "true"})
+    assert listing.status_code == 200, listing.text
+    (entry,) = listing.json()["files"]
+    assert (entry["path"], entry["size"]) == ("adapter/weights.bin", 76_800)
+    assert httpx.get(entry["url"]).content == bytes(range(256)) * 300

@@ -16,6 +16,7 @@ USER_ROUTE_KEYS = {
     "GET /jobs/{id}",
     "POST /jobs/{id}/cancel",
     "GET /jobs/{id}/logs",
+    "GET /jobs/{id}/files",
 }
 HEARTBEAT_KEY = "POST /agent/heartbeat"
 

@@ -108,7 +108,8 @@ def test_user_routes_use_iam_auth_and_the_heartbeat_none(template):
     assert heartbeat.get("AuthorizationType", "NONE") == "NONE"
     assert routes["$default"].get("AuthorizationType", "NONE") == "NONE"
     assert routes[" ".join(names.LOGS_ROUTE)]["AuthorizationType"] == "AWS_IAM"
-    assert len(routes) == len(names.USER_ROUTES) + 3  # + heartbeat, logs, $default
+    assert routes["GET /jobs/{id}/files"]["AuthorizationType"] == "AWS_IAM"
+    assert len(routes) == len(names.USER_ROUTES) + 4  # + heartbeat, logs, files, $default
 
 
 def test_routes_reach_the_right_function(template):
@@ -124,7 +125,8 @@ def test_routes_reach_the_right_function(template):
 
     for route in resources(template, "AWS::ApiGatewayV2::Route").values():
         key = route["Properties"]["RouteKey"]
-        expected = heartbeat_id if "heartbeat" in key else logs_id if "logs" in key else jobs_id
+        by_logs = key in ("GET /jobs/{id}/logs", "GET /jobs/{id}/files")
+        expected = heartbeat_id if "heartbeat" in key else logs_id if by_logs else jobs_id
         assert target(route) == expected
 
 

@@ -1,7 +1,10 @@
 """A fake training script for the agent tests: writes checkpoints (marker last) on a schedule.
 
 fake_train.py --steps 3 --every-s 0.1 --size-kb 64 [--big-step N --big-mb M]
-              [--hold] [--save-on-term] [--exit-code C]
+              [--hold] [--save-on-term] [--exit-code C] [--outputs]
+
+--outputs: before exiting (on its own or on SIGTERM), write a result into $TETHER_OUTPUTS_DIR:
+`adapter/weights.bin` (the last step's bytes), `result.txt` and a file named `manifest.json`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,14 @@ def save(root: Path, step: int, size_kb: int, big_mb: int, marker: str) -> None:
     print(f"saved {step}", flush=True)
 
 
+def write_outputs(step: int) -> None:
+    out = Path(os.environ["TETHER_OUTPUTS_DIR"])
+    (out / "adapter").mkdir(parents=True, exist_ok=True)
+    (out / "adapter" / "weights.bin").write_bytes(bytes([step % 251]) * 70_000)
+    (out / "result.txt").write_text(f"final step {step}\n")
+    (out / "manifest.json").write_text('{"mine": true}')  # the user's own file of that name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
@@ -43,6 +54,7 @@ def main() -> int:
     parser.add_argument("--hold", action="store_true", help="after the last step, wait for SIGTERM")
     parser.add_argument("--save-on-term", action="store_true")
     parser.add_argument("--exit-code", type=int, default=0)
+    parser.add_argument("--outputs", action="store_true")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, on_term)
     root = Path(os.environ["TETHER_CHECKPOINT_DIR"])
@@ -59,6 +71,8 @@ def main() -> int:
             break
     while args.hold and not stopping:
         time.sleep(0.02)
+    if args.outputs:
+        write_outputs(step)
     if stopping:
         if args.save_on_term:
             save(root, step + 100, args.size_kb, 0, marker)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import sys
 import time
 from pathlib import Path
 
 from tether_agent.agent import ExitCode
-from tether_agent.checkpoints import RemoteCheckpointId
+from tether_agent.checkpoints import Manifest, RemoteCheckpointId
 from tether_agent.restore import parse_candidates, restore_latest
 
 from tests.integration.agent.conftest import (
@@ -276,3 +277,103 @@ def test_a_misplaced_output_dir_is_named_in_heartbeats_and_the_log(
         storage.close()
     assert keys and all(k.startswith("jobs/j1/g1/logs/") for k in keys)  # no checkpoint
     assert "[tether] checkpoints found below the checkpoint dir, never uploaded: out/" in shipped
+
+
+def remote_outputs(s3: S3Server, bucket: str, generation: int = 1) -> dict[str, bytes]:
+    """path → bytes of `generation`'s uploaded outputs, as its manifest lists them (checked
+    against each file's size and sha256); {} without a manifest."""
+    storage = make_storage(s3.endpoint_url, bucket)
+    try:
+        raw = storage.get_bytes(f"jobs/j1/g{generation}/outputs/manifest.json")
+        if raw is None:
+            return {}
+        manifest = Manifest.model_validate_json(raw)
+        found: dict[str, bytes] = {}
+        for entry in manifest.files:
+            data = storage.get_bytes(f"jobs/j1/g{generation}/outputs/files/{entry.path}")
+            assert data is not None, entry.path
+            assert (len(data), hashlib.sha256(data).hexdigest()) == (entry.size, entry.sha256)
+            found[entry.path] = data
+        return found
+    finally:
+        storage.close()
+
+
+EXPECTED_OUTPUTS_AT_STEP_3 = {
+    "adapter/weights.bin": bytes([3]) * 70_000,
+    "manifest.json": b'{"mine": true}',
+    "result.txt": b"final step 3\n",
+}
+
+
+def test_outputs_are_uploaded_with_a_manifest_when_training_exits_0(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    outputs = tmp_path / "outputs"
+    env = agent_env(tmp_path, s3_server, bucket, control_plane, TETHER_OUTPUTS_DIR=str(outputs))
+    code, out = finish(start_agent(env, fake_train("--steps", "3", "--outputs")))
+    assert code == 0, out
+    assert remote_outputs(s3_server, bucket) == EXPECTED_OUTPUTS_AT_STEP_3
+    raw = make_storage(s3_server.endpoint_url, bucket).get_bytes("jobs/j1/g1/outputs/manifest.json")
+    assert raw is not None
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "finished"
+    assert last["outputs"] == {
+        "generation": 1,
+        "manifest_key": "jobs/j1/g1/outputs/manifest.json",
+        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+        "files": 3,
+        "bytes": 70_000 + 14 + 13,
+    }
+    # Every heartbeat before the upload said nothing of outputs.
+    assert all(hb.get("outputs") is None for hb in control_plane.heartbeats if hb is not last
+               and hb["phase"] == "training")  # fmt: skip
+
+
+def test_an_empty_outputs_dir_uploads_a_manifest_of_no_files(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(
+        tmp_path, s3_server, bucket, control_plane, TETHER_OUTPUTS_DIR=str(tmp_path / "out")
+    )
+    code, out = finish(start_agent(env, fake_train("--steps", "1")))
+    assert code == 0, out
+    last = control_plane.last()
+    assert last is not None and last["outputs"]["files"] == 0
+    assert remote_outputs(s3_server, bucket) == {}
+    assert "outputs uploaded (nothing:" in out
+
+
+def test_a_failed_training_uploads_no_outputs(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(
+        tmp_path, s3_server, bucket, control_plane, TETHER_OUTPUTS_DIR=str(tmp_path / "out")
+    )
+    code, out = finish(
+        start_agent(env, fake_train("--steps", "1", "--outputs", "--exit-code", "3"))
+    )
+    assert code == 3, out
+    last = control_plane.last()
+    assert last is not None and last.get("outputs") is None
+    storage = make_storage(s3_server.endpoint_url, bucket)
+    assert storage.list_keys("jobs/j1/g1/outputs/") == []
+
+
+def test_stop_uploads_the_outputs_after_the_final_checkpoint(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(
+        tmp_path, s3_server, bucket, control_plane, TETHER_OUTPUTS_DIR=str(tmp_path / "out")
+    )
+    agent = start_agent(env, fake_train("--steps", "1", "--hold", "--save-on-term", "--outputs"))
+    control_plane.wait_for(lambda hb: hb["phase"] == "training")
+    control_plane.command = "stop"
+    code, out = finish(agent)
+    assert code == ExitCode.STOPPED, out
+    assert remote_steps(s3_server, bucket).get(101) is True
+    assert remote_outputs(s3_server, bucket)["result.txt"] == b"final step 1\n"
+    # The final checkpoint's manifest went up before the outputs' manifest was written.
+    assert out.index("checkpoint 101 uploaded") < out.index("outputs uploaded")
+    last = control_plane.last()
+    assert last is not None and last["outputs"]["files"] == 3

@@ -163,6 +163,37 @@ def test_sigterm_during_training_ends_stopping_not_failed_and_uploads_the_last_s
         storage.close()
 
 
+def test_sigterm_during_training_uploads_the_outputs_after_the_final_checkpoint(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    env = agent_env(
+        tmp_path, s3_server, bucket, control_plane, TETHER_OUTPUTS_DIR=str(tmp_path / "out")
+    )
+    agent = start_agent(env, fake_train("--steps", "1", "--hold", "--save-on-term", "--outputs"))
+    try:
+        control_plane.wait_for(lambda hb: (hb["last_checkpoint"] or {}).get("step") == 1)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        code, out = finish(agent)
+    assert code == 143, out
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "stopping", last
+    assert last["last_checkpoint"]["step"] == 101
+    assert last["outputs"]["manifest_key"] == "jobs/j1/g1/outputs/manifest.json"
+    assert last["outputs"]["files"] == 3
+    assert out.index("checkpoint 101 uploaded") < out.index("outputs uploaded")
+    storage = make_storage(s3_server.endpoint_url, bucket)
+    try:
+        assert sorted(storage.list_keys("jobs/j1/g1/outputs/")) == [
+            "jobs/j1/g1/outputs/files/adapter/weights.bin",
+            "jobs/j1/g1/outputs/files/manifest.json",
+            "jobs/j1/g1/outputs/files/result.txt",
+            "jobs/j1/g1/outputs/manifest.json",
+        ]
+    finally:
+        storage.close()
+
+
 HF_STANDIN = Path(__file__).parents[2] / "unit" / "agent" / "hf_standin.py"
 
 

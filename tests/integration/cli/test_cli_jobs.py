@@ -71,7 +71,12 @@ class FakeBucket:
         return [ObjectInfo(k, len(self.objects[k])) for k in keys[:limit]]
 
     def presign_get(self, prefix: str, key: str, expires_s: int) -> tuple[str, float]:
+        assert key.startswith(prefix), (prefix, key)  # a key is read only under its prefix
         return f"https://{R2_HOST}/{key}?X-Amz-Signature=ok", 2e9
+
+    def get_bytes(self, prefix: str, key: str, max_bytes: int) -> bytes | None:
+        assert key.startswith(prefix), (prefix, key)
+        return self.objects.get(key)
 
     def serve(self, request: httpx.Request) -> httpx.Response:
         key = request.url.path.lstrip("/")
@@ -116,7 +121,7 @@ class Backend:
         except (AssertionError, KeyError):
             return httpx.Response(403, json={"message": "Forbidden"})
         path = request.url.path
-        handler = logs.handler if path.endswith("/logs") else jobs.handler
+        handler = logs.handler if path.endswith(("/logs", "/files")) else jobs.handler
         event = http_api_event(
             request.method,
             path,

@@ -477,5 +477,5 @@ def test_the_front_gets_each_routes_throttle_from_the_template(
     throttles = {r.route_key: r.throttle for r in deployed.http_routes}
     assert throttles["POST /agent/heartbeat"] == Throttle(rate_per_s=70.0, burst=140)
     for key in ("POST /jobs", "GET /jobs", "GET /jobs/{id}", "POST /jobs/{id}/cancel",
-                "GET /jobs/{id}/logs", "$default"):  # fmt: skip
+                "GET /jobs/{id}/logs", "GET /jobs/{id}/files", "$default"):  # fmt: skip
         assert throttles[key] == Throttle(rate_per_s=10.0, burst=20), key

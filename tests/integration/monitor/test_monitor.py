@@ -255,3 +255,51 @@ def test_the_replacement_host_is_given_the_recorded_checkpoints_newest_first(
     assert given == refs
     assert second.credentials is not None
     assert env[S3_WRITE_ACCESS_KEY_ID] == second.credentials.write.access_key_id
+
+
+def test_a_job_with_outputs_ends_finished_only_once_its_outputs_are_recorded(
+    sup: Supervised,
+) -> None:
+    job, _ = sup.provisioned(outputs={})
+    sup.clock.advance(60)
+    finished: dict[str, Any] = {"phase": "finished", "exit_code": 0, "step": 9}
+    sup.agent_beat(job.job_id, 1, **finished)  # exit 0, outputs not uploaded (yet)
+    assert sup.monitor()["verdicts"] == {"healthy": 1}
+    elsewhere = {
+        "generation": 1,
+        "manifest_key": f"jobs/{job.job_id}/g1/checkpoints/manifest.json",
+        "manifest_sha256": "c" * 64,
+        "files": 1,
+        "bytes": 3,
+    }
+    sup.agent_beat(job.job_id, 1, **finished, outputs=elsewhere)  # not where the layout says
+    assert sup.monitor()["verdicts"] == {"healthy": 1}
+    stored = sup.store.get_generation(job.job_id, 1)
+    assert stored is not None and stored.heartbeat is not None
+    assert stored.heartbeat.outputs is None
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.RUNNING
+
+    outputs = {**elsewhere, "manifest_key": f"jobs/{job.job_id}/g1/outputs/manifest.json"}
+    sup.agent_beat(job.job_id, 1, **finished, outputs=outputs)
+    report = sup.monitor()
+    result = sup.wait_for(f"{job.job_id}-stop-a1")
+
+    assert report["verdicts"] == {"finished": 1} and result["status"] == "SUCCEEDED"
+    stored = sup.store.get_generation(job.job_id, 1)
+    assert stored is not None and stored.heartbeat is not None
+    assert stored.heartbeat.outputs is not None
+    assert stored.heartbeat.outputs.manifest_key == f"jobs/{job.job_id}/g1/outputs/manifest.json"
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.FINISHED
+
+
+def test_a_job_without_outputs_ends_finished_at_exit_0(sup: Supervised) -> None:
+    job, _ = sup.provisioned()
+    sup.clock.advance(60)
+    sup.agent_beat(job.job_id, 1, phase="finished", exit_code=0, step=9)
+    report = sup.monitor()
+    result = sup.wait_for(f"{job.job_id}-stop-a1")
+    assert report["verdicts"] == {"finished": 1} and result["status"] == "SUCCEEDED"
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.FINISHED

@@ -17,6 +17,7 @@ MIRRORED = [
     "GpuProbe",
     "CheckpointRef",
     "SkippedCheckpoint",
+    "OutputsRef",
     "RestoreReport",
     "ResumeReport",
     "HeartbeatRequest",
@@ -42,7 +43,14 @@ def test_every_wire_model_is_mirrored() -> None:
 
 
 def test_the_bounds_are_the_same() -> None:
-    names = ("MAX_REASON", "MAX_RESTORE_CANDIDATES", "MAX_STEP", "MAX_GENERATION", "MAX_BYTES")
+    names = (
+        "MAX_REASON",
+        "MAX_RESTORE_CANDIDATES",
+        "MAX_STEP",
+        "MAX_GENERATION",
+        "MAX_BYTES",
+        "MAX_OUTPUT_FILES",
+    )
     assert {n: getattr(protocol, n) for n in names} == {n: getattr(heartbeat, n) for n in names}
 
 
@@ -106,6 +114,17 @@ def test_the_agent_writes_log_segments_where_the_api_lists_them(
     assert key == storage_layout.log_segment_key("j-1", generation, sequence)
     assert key.startswith(storage_layout.generation_prefix("j-1", generation))
     assert storage_layout.parse_segment_key("j-1", key) == (generation, sequence)
+
+
+@pytest.mark.parametrize("generation", [1, 17])
+def test_the_agent_writes_outputs_where_the_control_plane_looks(generation: int) -> None:
+    prefix = storage_layout.job_prefix("j-1")
+    key = checkpoints.outputs_manifest_key(prefix, generation)
+    assert key == f"jobs/j-1/g{generation}/outputs/manifest.json"
+    assert key == storage_layout.outputs_manifest_key("j-1", generation)
+    files = checkpoints.output_files_prefix(prefix, generation)
+    assert files == f"jobs/j-1/g{generation}/outputs/files/"
+    assert files == storage_layout.output_files_prefix("j-1", generation)
 
 
 def _minimal_env() -> dict[str, str]:

@@ -202,6 +202,41 @@ CASES: list[tuple[str, HealthInput, Health]] = [
         state(heartbeat=hb(phase="uploading", exit_code=0)),
         Health.HEALTHY,
     ),
+    (
+        "finished with its outputs recorded",
+        state(
+            heartbeat=hb(phase="finished", exit_code=0, outputs_recorded=True),
+            outputs_required=True,
+        ),
+        Health.FINISHED,
+    ),
+    (
+        "finished, the spec names outputs, none recorded yet",
+        state(heartbeat=hb(phase="finished", exit_code=0), outputs_required=True),
+        Health.HEALTHY,
+    ),
+    (
+        "finished without recorded outputs, heartbeats stopped",
+        state(heartbeat=hb(age=180, phase="finished", exit_code=0), outputs_required=True),
+        Health.DEAD,
+    ),
+    (
+        "finished without recorded outputs, host stopped",
+        state(
+            heartbeat=hb(phase="finished", exit_code=0),
+            instance=inst("stopped"),
+            outputs_required=True,
+        ),
+        Health.DEAD,
+    ),
+    (
+        "outputs recorded but the training exited 1",
+        state(
+            heartbeat=hb(phase="failed", exit_code=1, outputs_recorded=True),
+            outputs_required=True,
+        ),
+        Health.CRASHED,
+    ),
     # crashed / failed
     ("exit 1, 0 of 3 restarts", state(heartbeat=hb(phase="failed", exit_code=1)), Health.CRASHED),
     (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functions.domain.heartbeat import CheckpointRef, GpuProbe, HeartbeatRequest
+from functions.domain.heartbeat import CheckpointRef, GpuProbe, HeartbeatRequest, OutputsRef
 from functions.domain.job import heartbeat_record
 
 
@@ -14,6 +14,13 @@ def test_every_field_of_the_request_is_kept() -> None:
         step=420,
         last_checkpoint=CheckpointRef(step=400, generation=3, manifest_key="k/400/manifest.json"),
         restored_checkpoint=CheckpointRef(step=200, generation=2, manifest_key="k/200/m.json"),
+        outputs=OutputsRef(
+            generation=3,
+            manifest_key="jobs/tiny-cpu-0123abcd/g3/outputs/manifest.json",
+            manifest_sha256="a" * 64,
+            files=2,
+            bytes=10,
+        ),
         gpu=GpuProbe(available=True, responsive=False, utilization_pct=3.5, unresponsive_s=61),
         exit_code=137,
         bytes_downloaded=123,

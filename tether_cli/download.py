@@ -1,0 +1,160 @@
+"""`tether download JOB (--outputs | --checkpoint STEP) [--to DIR]`: a job's outputs or one of its
+recorded checkpoints, fetched through presigned URLs from the jobs API (`GET /jobs/{id}/files`),
+each file checked against the size and sha256 its manifest lists.
+
+Nothing is written before the API has said what to fetch (an unknown job, step or missing
+outputs exits 2 with the API's reason). Each file goes to a `.part` file in the target directory
+and is renamed into place only once its sha256 matches; a mismatch deletes it and exits 1. An
+existing file with the same path is replaced only once its replacement has verified. A
+progress bar (rich, on stderr) counts bytes; `--json` prints the list of files written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from tether_cli import jobs as cli_jobs
+from tether_cli import output
+from tether_cli.api_client import TetherApi
+from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
+
+MAX_URL_REFRESHES = 3  # per file: a fresh listing brings freshly signed URLs
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = cli_jobs._add(
+        subparsers,
+        "download",
+        "fetch a job's outputs or a recorded checkpoint, verified",
+        "Download a job's outputs (--outputs) or one of its recorded checkpoints "
+        "(--checkpoint STEP) into DIR, checking every file's sha256 against its manifest.",
+    )
+    parser.add_argument("job_id", metavar="JOB", help="the job id")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--outputs", action="store_true", help="the job's outputs dir")
+    what.add_argument(
+        "--checkpoint", type=_step, metavar="STEP", help="the recorded checkpoint at STEP"
+    )
+    parser.add_argument(
+        "--to",
+        type=Path,
+        metavar="DIR",
+        help="where to put the files (default ./<job>-outputs or ./<job>-checkpoint-<step>)",
+    )
+    parser.set_defaults(handler=run_download)
+
+
+def _step(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a step number, e.g. 500") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def run_download(args: argparse.Namespace) -> int:
+    with cli_jobs.connect(args) as api:
+        first = api.job_files(args.job_id, outputs=args.outputs, checkpoint=args.checkpoint)
+        default = f"{args.job_id}-outputs" if args.outputs else f"{args.job_id}-checkpoint-"
+        target: Path = args.to or Path(default + ("" if args.outputs else str(args.checkpoint)))
+        written = fetch_all(api, args, first, target, quiet=args.json)
+    if args.json:
+        output.print_json(
+            {
+                "job_id": args.job_id,
+                "what": first["what"],
+                "step": first["step"],
+                "generation": first["generation"],
+                "manifest_key": first["manifest_key"],
+                "to": str(target),
+                "files": written,
+            }
+        )
+    else:
+        total = sum(f["size"] for f in written)
+        output.stdout_console().print(
+            f"downloaded {len(written)} files ({total} bytes) to {target}, every sha256 verified"
+        )
+    return EXIT_OK
+
+
+def fetch_all(
+    api: TetherApi, args: argparse.Namespace, first: dict[str, Any], target: Path, *, quiet: bool
+) -> list[dict[str, Any]]:
+    written: list[dict[str, Any]] = []
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn()
+    )  # fmt: skip
+    progress = Progress(*columns, console=output.stderr_console(), disable=quiet)
+    target.mkdir(parents=True, exist_ok=True)
+    with progress:
+        task = progress.add_task("downloading", total=first["total_bytes"])
+        page: dict[str, Any] | None = first
+        while page is not None:
+            for entry in page["files"]:
+                _fetch_one(api, args, entry, target, lambda n: progress.advance(task, n))
+                written.append({k: entry[k] for k in ("path", "size", "sha256")})
+            offset = page["next_offset"]
+            page = None
+            if offset is not None:
+                page = api.job_files(
+                    args.job_id, outputs=args.outputs, checkpoint=args.checkpoint, offset=offset
+                )
+    return written
+
+
+def _fetch_one(
+    api: TetherApi,
+    args: argparse.Namespace,
+    entry: dict[str, Any],
+    target: Path,
+    on_bytes: Any,
+) -> None:
+    relative = PurePosixPath(entry["path"])
+    if relative.is_absolute() or ".." in relative.parts:
+        raise CliError(f"refusing the unsafe path {entry['path']!r} in the manifest", EXIT_FAILURE)
+    dest = target.joinpath(*relative.parts)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    url = entry["url"]
+    try:
+        for _ in range(MAX_URL_REFRESHES):
+            with part.open("wb") as out:
+                sha256 = api.stream_to(url, out, on_bytes)
+            if sha256 is not None:
+                break
+            url = _fresh_url(api, args, entry["path"])  # expired: list that page again
+        else:
+            raise CliError(f"{entry['path']}: its download URL is refused", EXIT_FAILURE)
+        size = part.stat().st_size
+        if (size, sha256) != (entry["size"], entry["sha256"]):
+            raise CliError(
+                f"{entry['path']}: got {size} bytes with sha256 {sha256}, the manifest says "
+                f"{entry['size']} bytes with sha256 {entry['sha256']}; nothing kept",
+                EXIT_FAILURE,
+            )
+        part.replace(dest)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
+
+
+def _fresh_url(api: TetherApi, args: argparse.Namespace, path: str) -> str:
+    offset = 0
+    while True:
+        again = api.job_files(
+            args.job_id, outputs=args.outputs, checkpoint=args.checkpoint, offset=offset
+        )
+        for entry in again["files"]:
+            if entry["path"] == path:
+                return str(entry["url"])
+        if again["next_offset"] is None:
+            raise CliError(f"{path} is no longer listed", EXIT_FAILURE)
+        offset = again["next_offset"]
