@@ -20,15 +20,15 @@ judged against an uninterrupted run of the same command (docs/rehearse.md).
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import os
 import random
 import shlex
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import httpx
@@ -274,8 +274,7 @@ def rehearse(
         for step in steps:
             g = _wait_for_step(run, step, after_generation=after, timeout_s=wait_s)
             assert stack.hosts is not None
-            hosts, instance = stack.hosts, run.instance(g)
-            run.fault("dead", g, lambda: hosts.destroy(instance))
+            run.fault("dead", g, functools.partial(stack.hosts.destroy, run.instance(g)))
             asked.append((step, g.generation))
             after = g.generation
         run.wait("the job to end", lambda v: is_terminal(v.job.state), timeout_s=wait_s)
@@ -366,7 +365,7 @@ def _compare_files(directory: Path, reference: Mapping[str, str], marker: str) -
     ours = {
         e.path: _sha256((directory / e.path).read_bytes())
         for e in manifest.files
-        if os.path.basename(e.path) != marker
+        if PurePosixPath(e.path).name != marker
     }
     found = [f"{p}: only in the uninterrupted run" for p in sorted(set(reference) - set(ours))]
     found += [f"{p}: only in the rehearsal" for p in sorted(set(ours) - set(reference))]

@@ -38,7 +38,7 @@ def _is_jsii(process: psutil.Process) -> bool:
 
 def _cmdline(process: psutil.Process) -> list[str]:
     try:
-        return process.cmdline()
+        return [str(part) for part in process.cmdline()]
     except psutil.Error:
         return []
 
@@ -95,16 +95,22 @@ def test_the_tiny_cpu_example_resumes_identically(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "final checkpoint: identical to an uninterrupted run" in out
-    assert "the uninterrupted run ends at step 400, the rehearsal's final checkpoint is at " \
+    assert (
+        "the uninterrupted run ends at step 400, the rehearsal's final checkpoint is at "
         "step 400" in " ".join(out.split())
+    )
     assert _left_running("--seed 4242") == []
 
 
 @pytest.mark.parametrize(
     ("args", "changes", "message"),
     [
-        (["--kill-at-step", "500"], {}, "--kill-at-step: step 500 is past the end of the run "
-         "(the uninterrupted run ends at step 60)"),
+        (
+            ["--kill-at-step", "500"],
+            {},
+            "--kill-at-step: step 500 is past the end of the run "
+            "(the uninterrupted run ends at step 60)",
+        ),
         (["--kill-at-step", "30,20"], {}, "--kill-at-step: the steps must increase"),
         (["--kill-at-step", "ten"], {}, "--kill-at-step: 'ten' is not a step number"),
         (["--kills", "0"], {}, "--kills: 0 is not between 1 and 20"),
