@@ -30,7 +30,8 @@ Modules: `job` (the training command, its spec and the stack's configuration), `
 polling and bookkeeping), `scenarios` (the catalogue), `flood` (the junk heartbeats of
 `heartbeat-flood`), `driver` (`run_scenario`), `evidence`
 (stored state, checkpoints verified with the agent's own manifest rules) and `summary` (the
-verdict). The names below are the demo's public face: the CLI, the tests and the benchmarks use
+verdict), and `rehearse` (`tether rehearse`: a user's own job on the same machinery, imported
+from its module). The names below are the demo's public face: the CLI, the tests and the benchmarks use
 only these.
 """
 
