@@ -20,12 +20,22 @@ pytestmark = pytest.mark.slow
 BROKEN = Path(__file__).with_name("forgets_rng.py")
 
 
-def _left_running(command_part: str) -> list[str]:
-    """This process's children (the stack's workers, hosts' agents) and any process on the
-    machine whose command line holds `command_part` (a training process orphaned by its agent),
-    except jsii's Node kernel, which lives as long as this process once a template is synthesized.
-    """
-    found = [p for p in psutil.Process().children(recursive=True) if not _is_jsii(p)]
+@pytest.fixture
+def running_before() -> set[int]:
+    """This process's children before the test (other modules' servers on this worker)."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _left_running(command_part: str, before: set[int]) -> list[str]:
+    """Children of this process started since `before` (the stack's workers, hosts' agents) and
+    any process on the machine whose command line holds `command_part` (a training process
+    orphaned by its agent), except jsii's Node kernel, which lives as long as this process once a
+    template is synthesized."""
+    found = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in before and not _is_jsii(p)
+    ]
     for process in psutil.process_iter(["cmdline"]):
         if command_part in " ".join(process.info["cmdline"] or ()):
             found.append(process)
@@ -33,7 +43,9 @@ def _left_running(command_part: str) -> list[str]:
 
 
 def _is_jsii(process: psutil.Process) -> bool:
-    return any("jsii" in part for part in _cmdline(process))
+    """jsii's kernel: Node running the runtime it extracted (`…/lib/program.js`)."""
+    line = _cmdline(process)
+    return any("jsii" in part for part in line) or bool(line and line[-1].endswith("program.js"))
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -62,7 +74,7 @@ def _broken_spec(tmp_path: Path) -> Path:
 
 
 def test_a_script_that_does_not_restore_its_rng_is_not_identical(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], running_before: set[int]
 ) -> None:
     # The spec's own STEP_SECONDS=0 would finish before any report; --env slows the rehearsal.
     argv = ["rehearse", str(_broken_spec(tmp_path)), "--kill-at-step", "25"]
@@ -81,11 +93,11 @@ def test_a_script_that_does_not_restore_its_rng_is_not_identical(
     assert kill["resumed_step"] is not None and kill["resumed_step"] % 10 == 0
     assert kill["incident"]["lost_steps"] == kill["killed_at_step"] - kill["resumed_step"]
     assert kill["incident"]["lost_steps_lower_bound"] is True
-    assert _left_running(str(BROKEN)) == []
+    assert _left_running(str(BROKEN), running_before) == []
 
 
 def test_the_tiny_cpu_example_resumes_identically(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], running_before: set[int]
 ) -> None:
     example = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
     assert example["run"] == "python -m tiny_train --steps 400 --checkpoint-every 20"
@@ -99,7 +111,7 @@ def test_the_tiny_cpu_example_resumes_identically(
         "the uninterrupted run ends at step 400, the rehearsal's final checkpoint is at "
         "step 400" in " ".join(out.split())
     )
-    assert _left_running("--seed 4242") == []
+    assert _left_running("--seed 4242", running_before) == []
 
 
 @pytest.mark.parametrize(
@@ -122,6 +134,7 @@ def test_the_tiny_cpu_example_resumes_identically(
 def test_bad_input_exits_2_naming_the_field(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    running_before: set[int],
     args: list[str],
     changes: dict[str, Any],
     message: str,
@@ -133,4 +146,4 @@ def test_bad_input_exits_2_naming_the_field(
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2, err
     assert message in err
-    assert _left_running(str(BROKEN)) == []
+    assert _left_running(str(BROKEN), running_before) == []
