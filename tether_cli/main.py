@@ -16,9 +16,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import NoReturn
 
-from tether_cli import demo, deploy, download, jobs, local, output, plan, validate
+from tether_cli import demo, deploy, download, jobs, local, output, plan, rehearse, validate
 
-COMMANDS: tuple[ModuleType, ...] = (validate, plan, jobs, download, deploy, local, demo)
+COMMANDS: tuple[ModuleType, ...] = (validate, plan, jobs, download, deploy, local, demo, rehearse)
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -70,7 +70,10 @@ def test_every_user_command_builds_its_parser(bare_tether: Path) -> None:
         assert "Traceback" not in helped.stderr
 
 
-@pytest.mark.parametrize("command", [["demo"], ["local", "up", "--port", "0"]])
+@pytest.mark.parametrize(
+    "command",
+    [["demo"], ["local", "up", "--port", "0"], ["rehearse", str(EXAMPLES / "tiny-cpu.yaml")]],
+)
 def test_local_stack_commands_name_the_missing_extra(bare_tether: Path, command: list[str]) -> None:
     done = run(bare_tether, *command)
     assert done.returncode == 1

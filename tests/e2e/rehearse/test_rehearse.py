@@ -1,0 +1,149 @@
+"""`tether rehearse` end to end through the CLI, each run on its own local stack: a script that
+does not restore its RNG is caught (exit 1), the tiny-cpu example passes (exit 0), bad input
+exits 2 naming the field, and nothing is left running afterwards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from tests.paths import ROOT
+from tether_cli.main import main
+
+pytestmark = pytest.mark.slow
+
+BROKEN = Path(__file__).with_name("forgets_rng.py")
+
+
+@pytest.fixture
+def running_before() -> set[int]:
+    """This process's children before the test (other modules' servers on this worker)."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _left_running(command_part: str, before: set[int]) -> list[str]:
+    """Children of this process started since `before` (the stack's workers, hosts' agents) and
+    any process on the machine whose command line holds `command_part` (a training process
+    orphaned by its agent), except jsii's Node kernel, which lives as long as this process once a
+    template is synthesized."""
+    found = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in before and not _is_jsii(p)
+    ]
+    for process in psutil.process_iter(["cmdline"]):
+        if command_part in " ".join(process.info["cmdline"] or ()):
+            found.append(process)
+    return [f"{p.pid}: {' '.join(_cmdline(p))}" for p in found]
+
+
+def _is_jsii(process: psutil.Process) -> bool:
+    """jsii's kernel: Node running the runtime it extracted (`…/lib/program.js`)."""
+    line = _cmdline(process)
+    return any("jsii" in part for part in line) or bool(line and line[-1].endswith("program.js"))
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return [str(part) for part in process.cmdline()]
+    except psutil.Error:
+        return []
+
+
+def _spec(tmp_path: Path, **changes: Any) -> Path:
+    spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+    spec.update(changes)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _broken_spec(tmp_path: Path) -> Path:
+    return _spec(
+        tmp_path,
+        name="forgets-rng",
+        image="python:3.12-slim",
+        run=f"python {BROKEN} --steps 60 --checkpoint-every 10",
+        env={"STEP_SECONDS": "0"},
+    )
+
+
+def test_a_script_that_does_not_restore_its_rng_is_not_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], running_before: set[int]
+) -> None:
+    # The spec's own STEP_SECONDS=0 would finish before any report; --env slows the rehearsal.
+    argv = ["rehearse", str(_broken_spec(tmp_path)), "--kill-at-step", "25"]
+    code = main([*argv, "--env", "STEP_SECONDS=0.05", "--json"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    report = json.loads(out)
+    assert report["identical"] is False
+    assert report["final_state"] == "FINISHED"
+    assert report["reference_step"] == 60
+    assert report["compared_step"] == 60
+    assert [d.split(":")[0] for d in report["differences"]] == ["state.json"]
+    [kill] = report["kills"]
+    assert kill["asked_step"] == 25
+    assert kill["killed_at_step"] >= 25
+    assert kill["resumed_step"] is not None and kill["resumed_step"] % 10 == 0
+    assert kill["incident"]["lost_steps"] == kill["killed_at_step"] - kill["resumed_step"]
+    assert kill["incident"]["lost_steps_lower_bound"] is True
+    assert _left_running(str(BROKEN), running_before) == []
+
+
+def test_the_tiny_cpu_example_resumes_identically(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], running_before: set[int]
+) -> None:
+    example = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+    assert example["run"] == "python -m tiny_train --steps 400 --checkpoint-every 20"
+    # slow enough to kill; the seed makes its command line this test's own
+    spec = _spec(tmp_path, run=example["run"] + " --step-seconds 0.02 --seed 4242")
+    code = main(["rehearse", str(spec), "--kills", "2", "--seed", "7"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "final checkpoint: identical to an uninterrupted run" in out
+    assert (
+        "the uninterrupted run ends at step 400, the rehearsal's final checkpoint is at "
+        "step 400" in " ".join(out.split())
+    )
+    assert _left_running("--seed 4242", running_before) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "changes", "message"),
+    [
+        (
+            ["--kill-at-step", "500"],
+            {},
+            "--kill-at-step: step 500 is past the end of the run "
+            "(the uninterrupted run ends at step 60)",
+        ),
+        (["--kill-at-step", "30,20"], {}, "--kill-at-step: the steps must increase"),
+        (["--kill-at-step", "ten"], {}, "--kill-at-step: 'ten' is not a step number"),
+        (["--kills", "0"], {}, "--kills: 0 is not between 1 and 20"),
+        (["--env", "STEP SECONDS"], {}, "--env: 'STEP SECONDS' is not NAME=VALUE"),
+        ([], {"budget_usd": -1}, "budget_usd"),
+        ([], {"image": "nobody/unknown:1"}, "image: image 'nobody/unknown:1' cannot be pulled"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_field(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    running_before: set[int],
+    args: list[str],
+    changes: dict[str, Any],
+    message: str,
+) -> None:
+    spec = _broken_spec(tmp_path)
+    if changes:
+        spec.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), **changes}))
+    code = main(["rehearse", str(spec), *args])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2, err
+    assert message in err
+    assert _left_running(str(BROKEN), running_before) == []

@@ -1,0 +1,74 @@
+"""`tether rehearse`'s kill steps: those asked for must fit the run, random ones are distinct,
+before the end, and the same for the same seed; `--env` and `--kill-at-step` parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether_cli.output import CliError
+from tether_cli.rehearse import parse_env, parse_steps
+from tether_local.demo.rehearse import RehearseInputError, kill_steps
+
+
+def test_steps_asked_for_are_kept() -> None:
+    assert kill_steps(at=[40, 120], count=None, seed=0, last_step=400) == [40, 120]
+
+
+@pytest.mark.parametrize(
+    ("at", "message"),
+    [
+        ([0], "--kill-at-step: 0 is not a step (steps start at 1)"),
+        (
+            [400],
+            "--kill-at-step: step 400 is past the end of the run (the uninterrupted run "
+            "ends at step 400)",
+        ),
+        ([120, 40], "--kill-at-step: the steps must increase, each once"),
+        ([40, 40], "--kill-at-step: the steps must increase, each once"),
+    ],
+)
+def test_steps_that_do_not_fit_the_run_are_refused(at: list[int], message: str) -> None:
+    with pytest.raises(RehearseInputError) as refused:
+        kill_steps(at=at, count=None, seed=0, last_step=400)
+    assert str(refused.value) == message
+
+
+def test_random_steps_are_distinct_increasing_before_the_end_and_follow_the_seed() -> None:
+    steps = kill_steps(at=None, count=5, seed=7, last_step=30)
+    assert len(set(steps)) == 5
+    assert steps == sorted(steps)
+    assert all(1 <= s <= 29 for s in steps)
+    assert kill_steps(at=None, count=5, seed=7, last_step=30) == steps
+    assert kill_steps(at=None, count=1, seed=0, last_step=400) != []
+
+
+@pytest.mark.parametrize(
+    ("count", "last_step", "message"),
+    [
+        (0, 400, "--kills: 0 is not between 1 and 20"),
+        (21, 400, "--kills: 21 is not between 1 and 20"),
+        (
+            5,
+            5,
+            "--kills: 5 kills do not fit before the end of the run (the uninterrupted run "
+            "ends at step 5)",
+        ),
+    ],
+)
+def test_random_kills_that_do_not_fit_are_refused(count: int, last_step: int, message: str) -> None:
+    with pytest.raises(RehearseInputError) as refused:
+        kill_steps(at=None, count=count, seed=0, last_step=last_step)
+    assert str(refused.value) == message
+
+
+def test_cli_parsing() -> None:
+    assert parse_steps("40, 120") == [40, 120]
+    assert parse_env(["MODEL=tiny-llama", "EMPTY=", "A=b=c"]) == {
+        "MODEL": "tiny-llama",
+        "EMPTY": "",
+        "A": "b=c",
+    }
+    with pytest.raises(CliError, match="--env: '=x' is not NAME=VALUE"):
+        parse_env(["=x"])
+    with pytest.raises(CliError, match="--kill-at-step: '' is not a step number"):
+        parse_steps("40,")

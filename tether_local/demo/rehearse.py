@@ -1,0 +1,389 @@
+"""`tether rehearse`: a user's own job on the local stack, with its host killed at chosen steps,
+judged against an uninterrupted run of the same command (docs/rehearse.md).
+
+1. The reference: the job's `run` command, run once directly (no stack) in the stand-in of the
+   job's `image`, with the job's `env` (and the rehearsal's overrides), the hooks on PYTHONPATH
+   and `TETHER_CHECKPOINT_DIR` in a temporary directory, as the demo's reference run does. Its
+   highest marked checkpoint is the uninterrupted result; its step is where the run ends.
+2. The rehearsal: the same spec submitted through the local stack's real API, with the demo's
+   second-scale timers (`DEMO_POLICY`: a 1 s heartbeat) and room for every kill
+   (`max_replacements_dead`). Each kill waits until the live generation reports a step at or
+   past the one asked for, then destroys its host (disk wiped); the next kill waits for the
+   replacement. A kill lands on the first report at or past its step: reports come about once a
+   second, so the step the host was really at is known as a lower bound.
+3. The verdict: the job's result checkpoint (the highest verified one, as the demo's invariant 8
+   picks it) compared with the reference's, file by file (sha256 of every file the manifest
+   lists against the same file of the reference); identical only when both end at the same step
+   with the same files and bytes. The steps lost per kill come from the `resumed` facts
+   (`functions.domain.recovery`: the last step known before the kill minus the step resumed at).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+import shlex
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+from tether_agent.checkpoints import MANIFEST_NAME, Manifest
+from tether_agent.training_env import HOOKS_DIR
+
+from functions.adapters.store import JobView
+from functions.domain.job import JobState, is_terminal
+from functions.domain.jobspec import JobSpec
+from tether_local import invariants
+from tether_local.demo.evidence import checkpoint_facts, live_instances, s3_root
+from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, SIGNED, TrainArgs
+from tether_local.demo.run import DemoError, DemoRun, MonitorClock, Scenario
+from tether_local.demo.timeline import Timeline, quiet
+from tether_local.hosts import SYSTEM_PATH
+from tether_local.images import stand_in
+from tether_local.invariants import Incident
+from tether_local.stack import LocalStack
+
+MAX_KILLS = 20
+# A wait for a kill's step, or for the end, allows this plus a few times the reference's length.
+WAIT_BASE_S = 60.0
+REFERENCE_TIMEOUT_S = 600.0
+
+
+class RehearseInputError(ValueError):
+    """The rehearsal cannot start as asked; the message names the field (exit 2)."""
+
+
+class KillReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    asked_step: int
+    generation: int
+    killed_at_step: int  # the highest step known when the host died: a lower bound
+    resumed_step: int | None  # the step the next generation restored (None: it never trained)
+    incident: Incident
+
+
+class RehearseReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job: str
+    job_id: str
+    final_state: str
+    reference_step: int
+    compared_step: int | None
+    identical: bool
+    differences: list[str]
+    kills: list[KillReport]
+    reference_s: float
+    wall_s: float
+
+
+def kill_steps(
+    *, at: Sequence[int] | None, count: int | None, seed: int, last_step: int
+) -> list[int]:
+    """The steps to kill at: those asked for (each ≥ 1, increasing, before the last step) or
+    `count` distinct random ones before the last step, chosen with `seed`."""
+    if at is not None:
+        for step in at:
+            if step < 1:
+                raise RehearseInputError(f"--kill-at-step: {step} is not a step (steps start at 1)")
+            if step >= last_step:
+                raise RehearseInputError(
+                    f"--kill-at-step: step {step} is past the end of the run "
+                    f"(the uninterrupted run ends at step {last_step})"
+                )
+        if list(at) != sorted(set(at)):
+            raise RehearseInputError("--kill-at-step: the steps must increase, each once")
+        if len(at) > MAX_KILLS:
+            raise RehearseInputError(f"--kill-at-step: at most {MAX_KILLS} kills")
+        return list(at)
+    wanted = 1 if count is None else count
+    if wanted < 1 or wanted > MAX_KILLS:
+        raise RehearseInputError(f"--kills: {wanted} is not between 1 and {MAX_KILLS}")
+    if wanted > last_step - 1:
+        raise RehearseInputError(
+            f"--kills: {wanted} kills do not fit before the end of the run "
+            f"(the uninterrupted run ends at step {last_step})"
+        )
+    return sorted(random.Random(seed).sample(range(1, last_step), wanted))
+
+
+# the reference
+
+
+def training_env(spec: JobSpec, overrides: Mapping[str, str]) -> dict[str, str]:
+    """The job's own `env` with the rehearsal's overrides on top."""
+    return {**spec.env, **overrides}
+
+
+def reference_run(
+    spec: JobSpec, env: Mapping[str, str], into: Path, timeout_s: float
+) -> tuple[int, dict[str, str]]:
+    """Run the job's command uninterrupted in its image's stand-in; its final marked checkpoint
+    (step, relative path → sha256). DemoError if it fails or marks no checkpoint."""
+    image = stand_in(spec.image)
+    marker = spec.checkpoint.marker
+    checkpoints = into / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    work = into / "work"
+    work.mkdir()
+    full_env = {
+        "PATH": f"{image.bin}:{SYSTEM_PATH}",
+        "HOME": str(work),
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        **env,
+        "PYTHONPATH": str(HOOKS_DIR),
+        "TETHER_CHECKPOINT_DIR": str(checkpoints),
+        "TETHER_MARKER": marker,
+    }
+    try:
+        done = subprocess.run(
+            shlex.split(spec.run),
+            env=full_env,
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout_s,
+            start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        raise DemoError(f"the uninterrupted run took longer than {timeout_s:g} s") from None
+    except OSError as exc:
+        raise DemoError(f"the uninterrupted run could not start: {exc}") from None
+    if done.returncode != 0:
+        raise DemoError(
+            f"the uninterrupted run exited {done.returncode}: "
+            f"{done.stdout[-500:]}{done.stderr[-500:]}".rstrip()
+        )
+    marked = [
+        (step, d)
+        for d in checkpoints.iterdir()
+        if d.is_dir() and (d / marker).is_file() and (step := _step_of(d.name)) is not None
+    ]
+    if not marked:
+        raise DemoError(
+            f"the uninterrupted run marked no checkpoint under $TETHER_CHECKPOINT_DIR "
+            f"(spec field checkpoint.dir: {spec.checkpoint.dir}); nothing to compare"
+        )
+    step, directory = max(marked)
+    files = {
+        str(p.relative_to(directory)): _sha256(p.read_bytes())
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != marker
+    }
+    return step, files
+
+
+def _step_of(name: str) -> int | None:
+    digits = "".join(c if c.isdigit() else " " for c in name).split()
+    return int(digits[-1]) if digits and not name.startswith(".") else None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# the rehearsal
+
+
+def rehearsal_spec(spec: JobSpec, env: Mapping[str, str], kills: int) -> dict[str, Any]:
+    """The spec the stack runs: the job's own, with the overrides in `env`, the demo's timers,
+    and a replacement for every kill."""
+    body: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True)
+    body["env"] = dict(env)
+    policy = {**body.get("policy", {}), **DEMO_POLICY}
+    policy["max_replacements_dead"] = max(int(policy.get("max_replacements_dead", 0)), kills + 1)
+    body["policy"] = policy
+    return body
+
+
+class Plan(BaseModel):
+    """What the reference run found and the kills it allows, before any stack starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: dict[str, str]
+    last_step: int
+    reference: dict[str, str]  # relative path → sha256 of the final checkpoint's files
+    reference_s: float
+    steps: list[int]
+
+
+def prepare(
+    spec: JobSpec,
+    *,
+    env_overrides: Mapping[str, str] | None = None,
+    kill_at: Sequence[int] | None = None,
+    kills: int | None = None,
+    seed: int = 0,
+    timeline: Timeline = quiet,
+) -> Plan:
+    """The uninterrupted reference run and the kills. RehearseInputError for a kill that does not
+    fit the run, DemoError when the reference run fails."""
+    env = training_env(spec, env_overrides or {})
+    started = time.time()
+    timeline(0.0, "rehearse", f"uninterrupted reference run: {spec.run}")
+    with tempfile.TemporaryDirectory(prefix="tether-rehearse-") as tmp:
+        last_step, reference = reference_run(spec, env, Path(tmp), REFERENCE_TIMEOUT_S)
+    took = time.time() - started
+    timeline(took, "rehearse", f"the uninterrupted run ended at step {last_step} in {took:.1f} s")
+    steps = kill_steps(at=kill_at, count=kills, seed=seed, last_step=last_step)
+    return Plan(
+        env=env, last_step=last_step, reference=reference, reference_s=round(took, 1), steps=steps
+    )
+
+
+def rehearse(
+    spec: JobSpec, plan: Plan, *, stack: LocalStack, timeline: Timeline = quiet
+) -> RehearseReport:
+    """Rehearse `spec` on `stack` (made with `demo_stack_config()`) with `plan`'s kills. DemoError
+    when the rehearsal cannot be driven to its end."""
+    steps = plan.steps
+    wait_s = WAIT_BASE_S + 4 * plan.reference_s
+    scenario = Scenario(
+        name="rehearse",
+        description=f"{spec.name}: host killed at steps {', '.join(map(str, steps))}",
+        train=TrainArgs(steps=plan.last_step),  # not run: the job's own command is
+        drive=lambda _run: None,
+        timeout_s=wait_s,
+    )
+    run = DemoRun(stack=stack, scenario=scenario, timeline=timeline)
+    run.clock = MonitorClock(stack, MONITOR_INTERVAL_S)
+    asked: list[tuple[int, int]] = []  # (step asked, generation killed)
+    try:
+        created = httpx.post(
+            stack.api_url + "/jobs",
+            json=rehearsal_spec(spec, plan.env, len(steps)),
+            headers=SIGNED,
+            timeout=60,
+        )
+        if created.status_code != 201:
+            raise DemoError(f"submit refused: {created.status_code} {created.text[:300]}")
+        run.job_id = str(created.json()["job_id"])
+        run.say(f"submitted job {run.job_id}: {spec.run}; kills at steps {steps}")
+        run.start_monitor()
+        after = 0
+        for step in steps:
+            g = _wait_for_step(run, step, after_generation=after, timeout_s=wait_s)
+            assert stack.hosts is not None
+            run.fault("dead", g, functools.partial(stack.hosts.destroy, run.instance(g)))
+            asked.append((step, g.generation))
+            after = g.generation
+        run.wait("the job to end", lambda v: is_terminal(v.job.state), timeout_s=wait_s)
+        run.wait("every instance destroyed", lambda _v: not live_instances(stack, run.job_id), 30)
+    finally:
+        run.clock.close()
+    return _report(spec, run, run.poll(), asked, plan)
+
+
+def _wait_for_step(run: DemoRun, step: int, *, after_generation: int, timeout_s: float) -> Any:
+    def reached(view: JobView) -> Any:
+        if is_terminal(view.job.state):
+            raise DemoError(
+                f"the job ended {view.job.state.value} before the kill at step {step} could "
+                "land: its steps come faster than the 1 s heartbeat, or it failed (see docs/"
+                "rehearse.md, 'Kills land on a report')"
+            )
+        g = run.generation(view)
+        hb = g.heartbeat if g is not None else None
+        if g is None or g.generation <= after_generation or hb is None:
+            return None
+        return g if hb.phase == "training" and (hb.step or 0) >= step else None
+
+    return run.wait(f"a report at step {step}", reached, timeout_s=timeout_s)
+
+
+def _report(
+    spec: JobSpec,
+    run: DemoRun,
+    view: JobView,
+    asked: list[tuple[int, int]],
+    plan: Plan,
+) -> RehearseReport:
+    last_step, marker = plan.last_step, spec.checkpoint.marker
+    run.checkpoints.update({c.prefix: c for c in checkpoint_facts(run.stack, run.job_id)})
+    best = invariants.result_checkpoint(list(run.checkpoints.values()), view.generations)
+    differences: list[str] = []
+    if view.job.state != JobState.FINISHED:
+        differences.append(f"the job ended {view.job.state.value}, not FINISHED")
+    if best is None:
+        differences.append("the rehearsal left no verified checkpoint")
+    else:
+        if best.step != last_step:
+            differences.append(
+                f"the rehearsal's last checkpoint is at step {best.step}, "
+                f"the uninterrupted run's at step {last_step}"
+            )
+        differences += _compare_files(s3_root(run.stack) / best.prefix, plan.reference, marker)
+    verdicts = [(e.at, e.kind) for e in view.events if e.kind in {"dead", "hung", "crashed"}]
+    found = invariants.incidents(run.faults, verdicts, run.progress)
+    kills = [
+        KillReport(
+            asked_step=step,
+            generation=fault.generation,
+            killed_at_step=fault.step_at_fault,
+            resumed_step=(
+                after.restored_step or 0
+                if (after := run.progress.get(fault.generation + 1)) is not None
+                and after.first_step_at is not None
+                else None
+            ),
+            incident=incident,
+        )
+        for (step, _), fault, incident in zip(asked, run.faults, found, strict=True)
+    ]
+    identical = not differences
+    run.say(
+        f"job {view.job.state.value}; final checkpoint "
+        + ("identical to the uninterrupted run" if identical else "DIFFERS from it")
+    )
+    return RehearseReport(
+        job=spec.name,
+        job_id=run.job_id,
+        final_state=view.job.state.value,
+        reference_step=last_step,
+        compared_step=best.step if best is not None else None,
+        identical=identical,
+        differences=differences,
+        kills=kills,
+        reference_s=plan.reference_s,
+        wall_s=round(time.time() - run.started_at, 1),
+    )
+
+
+def _compare_files(directory: Path, reference: Mapping[str, str], marker: str) -> list[str]:
+    """Every file the uploaded checkpoint's manifest lists, by sha256, against the reference."""
+    manifest = Manifest.model_validate_json((directory / MANIFEST_NAME).read_bytes())
+    ours = {
+        e.path: _sha256((directory / e.path).read_bytes())
+        for e in manifest.files
+        if PurePosixPath(e.path).name != marker
+    }
+    found = [f"{p}: only in the uninterrupted run" for p in sorted(set(reference) - set(ours))]
+    found += [f"{p}: only in the rehearsal" for p in sorted(set(ours) - set(reference))]
+    found += [
+        f"{p}: sha256 {ours[p][:12]}… differs from the uninterrupted run's {reference[p][:12]}…"
+        for p in sorted(set(ours) & set(reference))
+        if ours[p] != reference[p]
+    ]
+    return found
+
+
+__all__ = [
+    "MAX_KILLS",
+    "KillReport",
+    "Plan",
+    "RehearseInputError",
+    "RehearseReport",
+    "kill_steps",
+    "prepare",
+    "rehearse",
+]
