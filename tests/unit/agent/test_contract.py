@@ -22,6 +22,7 @@ MIRRORED = [
     "HeartbeatRequest",
     "StorageKey",
     "StorageCredentials",
+    "SecretValues",
     "HeartbeatReply",
 ]
 
@@ -42,7 +43,14 @@ def test_every_wire_model_is_mirrored() -> None:
 
 
 def test_the_bounds_are_the_same() -> None:
-    names = ("MAX_REASON", "MAX_RESTORE_CANDIDATES", "MAX_STEP", "MAX_GENERATION", "MAX_BYTES")
+    names = (
+        "MAX_REASON",
+        "MAX_RESTORE_CANDIDATES",
+        "MAX_STEP",
+        "MAX_GENERATION",
+        "MAX_BYTES",
+        "MAX_SECRETS",
+    )
     assert {n: getattr(protocol, n) for n in names} == {n: getattr(heartbeat, n) for n in names}
 
 
