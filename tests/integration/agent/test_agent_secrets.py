@@ -44,7 +44,8 @@ def test_training_gets_the_secret_and_the_shipped_log_does_not(
     assert code == 0, out
     assert seen.read_text() == repr(HF_VALUE)  # the training process had it
     assert control_plane.heartbeats[0]["wants_secrets"] is True
-    assert control_plane.last()["wants_secrets"] is False  # asked only until it came
+    last = control_plane.last()
+    assert last is not None and last["wants_secrets"] is False  # asked only until it came
     log = shipped_log(s3_server, bucket)
     assert "token is [redacted]" in log
     assert HF_VALUE not in log
@@ -82,7 +83,8 @@ def test_secrets_that_never_come_end_the_wait_with_a_reason(
     assert code == ExitCode.SECRETS_MISSING, out
     assert not ran.exists()
     assert "the job's secrets (HF_TOKEN) did not arrive within 1 s" in out
-    assert control_plane.last()["phase"] == "failed"
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "failed"
 
 
 def test_a_job_without_secrets_does_not_ask(
