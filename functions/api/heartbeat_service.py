@@ -153,7 +153,7 @@ def handle_heartbeat(
                 recovery_to_training_s=recovery_to_training_s(job, generation, resumed),
                 checkpoint_upload_lag_s=checkpoint_upload_lag_s(generation, request, now),
             )
-            if request.wants_secrets:  # only once stored: the generation was still current
+            if request.wants_secrets and decision.command == "continue":  # stored: still current
                 secrets = _secret_values(deps, job)
         else:  # replaced between our read and our write
             decision = HeartbeatDecision(

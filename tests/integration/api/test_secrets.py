@@ -102,3 +102,13 @@ def test_a_wrong_token_gets_401_and_no_values(api):
     reply = beat(api, job_id, token="tok-" + "b" * 40, wants_secrets=True)
     assert reply.status == 401
     assert HF_VALUE not in json.dumps(reply.body)
+
+
+def test_a_generation_told_to_stop_gets_no_values(api):
+    store_secret("HF_TOKEN", HF_VALUE)
+    job_id = running_job(api, secrets=["HF_TOKEN"])
+    assert api.jobs("POST", f"/jobs/{job_id}/cancel").status == 202
+    reply = beat(api, job_id, wants_secrets=True)
+    assert reply.status == 200
+    assert reply.body["command"] == "stop"
+    assert reply.body["secrets"] is None
