@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import names
-from tether_cli import output
+from tether_cli import output, user_secrets
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 
 CDK_CLI = "aws-cdk@2.1148.1"  # the same pin as docs/deploy.md
@@ -112,22 +112,40 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
     secrets = subparsers.add_parser(
         "secrets",
-        help="set the Vast and Cloudflare keys the control plane uses",
-        description="Store account keys in Secrets Manager (never on a rented host).",
+        help="your job secrets (HF_TOKEN…) and the control plane's Vast/Cloudflare keys",
+        description="`set NAME` with an upper-case name (HF_TOKEN) stores a secret a job spec "
+        "may list under `secrets:` (SSM Parameter Store, delivered only to the job's current "
+        "host). `set vast` / `set cloudflare` store the control plane's account keys in Secrets "
+        "Manager (never on a rented host).",
     )
     actions = secrets.add_subparsers(title="actions", metavar="ACTION", dest="secrets_action")
     set_ = actions.add_parser(
         "set",
         help="prompt for a secret (no echo) and store it",
-        description="vast: your Vast.ai API key. cloudflare: account id, an API token that can "
-        "create R2 temporary credentials, the access key id of an R2 token (the parent), and "
+        description="NAME (upper case, e.g. HF_TOKEN): a job secret; the value comes from a "
+        "hidden prompt or stdin, never an argument. vast: your Vast.ai API key. cloudflare: "
+        "account id, an API token that can create R2 temporary credentials, the access key "
+        "id of an R2 token (the parent), and "
         "the bucket. Prompts without echo; reads one value per line from stdin when it is "
         "not a terminal.",
     )
-    set_.add_argument("which", choices=("vast", "cloudflare"), help="which secret")
+    set_.add_argument(
+        "which", metavar="NAME", help="a job secret's name (HF_TOKEN), or vast | cloudflare"
+    )
     _region_argument(set_)
     set_.add_argument("--json", action="store_true", help="print the result as JSON")
     set_.set_defaults(handler=run_secrets_set)
+    list_ = actions.add_parser(
+        "list", help="the names of your job secrets", description="Names only, never values."
+    )
+    _region_argument(list_)
+    list_.add_argument("--json", action="store_true", help="print the result as JSON")
+    list_.set_defaults(handler=lambda a: user_secrets.run_list(a, resolve_region(a.region)[0]))
+    delete = actions.add_parser("delete", help="delete a job secret", description="By name.")
+    delete.add_argument("name", metavar="NAME", help="the job secret's name, e.g. HF_TOKEN")
+    _region_argument(delete)
+    delete.add_argument("--json", action="store_true", help="print the result as JSON")
+    delete.set_defaults(handler=lambda a: user_secrets.run_delete(a, resolve_region(a.region)[0]))
     secrets.set_defaults(handler=_missing_action)
 
 
@@ -501,6 +519,10 @@ SECRETS: dict[str, tuple[str, list[tuple[str, bool]], Callable[[Sequence[str]], 
 
 
 def run_secrets_set(args: argparse.Namespace) -> int:
+    if args.which not in SECRETS:  # an upper-case name: the user's own secret
+        user_secrets.check_name(args.which)
+        args.name = args.which
+        return user_secrets.run_set(args, resolve_region(args.region)[0])
     secret_name, prompts, build = SECRETS[args.which]
     region, _ = resolve_region(args.region)
     value = build(read_values(prompts))

@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from functions.domain.jobspec import JobSpec, SpecError, load_job_file
-from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError
+from functions.domain.secrets import token_warnings
+from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError, warn
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -21,9 +22,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def load_job(path: str) -> JobSpec:
-    """The job at `path`, or a CliError (exit 2) listing every problem as `path: reason`."""
+    """The job at `path`, or a CliError (exit 2) listing every problem as `path: reason`.
+    An `env` value that looks like a credential draws a warning on stderr (never an error)."""
     try:
-        return load_job_file(path)
+        job = load_job_file(path)
     except SpecError as exc:
         errors = exc.errors
         if len(errors) == 1 and errors[0].path == path:
@@ -35,6 +37,9 @@ def load_job(path: str) -> JobSpec:
             EXIT_USAGE,
             details=[str(e) for e in errors],
         ) from None
+    for line in token_warnings(job.env):
+        warn(line)
+    return job
 
 
 def summary(job: JobSpec) -> str:

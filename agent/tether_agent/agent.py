@@ -43,6 +43,7 @@ from tether_agent.protocol import (
     OutputsRef,
     Phase,
     RestoreReport,
+    SecretValues,
     SkippedCheckpoint,
     StorageCredentials,
     StorageKey,
@@ -84,6 +85,7 @@ class ExitCode(IntEnum):
     SUPERSEDED = 12
     STORAGE_FAILED = 13
     CODE_UNAVAILABLE = 14
+    SECRETS_MISSING = 15
 
 
 class Agent:
@@ -107,6 +109,10 @@ class Agent:
         self._interrupted = False  # one reached the training before it exited: not `finished`
         self._wake = threading.Event()
         self._misplaced_said: set[str] = set()  # misplaced checkpoints already logged
+        # The job's user secrets, from the first heartbeat reply that carries them; None until
+        # then. Only the training command's environment gets them; the shipped log is scrubbed.
+        self.user_secrets: SecretValues | None = None
+        self._secrets_came = threading.Event()
         # Two keys: read-only on the job's prefix (restore), read-write on this generation's
         # own prefix (checkpoints, logs). `self.storage` writes, `self.reader` restores.
         self.credentials = CredentialStore(
@@ -170,6 +176,7 @@ class Agent:
             self.lease,
             on_command=self._on_command,
             on_credentials=self._on_credentials,
+            on_secrets=self._on_secrets,
         )
         self.training: TrainingProcess | None = None
 
@@ -219,6 +226,7 @@ class Agent:
             bytes_uploaded=self.storage.stats.bytes_uploaded,
             agent_time=time.time(),
             credentials_expire_at=self._credentials_expire_at(),
+            wants_secrets=bool(s.secret_names) and self.user_secrets is None,
         )
 
     def _misplaced(self) -> list[str]:
@@ -271,6 +279,36 @@ class Agent:
         for store, key in ((self.read_credentials, new.read), (self.credentials, new.write)):
             store.offer(self._credentials_of(key, new))
 
+    def _on_secrets(self, secrets: SecretValues) -> None:
+        if self.user_secrets is None and self.settings.secret_names:
+            self.user_secrets = secrets
+            self._secrets_came.set()
+
+    def _wait_for_secrets(self) -> str | None:
+        """Wait (bounded) for the heartbeat reply carrying the job's secrets; why training
+        cannot start, or None when every secret came (or the job needs none)."""
+        names = self.settings.secret_names
+        if not names:
+            return None
+        self.heartbeater.poke()
+        deadline = time.monotonic() + self.tuning.secrets_wait_s
+        while not self._secrets_came.wait(timeout=0.2):
+            if self._command or self._signalled is not None:
+                return None  # the caller's checks decide
+            if time.monotonic() >= deadline:
+                return (
+                    f"the job's secrets ({', '.join(names)}) did not arrive within "
+                    f"{self.tuning.secrets_wait_s:g} s"
+                )
+        got = self.user_secrets
+        missing = sorted(set(names) - set(got.values) | set(got.missing)) if got else names
+        if missing:
+            return (
+                f"secrets not stored: {', '.join(missing)} (store each with "
+                "`tether secrets set NAME`, then submit again)"
+            )
+        return None
+
     def _credentials_of(self, key: StorageKey, new: StorageCredentials) -> Credentials:
         return Credentials(
             access_key_id=key.access_key_id,
@@ -294,6 +332,7 @@ class Agent:
             s.s3_write_session_token,
             *(c.secret_access_key for c in held),
             *(c.session_token for c in held),
+            *(self.user_secrets.values.values() if self.user_secrets else ()),
         ]
 
     def _ship_rest_of_log(self) -> None:
@@ -338,6 +377,18 @@ class Agent:
             self.reader.close()
 
     def _run(self) -> int:
+        problem = self._wait_for_secrets()
+        if problem is not None and self._command is None and self._signalled is None:
+            log.error("cannot start training: %s", problem)
+            self.log_shipper.note(f"cannot start training: {problem}")
+            self.exit_code = None
+            self._set_phase("failed")
+            self.heartbeater.stop(final=True)
+            return ExitCode.SECRETS_MISSING
+        if self._signalled is not None:
+            return self._stopped_by_signal()
+        if self._command or self.lease.expired():
+            return self._shut_down()
         self._set_phase("restoring")
         try:
             no_code = self._fetch_code()  # first: a bad commit fails before any download
@@ -547,7 +598,7 @@ class Agent:
         self.heartbeater.poke()
 
     def _child_env(self) -> dict[str, str]:
-        return training_env(
+        env = training_env(
             os.environ,
             checkpoint_dir=self.settings.checkpoint_dir,
             marker=self.settings.marker,
@@ -557,6 +608,9 @@ class Agent:
             code_dir=self.settings.code_dir,
             outputs_dir=self.settings.outputs_dir,
         )
+        if self.user_secrets is not None:  # the training command's environment only
+            env.update(self.user_secrets.values)
+        return env
 
     # -- signals ----------------------------------------------------------------------------
 

@@ -26,7 +26,13 @@ from collections.abc import Callable
 import httpx
 from pydantic import ValidationError
 
-from tether_agent.protocol import Command, HeartbeatReply, HeartbeatRequest, StorageCredentials
+from tether_agent.protocol import (
+    Command,
+    HeartbeatReply,
+    HeartbeatRequest,
+    SecretValues,
+    StorageCredentials,
+)
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_INTERVALS = 8
@@ -64,6 +70,7 @@ class Heartbeater:
         on_command: Callable[[Command, str | None], None],
         on_credentials: Callable[[StorageCredentials], None],
         client: httpx.Client | None = None,
+        on_secrets: Callable[[SecretValues], None] | None = None,
     ) -> None:
         self._url = url.rstrip("/") + "/agent/heartbeat"
         self._interval_s = interval_s
@@ -71,6 +78,7 @@ class Heartbeater:
         self._lease = lease
         self._on_command = on_command
         self._on_credentials = on_credentials
+        self._on_secrets = on_secrets
         timeout = max(1.0, min(10.0, 2 * interval_s))
         self._client = client or httpx.Client(
             timeout=timeout, headers={"Authorization": f"Bearer {token}"}
@@ -122,6 +130,8 @@ class Heartbeater:
         self.last_error = None
         if reply.credentials:
             self._on_credentials(reply.credentials)
+        if reply.secrets is not None and self._on_secrets is not None:
+            self._on_secrets(reply.secrets)
         if reply.command == "continue":
             self._lease.renew(reply.lease_expires_at, reply.server_time)
         else:

@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         help="niceness of transfer threads (default %(default)s)",
     )
     run.add_argument(
+        "--secrets-wait-s",
+        type=float,
+        default=defaults.secrets_wait_s,
+        help="how long training waits for the job's secrets (default %(default)s)",
+    )
+    run.add_argument(
         "command", nargs=argparse.REMAINDER, help='-- CMD...; default: bash -c "$TETHER_RUN"'
     )
     return parser
@@ -88,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prune_local=args.prune_local,
             poll_interval_s=args.poll_interval_s,
             upload_nice=args.upload_nice,
+            secrets_wait_s=args.secrets_wait_s,
         )
     except SettingsError as exc:
         return _config_error(exc.lines)

@@ -42,6 +42,7 @@ MAX_MB = 1e9
 MAX_SECONDS = 1e9
 MAX_REASON = 300  # characters of one skipped candidate's reason
 MAX_RESTORE_CANDIDATES = 16  # the recorded checkpoints a generation is given, at most
+MAX_SECRETS = 32  # user secrets one job may list
 
 
 class GpuProbe(_Wire):
@@ -166,6 +167,11 @@ class HeartbeatRequest(_Wire):
         le=MAX_EPOCH_S,
         description="Expiry of the storage credentials the agent holds; newer ones come back.",
     )
+    wants_secrets: bool = Field(
+        default=False,
+        description="The agent has not yet received the job's user secrets: the reply to a "
+        "current generation carries them.",
+    )
 
 
 class StorageKey(_Wire):
@@ -192,9 +198,22 @@ class StorageCredentials(_Wire):
         return min(self.read.expires_at, self.write.expires_at)
 
 
+class SecretValues(_Wire):
+    """The job's user secrets, in the reply to a current generation that asked for them.
+
+    `values`: name → value of every secret found; `missing`: names the spec lists that the
+    secret store no longer holds (the agent fails the generation, naming them)."""
+
+    values: dict[str, str] = Field(default_factory=dict, max_length=MAX_SECRETS)
+    missing: list[str] = Field(default_factory=list, max_length=MAX_SECRETS)
+
+
 class HeartbeatReply(_Wire):
     command: Command
     lease_expires_at: float = Field(description="Absolute; 0 when superseded (no lease).")
     server_time: float
     credentials: StorageCredentials | None = None
     reason: str | None = None
+    secrets: SecretValues | None = Field(
+        default=None, description="Only to a current generation whose heartbeat asked."
+    )

@@ -80,6 +80,11 @@ class AgentSettings(BaseModel):
     restore_checkpoints: str | None = Field(
         default=None, alias="TETHER_RESTORE_CHECKPOINTS", max_length=64 * 1024
     )
+    # Names (never values) of the user secrets the job needs, comma-separated; the values come
+    # in the heartbeat reply and go only into the training command's environment.
+    secrets: str = Field(
+        default="", alias="TETHER_SECRETS", pattern=r"^([A-Z_][A-Z0-9_]*(,[A-Z_][A-Z0-9_]*)*)?$"
+    )
     lease_expires_at: float | None = Field(default=None, alias="TETHER_LEASE_EXPIRES_AT", gt=0)
     heartbeat_interval_s: float = Field(
         default=15, alias="TETHER_HEARTBEAT_INTERVAL_S", gt=0, le=3600
@@ -125,6 +130,10 @@ class AgentSettings(BaseModel):
         return self.work_dir / "code" if self.code_git else None
 
     @property
+    def secret_names(self) -> list[str]:
+        return [n for n in self.secrets.split(",") if n]
+
+    @property
     def first_lease_expires_at(self) -> float:
         return self.lease_expires_at or time.time() + DEFAULT_LEASE_S
 
@@ -146,6 +155,8 @@ class Tuning(BaseModel):
     # Log shipping (tether_agent/logs.py); the interval defaults to two heartbeat intervals.
     log_segment_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     log_upload_interval_s: float | None = Field(default=None, gt=0, le=3600)
+    # How long training waits for the heartbeat reply carrying the job's secrets.
+    secrets_wait_s: float = Field(default=300, gt=0, le=3600)
 
 
 ENV_NAMES: tuple[str, ...] = tuple(

@@ -33,6 +33,7 @@ from functions.adapters.artifacts import Artifacts
 from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, TempCredentials
 from functions.adapters.notify import JobEvents
 from functions.adapters.r2 import ReadOnlyBucket
+from functions.adapters.secrets import SecretStore
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import VastClient
@@ -189,6 +190,11 @@ def cloudflare(secret_arn: str, base_url: str) -> tuple[CloudflareClient, Cloudf
 
 def store(table_name: str) -> JobStore:
     built: JobStore = _cached(("store", table_name), lambda: JobStore(table_name))
+    return built
+
+
+def secret_store() -> SecretStore:
+    built: SecretStore = _cached(("secret_store",), SecretStore)
     return built
 
 

@@ -31,7 +31,10 @@ install_error_handlers(app, ROUTES, challenge=CHALLENGE)
 def dependencies() -> heartbeat_service.HeartbeatDeps:
     settings = load_settings(HeartbeatSettings)
     return heartbeat_service.HeartbeatDeps(
-        settings=settings, store=factory.store(settings.table_name), clock=factory.now
+        settings=settings,
+        store=factory.store(settings.table_name),
+        clock=factory.now,
+        secrets=factory.secret_store(),
     )
 
 
@@ -51,7 +54,7 @@ def heartbeat() -> Response[Any]:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@tracer.capture_lambda_handler
+@tracer.capture_lambda_handler(capture_response=False)  # the reply carries credentials, secrets
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

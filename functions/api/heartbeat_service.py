@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from functions.adapters.secrets import SecretStore
 from functions.adapters.store import JobStore
 from functions.domain.agent_token import hash_token
 from functions.domain.checkpoint_record import (
@@ -27,7 +28,7 @@ from functions.domain.checkpoint_record import (
 )
 from functions.domain.errors import FieldError, Invalid, Unauthenticated, field_errors
 from functions.domain.health import gpu_busy
-from functions.domain.heartbeat import HeartbeatReply, HeartbeatRequest
+from functions.domain.heartbeat import HeartbeatReply, HeartbeatRequest, SecretValues
 from functions.domain.job import (
     Generation,
     HeartbeatDecision,
@@ -62,6 +63,7 @@ class HeartbeatDeps:
     settings: HeartbeatSettings
     store: JobStore
     clock: Callable[[], float] = field(default=time.time)
+    secrets: SecretStore = field(default_factory=SecretStore)
 
 
 def bearer_token(headers: Mapping[str, str]) -> str:
@@ -127,6 +129,7 @@ def handle_heartbeat(
         supervised_max_age_s=deps.settings.pulse_max_age_s,
     )
     measures = HeartbeatMeasures()
+    secrets: SecretValues | None = None
     if decision.command != "superseded":
         first_training = is_first_training_heartbeat(generation, request)
         resumed = resumed_on_server(request, now)
@@ -153,6 +156,8 @@ def handle_heartbeat(
                 recovery_to_training_s=recovery_to_training_s(job, generation, resumed),
                 checkpoint_upload_lag_s=checkpoint_upload_lag_s(generation, request, now),
             )
+            if request.wants_secrets and decision.command == "continue":  # stored: still current
+                secrets = _secret_values(deps, job)
         else:  # replaced between our read and our write
             decision = HeartbeatDecision(
                 command="superseded",
@@ -166,8 +171,16 @@ def handle_heartbeat(
         server_time=now,
         credentials=decision.credentials if decision.command != "superseded" else None,
         reason=decision.reason,
+        secrets=secrets if decision.command != "superseded" else None,
     )
     return HeartbeatOutcome(reply=reply, decision=decision, measures=measures)
+
+
+def _secret_values(deps: HeartbeatDeps, job: Job) -> SecretValues:
+    """The values of the secrets the job's spec lists (and the names no longer stored), read
+    for this reply only: never stored, logged or put on the timeline."""
+    values, missing = deps.secrets.values(job.spec.secrets)
+    return SecretValues(values=values, missing=missing)
 
 
 def _record_checkpoint(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.adapters.notify import JobEvents
+from functions.adapters.secrets import SecretStore
 from functions.adapters.store import IdempotencyConflict, JobStore, JobView, StateConflict
 from functions.adapters.table import BadPageToken
 from functions.adapters.transitions import TransitionStarter
@@ -47,9 +48,25 @@ class JobsDeps:
     transitions: TransitionStarter
     clock: Callable[[], float] = field(default=time.time)
     events: JobEvents = field(default_factory=lambda: JobEvents(None))
+    secrets: SecretStore = field(default_factory=SecretStore)
 
 
 # --- submit -------------------------------------------------------------------------------
+
+
+def _require_secrets(deps: JobsDeps, names: list[str]) -> None:
+    """Every secret the spec lists must be stored already: refused (400) naming the missing
+    ones, nothing stored."""
+    missing = deps.secrets.missing(names)
+    if missing:
+        raise Invalid(
+            f"the job needs secrets that are not stored: {', '.join(missing)} "
+            f"(store each with `tether secrets set NAME`)",
+            [
+                FieldError(path=f"secrets[{names.index(n)}]", reason=f"{n} is not stored")
+                for n in missing
+            ],
+        )
 
 
 def validate_idempotency_key(key: str | None) -> str | None:
@@ -81,6 +98,7 @@ def submit_job(
         spec = parse_job(body)
     except SpecError as exc:
         raise Invalid("the job spec is not valid", exc.errors) from None
+    _require_secrets(deps, spec.secrets)
     now = deps.clock()
     job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by=identity)
     key = validate_idempotency_key(idempotency_key)

@@ -47,6 +47,7 @@ def dependencies() -> job_service.JobsDeps:
         transitions=factory.transitions(settings.state_machine_arn),
         events=factory.job_events(settings.job_events_topic_arn),
         clock=factory.now,
+        secrets=factory.secret_store(),
     )
 
 

@@ -33,6 +33,9 @@ S3_WRITE_CREDENTIALS_EXPIRE_AT = "TETHER_S3_WRITE_CREDENTIALS_EXPIRE_AT"  # epoc
 # The checkpoints the control plane recorded, newest first (a JSON list of CheckpointRef):
 # the only ones this generation may restore.
 RESTORE_CHECKPOINTS = "TETHER_RESTORE_CHECKPOINTS"
+# The names (never the values) of the user secrets the job needs, comma-separated: the agent
+# asks for their values in its heartbeats and starts training only once it has them.
+SECRETS = "TETHER_SECRETS"
 LEASE_EXPIRES_AT = "TETHER_LEASE_EXPIRES_AT"  # epoch seconds: the first lease, before any heartbeat
 HEARTBEAT_INTERVAL_S = "TETHER_HEARTBEAT_INTERVAL_S"  # default 15
 GRACE_S = "TETHER_GRACE_S"  # SIGTERM → SIGKILL grace, default 120
@@ -55,5 +58,5 @@ ALL = (
     S3_SESSION_TOKEN, S3_CREDENTIALS_EXPIRE_AT, S3_WRITE_ACCESS_KEY_ID, S3_WRITE_SECRET_ACCESS_KEY,
     S3_WRITE_SESSION_TOKEN, S3_WRITE_CREDENTIALS_EXPIRE_AT, RESTORE_CHECKPOINTS, LEASE_EXPIRES_AT,
     HEARTBEAT_INTERVAL_S, GRACE_S, ON_DEAD_MAN, VAST_URL, GPU_PROBE, PROBE_TIMEOUT_S, WORK_DIR,
-    CONTAINER_ID, CONTAINER_API_KEY, CODE_GIT, CODE_COMMIT,
+    CONTAINER_ID, CONTAINER_API_KEY, CODE_GIT, CODE_COMMIT, SECRETS,
 )  # fmt: skip

@@ -24,6 +24,7 @@ from pydantic import (
 
 from functions.domain.documents import MAX_JOB_FILE_BYTES, DocumentTooComplex, load_yaml
 from functions.domain.errors import FieldError, field_errors
+from functions.domain.secrets import MAX_SECRETS, secret_name_problem
 
 # Environment names the agent and the onstart script own; a job may not override them.
 RESERVED_ENV_PREFIXES = ("TETHER_", "AWS_", "VAST_", "CONTAINER_", "CLOUDFLARE_", "R2_")
@@ -246,6 +247,12 @@ class JobSpec(_Strict):
     env: dict[str, Annotated[str, Field(max_length=32_768)]] = Field(
         default_factory=dict, max_length=256
     )
+    secrets: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_SECRETS,
+        description="Names of user secrets (`tether secrets set NAME`) the command needs in its "
+        "environment; the values never enter the spec, the table or the host's instance env.",
+    )
     resources: Resources = Field(default_factory=Resources)
     data: Data = Field(default_factory=Data)
     expected_hours: float = Field(gt=0, le=24 * 90)
@@ -280,6 +287,28 @@ class JobSpec(_Strict):
                     f"{key!r} is reserved for tether (prefixes {', '.join(RESERVED_ENV_PREFIXES)})"
                 )
         return env
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            problem = secret_name_problem(name, RESERVED_ENV_PREFIXES)
+            if problem:
+                raise ValueError(problem)
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"listed more than once: {', '.join(duplicates)}")
+        return names
+
+    @model_validator(mode="after")
+    def _secret_not_in_env(self) -> JobSpec:
+        both = sorted(set(self.secrets) & set(self.env))
+        if both:
+            raise ValueError(
+                f"secrets: {', '.join(both)} also set in env; a name is a secret or a plain "
+                "value, not both"
+            )
+        return self
 
     @model_validator(mode="after")
     def _budget_covers_an_hour_at_the_cap(self) -> JobSpec:

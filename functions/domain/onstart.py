@@ -188,6 +188,7 @@ def build_host_env(
         agent_env.S3_WRITE_SESSION_TOKEN: storage.write.session_token,
         agent_env.S3_WRITE_CREDENTIALS_EXPIRE_AT: _number(storage.write.expires_at),
         agent_env.RESTORE_CHECKPOINTS: _checkpoints(restore_checkpoints),
+        agent_env.SECRETS: ",".join(job.secrets) or None,  # names only: values come by heartbeat
         agent_env.LEASE_EXPIRES_AT: _number(lease_expires_at),
         agent_env.HEARTBEAT_INTERVAL_S: _number(
             job.policy.heartbeat_interval_s

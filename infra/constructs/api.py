@@ -27,6 +27,7 @@ from aws_cdk.aws_apigatewayv2_authorizers import HttpIamAuthorizer
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
+from functions.domain.secrets import SECRET_PREFIX
 from infra import names
 from infra.constructs.function import TetherFunction
 from infra.constructs.nag import acknowledge
@@ -41,6 +42,11 @@ JOBS_TABLE_ACTIONS = (
 )
 HEARTBEAT_TABLE_ACTIONS = ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem")
 LOGS_TABLE_ACTIONS = ("dynamodb:GetItem",)
+# User secrets: SSM SecureStrings under /tether/secrets/. The jobs function checks at submit
+# that they exist (GetParameters without decryption, no KMS grant); only the heartbeat function
+# decrypts, through SSM, with the account's default key (aws/ssm).
+SECRETS_ACTIONS = ("ssm:GetParameters",)
+SECRETS_KMS_ACTIONS = ("kms:Decrypt",)
 
 # Heartbeat route: an agent heartbeats once per policy.heartbeat_interval_s (15 s by default),
 # plus once per phase change, so N agents send about N / 15 requests a second. 50 a second
@@ -135,6 +141,7 @@ class Api(Construct):
         self.heartbeat.role.add_to_policy(
             iam.PolicyStatement(actions=list(HEARTBEAT_TABLE_ACTIONS), resources=[table.table_arn])
         )
+        self._grant_user_secrets()
         state_machine.grant_start_execution(self.jobs.role)
         acknowledge(
             self.jobs.role,
@@ -221,6 +228,48 @@ class Api(Construct):
     @property
     def url(self) -> str:
         return self.stage.url
+
+    def _grant_user_secrets(self) -> None:
+        """GetParameters on the prefix for both functions; kms:Decrypt for the heartbeat
+        function only, only through SSM and only for parameters under the prefix."""
+        stack = Stack.of(self)
+        parameters = stack.format_arn(
+            service="ssm", resource="parameter", resource_name=SECRET_PREFIX.strip("/") + "/*"
+        )
+        for function in (self.jobs, self.heartbeat):
+            function.role.add_to_policy(
+                iam.PolicyStatement(actions=list(SECRETS_ACTIONS), resources=[parameters])
+            )
+        self.heartbeat.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=list(SECRETS_KMS_ACTIONS),
+                resources=[stack.format_arn(service="kms", resource="key", resource_name="*")],
+                conditions={
+                    "StringEquals": {"kms:ViaService": f"ssm.{stack.region}.amazonaws.com"},
+                    "StringLike": {"kms:EncryptionContext:PARAMETER_ARN": parameters},
+                },
+            )
+        )
+        finding = (
+            "Resource::arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter"
+            + SECRET_PREFIX.rstrip("/")
+            + "/*"
+        )
+        for function in (self.jobs, self.heartbeat):
+            acknowledge(
+                function.role,
+                "AwsSolutions-IAM5",
+                "User secrets are the parameters under the tether prefix; their names come "
+                "from job specs, so the grant is the prefix.",
+                finding,
+            )
+        acknowledge(
+            self.heartbeat.role,
+            "AwsSolutions-IAM5",
+            "The default aws/ssm key's id is not known at synth: Decrypt is limited to calls "
+            "through SSM for parameters under the tether secret prefix.",
+            "Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/*",
+        )
 
     def _throttle_parameters(self) -> tuple[float, float, float, float]:
         """The four throttle numbers as stack parameters (`--parameters HeartbeatRateLimit=…`),

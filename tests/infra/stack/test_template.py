@@ -89,9 +89,13 @@ def test_least_privilege_per_function(template):
         "logs:PutLogEvents",
     }
     assert role_actions(template, jobs) == (
-        set(JOBS_TABLE_ACTIONS) | {"states:StartExecution", "sns:Publish"} | xray_and_logs
+        set(JOBS_TABLE_ACTIONS)
+        | {"states:StartExecution", "sns:Publish", "ssm:GetParameters"}
+        | xray_and_logs
     )
-    assert role_actions(template, heartbeat) == set(HEARTBEAT_TABLE_ACTIONS) | xray_and_logs
+    assert role_actions(template, heartbeat) == (
+        set(HEARTBEAT_TABLE_ACTIONS) | {"ssm:GetParameters", "kms:Decrypt"} | xray_and_logs
+    )
     for roles in (jobs, heartbeat):
         role = template["Resources"][roles["Properties"]["Role"]["Fn::GetAtt"][0]]
         assert "ManagedPolicyArns" not in role["Properties"]

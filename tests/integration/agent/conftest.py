@@ -74,6 +74,7 @@ class ControlPlane:
     throttled: bool = False  # answer 429 as API Gateway does past the route's bucket
     throttled_count: int = 0
     credentials: dict[str, Any] | None = None
+    secrets: dict[str, Any] | None = None  # the reply's `secrets`, to heartbeats that ask
     heartbeats: list[dict[str, Any]] = field(default_factory=list)
     vast_calls: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
@@ -137,6 +138,8 @@ def control_plane() -> Iterator[ControlPlane]:
             }
             if plane.credentials:
                 reply["credentials"] = plane.credentials
+            if plane.secrets is not None and body.get("wants_secrets"):
+                reply["secrets"] = plane.secrets
             self._reply(200, reply)
 
         def _vast(self, method: str) -> None:

@@ -380,7 +380,7 @@ def test_logs_of_an_unknown_job_and_a_bad_cursor(backend, capsys) -> None:
             ["deploy", "--email", "not-an-address"],
             "argument --alarm-email/--email: not an e-mail address",
         ),
-        (["secrets", "set", "github"], "argument which: invalid choice: 'github'"),
+        (["secrets", "set", "github"], "'github' is not a valid secret name"),
         (["status", "j", "--bogus"], "unrecognized arguments: --bogus"),
     ],
 )

@@ -23,6 +23,7 @@ MIRRORED = [
     "HeartbeatRequest",
     "StorageKey",
     "StorageCredentials",
+    "SecretValues",
     "HeartbeatReply",
 ]
 
@@ -50,6 +51,7 @@ def test_the_bounds_are_the_same() -> None:
         "MAX_GENERATION",
         "MAX_BYTES",
         "MAX_OUTPUT_FILES",
+        "MAX_SECRETS",
     )
     assert {n: getattr(protocol, n) for n in names} == {n: getattr(heartbeat, n) for n in names}
 

@@ -38,6 +38,9 @@ def test_every_field_of_the_request_is_kept() -> None:
     assert record.restored_checkpoint == request.restored_checkpoint
     assert record.gpu == request.gpu
     assert (record.bytes_downloaded, record.bytes_uploaded) == (123, 456)
-    # Nothing the agent sent is dropped on the way to the table.
-    sent = request.model_dump(exclude={"job_id", "generation", "credentials_expire_at"})
+    # Nothing the agent sent is dropped on the way to the table, but what asks for this
+    # reply only (newer credentials, the job's secrets).
+    sent = request.model_dump(
+        exclude={"job_id", "generation", "credentials_expire_at", "wants_secrets"}
+    )
     assert record.model_dump(exclude={"at"}) == sent
