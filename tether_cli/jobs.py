@@ -248,6 +248,20 @@ def run_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def outputs_line(view: dict[str, Any]) -> str:
+    """Where the job's result stands: recorded (and how to fetch it), awaited, or not asked for."""
+    recorded = view.get("outputs")
+    if recorded:
+        return (
+            f"outputs   {recorded['files']} files, {output.size(int(recorded['bytes']))} "
+            f"(generation {recorded['generation']}): tether download {view['job_id']} --outputs"
+        )
+    wanted = ((view.get("spec") or {}).get("outputs") or {}).get("dir")
+    if wanted:
+        return f"outputs   none recorded yet ({wanted} is uploaded when training ends)"
+    return "outputs   not kept (the spec names no outputs dir)"
+
+
 def status_lines(view: dict[str, Any], now: float) -> list[str]:
     """`tether status` for people: one fact per line, then the timeline."""
     lines = [f"job       {view['job_id']} ({view.get('name')})"]
@@ -281,6 +295,7 @@ def status_lines(view: dict[str, Any], now: float) -> list[str]:
         if checkpoint
         else "checkpoint none uploaded yet"
     )
+    lines.append(outputs_line(view))
     lines.append(f"health    {health_line(host, now)}")
     lines.append(f"restarts  {view.get('restarts', 0)}")
     events = view.get("timeline") or []

@@ -262,6 +262,10 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
         if g.heartbeat and g.heartbeat.last_checkpoint
     ]
     last_checkpoint = max(checkpoints, key=lambda c: (c.step, c.generation), default=None)
+    recorded_outputs = [g.heartbeat.outputs for g in view.generations if g.heartbeat]
+    outputs = max(
+        (o for o in recorded_outputs if o is not None), key=lambda o: o.generation, default=None
+    )
     current = view.current
     return {
         **job_summary(job),
@@ -278,6 +282,12 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
         "host": _generation_view(current) if current else None,
         "last_checkpoint": (
             last_checkpoint.model_dump(mode="json", exclude_none=True) if last_checkpoint else None
+        ),
+        # The job's result as recorded (invariant 10); what `tether download --outputs` fetches.
+        "outputs": (
+            {"generation": outputs.generation, "files": outputs.files, "bytes": outputs.bytes}
+            if outputs
+            else None
         ),
         "recorded_checkpoints": [  # what the next host may restore, newest first
             c.model_dump(mode="json", exclude_none=True) for c in job.recorded_checkpoints
