@@ -17,8 +17,10 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -278,6 +280,11 @@ class JobCode(_Strict):
         if value is not None and ("\0" in value or not value.strip()):
             raise ValueError("must be a directory path")
         return value
+
+    @model_serializer(mode="wrap")
+    def _only_what_is_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`{git, commit}` or `{dir, archive}`, without the other source's nulls."""
+        return {k: v for k, v in handler(self).items() if v is not None}
 
     @model_validator(mode="after")
     def _one_source(self) -> JobCode:
