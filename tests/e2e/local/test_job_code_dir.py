@@ -112,7 +112,7 @@ def test_a_directory_past_the_limit_or_unreadable_stores_and_uploads_nothing(
     (spec_path.parent / ".gitignore").write_text("weights.bin\n")
     real_access = os.access
     monkeypatch.setattr(
-        code_pack.os, "access", lambda p, m: not str(p).endswith("shipped_train.py")
+        os, "access", lambda p, m: not str(p).endswith("shipped_train.py")
         and real_access(p, m),
     )  # fmt: skip
     assert main(["submit", str(spec_path)]) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tether_agent.agent import ExitCode
@@ -23,7 +24,7 @@ from tether_cli.code_pack import pack
 from tether_local.s3server import S3Server
 
 
-def _client(s3: S3Server, bucket: str):  # type: ignore[no-untyped-def]
+def _client(s3: S3Server, bucket: str) -> Any:
     creds = Credentials(ACCESS_KEY, SECRET_KEY, "", None, s3.endpoint_url, bucket)
     return CredentialStore(creds).client(creds)
 
@@ -73,7 +74,7 @@ def test_a_tampered_archive_is_never_run(
     marker = tmp_path / "trained"
     env = agent_env(tmp_path, s3_server, bucket, control_plane, TETHER_CODE_ARCHIVE_SHA256=uploaded)
     code, out = finish(start_agent(env, [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]))
-    assert code == ExitCode.CODE_UNAVAILABLE == 14, out
+    assert code == ExitCode.CODE_UNAVAILABLE and code == 14, out
     assert not marker.exists()
     assert not (tmp_path / "work" / "code").exists()
     last = control_plane.last()

@@ -138,7 +138,7 @@ def test_an_unreadable_file_is_an_error_naming_it(
     (root / "sub" / "locked.bin").write_text("x")
     real_access = os.access
     monkeypatch.setattr(
-        code_pack.os, "access", lambda p, m: not str(p).endswith("locked.bin") and real_access(p, m)
+        os, "access", lambda p, m: not str(p).endswith("locked.bin") and real_access(p, m)
     )
     before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("tether-code-*"))
     with pytest.raises(PackError, match=r"cannot read sub/locked.bin: permission denied"):
