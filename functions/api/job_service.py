@@ -15,11 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.notify import JobEvents
 from functions.adapters.secrets import SecretStore
 from functions.adapters.store import IdempotencyConflict, JobStore, JobView, StateConflict
 from functions.adapters.table import BadPageToken
 from functions.adapters.transitions import TransitionStarter
+from functions.api import code_service
 from functions.domain.errors import Conflict, FieldError, Invalid, NotFound
 from functions.domain.job import (
     ACTIVE_STATES,
@@ -49,6 +51,8 @@ class JobsDeps:
     clock: Callable[[], float] = field(default=time.time)
     events: JobEvents = field(default_factory=lambda: JobEvents(None))
     secrets: SecretStore = field(default_factory=SecretStore)
+    # Code archives in R2 (`code_service`); built on first use, None: not configured.
+    code: Callable[[], CodeBucket | None] = field(default=lambda: None)
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -99,6 +103,7 @@ def submit_job(
     except SpecError as exc:
         raise Invalid("the job spec is not valid", exc.errors) from None
     _require_secrets(deps, spec.secrets)
+    code_service.verify_archive(deps.code, spec)  # before anything is stored
     now = deps.clock()
     job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by=identity)
     key = validate_idempotency_key(idempotency_key)
