@@ -117,8 +117,8 @@ LOCAL_EXTRA_HINT = (
 
 
 def import_local(command: str) -> None:
-    """Fail in one line when the local extra is missing (moto, numpy, rclone are not core)."""
-    missing = [m for m in ("moto", "numpy") if importlib.util.find_spec(m) is None]
+    """Fail in one line when the local extra is missing (moto and rclone are not core)."""
+    missing = [m for m in ("moto",) if importlib.util.find_spec(m) is None]
     if missing:
         raise CliError(
             f"`tether {command}` {LOCAL_EXTRA_HINT} (missing: {', '.join(missing)})", EXIT_FAILURE
