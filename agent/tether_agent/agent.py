@@ -1,12 +1,7 @@
 """The agent's life on a host: restore, train, upload, heartbeat, and the dead-man switch.
 
-Exit codes (`ExitCode`): 0 training finished; the training command's own non-zero status is
-passed through (128+N when a signal N killed it); 2 bad configuration; 10 lease expired (the
-supervisor went silent); 11 stopped by a `stop` command; 12 superseded by a newer generation;
-13 checkpoint storage unreadable at restore (no recorded checkpoint could even be judged);
-14 the job's code could not be fetched or verified (`job_code.py`, `code_archive.py`; the
-reason is in the log);
-128+N the agent got signal N (SIGTERM, SIGINT) before training started.
+Exit codes: `ExitCode` below; agent/README.md's table says what each means to a user (0 is
+training finished; the training command's own non-zero status is passed through).
 
 Signals. SIGTERM and SIGINT are handled in every phase: during training they are forwarded to the
 training group and the agent ends as the training does; before it, a restore in progress is
@@ -25,18 +20,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from functools import partial
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
-from tether_agent.checkpoints import MIB, generation_prefix
-from tether_agent.code_archive import archive_key, fetch_archive
+from tether_agent.abandon import Abandoned, unless
+from tether_agent.code_source import code_source
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
-from tether_agent.job_code import CodeUnavailable, fetch_git
+from tether_agent.job_code import CodeUnavailable
+from tether_agent.job_storage import JobStorage
 from tether_agent.logs import LogShipper, TeeLog
 from tether_agent.outputs import upload_outputs
-from tether_agent.progress import ResumeWatch, current_step, misplaced_checkpoints
+from tether_agent.progress import MisplacedReporter, ResumeWatch, current_step
 from tether_agent.protocol import (
     MAX_MISPLACED,
     MAX_MISPLACED_PATH,
@@ -46,38 +41,18 @@ from tether_agent.protocol import (
     OutputsRef,
     Phase,
     RestoreReport,
-    SecretValues,
-    SkippedCheckpoint,
-    StorageCredentials,
-    StorageKey,
 )
-from tether_agent.restore import Restored, parse_candidates, restore_latest
+from tether_agent.restore import Restored, restore_recorded, skip_reasons
 from tether_agent.runner import RotatingLog, TrainingProcess
+from tether_agent.secrets_inbox import SecretsInbox
 from tether_agent.settings import AgentSettings, Tuning
-from tether_agent.storage import (
-    AccessDenied,
-    RateLimiter,
-    Storage,
-    StorageError,
-    TransferCancelled,
-    TransferStats,
-)
-from tether_agent.storage_credentials import Credentials, CredentialStore
+from tether_agent.storage import AccessDenied, StorageError, TransferCancelled
 from tether_agent.training_env import training_env
 from tether_agent.uploader import CheckpointUploader
 from tether_agent.vast import stop_own_instance
 
 log = logging.getLogger(__name__)
-SIGNAL_CANCEL_WAIT_S = 2.0  # after a signal, how long a cancelled restore may take to stop
 FIRST_STEP_POLL_S = 0.1  # how late the first step after the restore may be seen, at most
-_T = TypeVar("_T")
-
-
-RESTORE_CHECKPOINTS_VAR = "TETHER_RESTORE_CHECKPOINTS"
-
-
-def _reasons(report: RestoreReport) -> str:
-    return "; ".join(f"{s.manifest_key}: {s.reason}" for s in report.skipped)
 
 
 class ExitCode(IntEnum):
@@ -111,39 +86,13 @@ class Agent:
         self._signalled: int | None = None  # the last SIGTERM/SIGINT received, in any phase
         self._interrupted = False  # one reached the training before it exited: not `finished`
         self._wake = threading.Event()
-        self._misplaced_said: set[str] = set()  # misplaced checkpoints already logged
-        # The job's user secrets, from the first heartbeat reply that carries them; None until
-        # then. Only the training command's environment gets them; the shipped log is scrubbed.
-        self.user_secrets: SecretValues | None = None
-        self._secrets_came = threading.Event()
-        # Two keys: read-only on the job's prefix (restore), read-write on this generation's
-        # own prefix (checkpoints, logs). `self.storage` writes, `self.reader` restores.
-        self.credentials = CredentialStore(
-            Credentials(
-                access_key_id=settings.s3_write_access_key_id,
-                secret_access_key=settings.s3_write_secret_access_key,
-                session_token=settings.s3_write_session_token,
-                expires_at=settings.s3_write_credentials_expire_at,
-                endpoint=settings.s3_endpoint,
-                bucket=settings.s3_bucket,
-            )
+        self.misplaced = MisplacedReporter(
+            settings.checkpoint_dir, settings.marker, self._say_misplaced
         )
-        self.read_credentials = CredentialStore(
-            Credentials(
-                access_key_id=settings.s3_access_key_id,
-                secret_access_key=settings.s3_secret_access_key,
-                session_token=settings.s3_session_token,
-                expires_at=settings.s3_credentials_expire_at,
-                endpoint=settings.s3_endpoint,
-                bucket=settings.s3_bucket,
-            )
-        )
-        limit = tuning.bandwidth_limit_mb_s
-        limiter = RateLimiter(limit * 1e6 if limit else None)
-        self.storage = self._storage(self.credentials, limiter, TransferStats(), None)
-        self.reader = self._storage(
-            self.read_credentials, limiter, self.storage.stats, self.storage.cancel
-        )
+        # The job's user secrets (`secrets_inbox.py`): the training command's env only.
+        self.user_secrets = SecretsInbox(settings.secret_names)
+        self.keys = JobStorage(settings, tuning)  # `storage` writes, `reader` restores
+        self.storage, self.reader = self.keys.writer, self.keys.reader
         self.restore_report: RestoreReport | None = None
         self.resume = ResumeWatch()  # the step resumed at and when the first one after it came
         self.progress_file = settings.progress_file or settings.work_dir / "progress.json"
@@ -178,33 +127,10 @@ class Agent:
             self._heartbeat_request,
             self.lease,
             on_command=self._on_command,
-            on_credentials=self._on_credentials,
-            on_secrets=self._on_secrets,
+            on_credentials=self.keys.offer,
+            on_secrets=self.user_secrets.offer,
         )
         self.training: TrainingProcess | None = None
-
-    def _storage(
-        self,
-        store: CredentialStore,
-        limiter: RateLimiter,
-        stats: TransferStats,
-        cancel: threading.Event | None,
-    ) -> Storage:
-        """A `Storage` on the job's prefix with one of the two keys; both share the bandwidth
-        cap, the transfer counts and the cancel event."""
-        s, tuning = self.settings, self.tuning
-        return Storage(
-            store,
-            s.s3_prefix,
-            concurrency=tuning.upload_concurrency,
-            part_size=tuning.part_size_mb * MIB,
-            limiter=limiter,
-            nice=tuning.upload_nice,
-            backoff_s=min(1.0, s.heartbeat_interval_s),
-            credential_wait_s=max(4 * s.heartbeat_interval_s, 1.0),
-            cancel=cancel,
-            stats=stats,
-        )
 
     # -- callbacks from other threads -------------------------------------------------------
 
@@ -228,39 +154,21 @@ class Agent:
             bytes_downloaded=self.storage.stats.bytes_downloaded,
             bytes_uploaded=self.storage.stats.bytes_uploaded,
             agent_time=time.time(),
-            credentials_expire_at=self._credentials_expire_at(),
-            wants_secrets=bool(s.secret_names) and self.user_secrets is None,
+            credentials_expire_at=self.keys.expire_at(),
+            wants_secrets=self.user_secrets.wanted,
         )
 
     def _misplaced(self) -> list[str]:
-        """Checkpoints saved one level below the checkpoint dir (never uploaded); each new one
-        is said once in the agent's log and the shipped training log."""
-        s = self.settings
-        found = misplaced_checkpoints(s.checkpoint_dir, s.marker, limit=MAX_MISPLACED)
-        new = [path for path in found if path not in self._misplaced_said]
-        if new:
-            self._misplaced_said.update(new)
-            message = (
-                f"checkpoints found below the checkpoint dir, never uploaded: {', '.join(new)}; "
-                f"save each checkpoint directly in {s.checkpoint_dir} (Hugging Face: "
-                f"output_dir={s.checkpoint_dir})"
-            )
-            log.warning(message)
-            self.log_shipper.note(message)
-        return [path[:MAX_MISPLACED_PATH] for path in found]
+        """Checkpoints saved one level below the checkpoint dir (never uploaded)."""
+        return [path[:MAX_MISPLACED_PATH] for path in self.misplaced.found(MAX_MISPLACED)]
+
+    def _say_misplaced(self, message: str) -> None:
+        log.warning(message)
+        self.log_shipper.note(message)
 
     def _step(self) -> int | None:
         s = self.settings
         return current_step(s.checkpoint_dir, s.marker, self.progress_file)
-
-    def _credentials_expire_at(self) -> float | None:
-        """When the first of the two keys expires (None: neither says)."""
-        found = [
-            c.expires_at
-            for c in (self.credentials.current(), self.read_credentials.current())
-            if c.expires_at is not None
-        ]
-        return min(found) if found else None
 
     def _on_command(self, command: Command, reason: str | None) -> None:
         if self._command is None:
@@ -270,73 +178,11 @@ class Agent:
             self.storage.cancel.set()  # upload nothing more, not even what is in flight
         self._wake.set()
 
-    def _on_credentials(self, new: StorageCredentials) -> None:
-        s = self.settings
-        expected = (s.s3_prefix, generation_prefix(s.s3_prefix, s.generation))
-        if (new.read.prefix, new.write.prefix) != expected:
-            log.warning(
-                "credentials for prefixes %s, %s ignored (expected %s, %s)",
-                new.read.prefix, new.write.prefix, *expected,
-            )  # fmt: skip
-            return
-        for store, key in ((self.read_credentials, new.read), (self.credentials, new.write)):
-            store.offer(self._credentials_of(key, new))
-
-    def _on_secrets(self, secrets: SecretValues) -> None:
-        if self.user_secrets is None and self.settings.secret_names:
-            self.user_secrets = secrets
-            self._secrets_came.set()
-
-    def _wait_for_secrets(self) -> str | None:
-        """Wait (bounded) for the heartbeat reply carrying the job's secrets; why training
-        cannot start, or None when every secret came (or the job needs none)."""
-        names = self.settings.secret_names
-        if not names:
-            return None
-        self.heartbeater.poke()
-        deadline = time.monotonic() + self.tuning.secrets_wait_s
-        while not self._secrets_came.wait(timeout=0.2):
-            if self._command or self._signalled is not None:
-                return None  # the caller's checks decide
-            if time.monotonic() >= deadline:
-                return (
-                    f"the job's secrets ({', '.join(names)}) did not arrive within "
-                    f"{self.tuning.secrets_wait_s:g} s"
-                )
-        got = self.user_secrets
-        missing = sorted(set(names) - set(got.values) | set(got.missing)) if got else names
-        if missing:
-            return (
-                f"secrets not stored: {', '.join(missing)} (store each with "
-                "`tether secrets set NAME`, then submit again)"
-            )
-        return None
-
-    def _credentials_of(self, key: StorageKey, new: StorageCredentials) -> Credentials:
-        return Credentials(
-            access_key_id=key.access_key_id,
-            secret_access_key=key.secret_access_key,
-            session_token=key.session_token,
-            expires_at=key.expires_at,
-            endpoint=new.endpoint,
-            bucket=new.bucket,
-        )
-
     def _secret_values(self) -> list[str]:
         """Everything secret this agent holds: scrubbed from the shipped log."""
         s = self.settings
-        held = (self.credentials.current(), self.read_credentials.current())
-        return [
-            s.agent_token,
-            s.container_api_key,
-            s.s3_secret_access_key,
-            s.s3_session_token,
-            s.s3_write_secret_access_key,
-            s.s3_write_session_token,
-            *(c.secret_access_key for c in held),
-            *(c.session_token for c in held),
-            *(self.user_secrets.values.values() if self.user_secrets else ()),
-        ]
+        held = [s.agent_token, s.container_api_key, *self.keys.secrets()]
+        return held + list(self.user_secrets.values().values())
 
     def _ship_rest_of_log(self) -> None:
         """Upload the buffered log before the final heartbeat or stopping the machine; a
@@ -376,11 +222,15 @@ class Agent:
             self.gpu.stop()
             self._ship_rest_of_log()
             self.uploader.close()
-            self.storage.close()
-            self.reader.close()
+            self.keys.close()
 
     def _run(self) -> int:
-        problem = self._wait_for_secrets()
+        if self.user_secrets.wanted:
+            self.heartbeater.poke()  # ask now, not one interval from now
+        problem = self.user_secrets.wait(
+            self.tuning.secrets_wait_s,
+            lambda: self._command is not None or self._signalled is not None,
+        )
         if problem is not None and self._command is None and self._signalled is None:
             log.error("cannot start training: %s", problem)
             self.log_shipper.note(f"cannot start training: {problem}")
@@ -396,7 +246,7 @@ class Agent:
         try:
             no_code = self._fetch_code()  # first: a bad commit fails before any download
             readable = self._restore() if no_code is None else True
-        except _Signalled:
+        except Abandoned:
             return self._stopped_by_signal()
         if self._signalled is not None:
             return self._stopped_by_signal()
@@ -467,62 +317,47 @@ class Agent:
                 return self._finish(code)
 
     def _fetch_code(self) -> str | None:
-        """Put the job's code in place, from git (`job_code.py`) or its archive
-        (`code_archive.py`); why not, when it cannot be. Raises `_Signalled` when SIGTERM/SIGINT
-        arrives meanwhile (git is then killed, a download cancelled)."""
-        s = self.settings
-        url, commit, sha256, dest = s.code_git, s.code_commit, s.code_archive_sha256, s.code_dir
-        if dest is None:
-            return None
+        """Put the job's code in place (`code_source.py`); why not, when it cannot be. Raises
+        `Abandoned` when SIGTERM/SIGINT arrives meanwhile (git killed, a download cancelled)."""
         cancel = threading.Event()
-        if sha256 is not None:
-            what = f"archive {archive_key(s.s3_prefix, sha256)}"
-            work = partial(fetch_archive, self.reader, s.s3_prefix, sha256, dest)
-        elif url is not None and commit is not None:
-            what = f"{url} at {commit}"
-            work = partial(fetch_git, url, commit, dest, cancel=cancel)
-        else:
+        source = code_source(self.settings, self.reader, cancel)
+        if source is None:
             return None
-        log.info("fetching the job's code: %s", what)
+        log.info("fetching the job's code: %s", source.what)
         try:
-            self._unless_signalled(work)
+            self._unless_signalled(source.fetch)
         except CodeUnavailable as exc:
             return str(exc)
         except TransferCancelled:
             return None  # told to stop meanwhile: the command decides what happens next
         finally:
             cancel.set()
-        self.log_shipper.note(f"code: {what}" + (", sha256 verified" if sha256 else ""))
+        self.log_shipper.note(f"code: {source.what}" + (", sha256 verified" * source.verified))
         return None
 
     def _restore(self) -> bool:
         """Restore the newest usable recorded checkpoint; False when storage could not be read
         at all. A bad candidate never fails it: it is skipped and reported in the heartbeats.
-        Raises `_Signalled` when SIGTERM/SIGINT arrives meanwhile (the restore is abandoned)."""
+        Raises `Abandoned` when SIGTERM/SIGINT arrives meanwhile (the restore is abandoned)."""
         s = self.settings
-        candidates, unreadable = parse_candidates(s.restore_checkpoints)
         try:
             result = self._unless_signalled(
-                lambda: restore_latest(
-                    self.reader, candidates, s.generation, s.checkpoint_dir,
+                lambda: restore_recorded(
+                    self.reader, s.restore_checkpoints, s.generation, s.checkpoint_dir,
                     self.tuning.file_concurrency,
                 )
             )  # fmt: skip
         except TransferCancelled:
             return True  # told to stop meanwhile: the command decides what happens next
         report = result.report
-        if unreadable:  # said once, as a skip of the whole list
-            skip = SkippedCheckpoint(manifest_key=RESTORE_CHECKPOINTS_VAR, reason=unreadable)
-            report = report.model_copy(update={"skipped": [skip]})
         self.restored = result.restored
         self.restore_report = report
         if report.outcome == "unreadable":
-            log.error("restore failed: storage could not be read (%s)", _reasons(report))
+            log.error("restore failed: storage could not be read (%s)", skip_reasons(report))
             return False
         if report.skipped:
-            self.log_shipper.note(
-                f"restore skipped {len(report.skipped)} recorded checkpoint(s): {_reasons(report)}"
-            )
+            skipped = f"{len(report.skipped)} recorded checkpoint(s): {skip_reasons(report)}"
+            self.log_shipper.note(f"restore skipped {skipped}")
         if result.restored is None and report.candidates:
             self.log_shipper.note("no recorded checkpoint was usable: starting from scratch")
         return True
@@ -622,8 +457,7 @@ class Agent:
             code_dir=self.settings.code_dir,
             outputs_dir=self.settings.outputs_dir,
         )
-        if self.user_secrets is not None:  # the training command's environment only
-            env.update(self.user_secrets.values)
+        env.update(self.user_secrets.values())  # the training command's environment only
         return env
 
     # -- signals ----------------------------------------------------------------------------
@@ -646,29 +480,9 @@ class Agent:
 
         return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
 
-    def _unless_signalled(self, work: Callable[[], _T]) -> _T:
-        """`work()` in a thread, abandoned when a signal arrives: a transfer stuck in a socket
-        cannot keep the final heartbeat from going out. Raises `_Signalled`."""
-        result: list[_T] = []
-        error: list[BaseException] = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                result.append(work())
-            except BaseException as exc:  # re-raised in the caller's thread
-                error.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="restore", daemon=True).start()
-        while not done.wait(0.1):
-            if self._signalled is not None:
-                done.wait(SIGNAL_CANCEL_WAIT_S)  # most transfers end at once, cancelled
-                raise _Signalled
-        if error:
-            raise error[0]
-        return result[0]
+    def _unless_signalled(self, work: Callable[[], Any]) -> Any:
+        """`work()`, abandoned (`Abandoned`) when SIGTERM/SIGINT arrives (`abandon.py`)."""
+        return unless(work, lambda: self._signalled is not None, name="restore")
 
     def _stopped_by_signal(self) -> int:
         """A signal before training: report `stopping` and exit 128+N (the host is being stopped
@@ -679,7 +493,3 @@ class Agent:
         self._set_phase("stopping")
         self.heartbeater.stop(final=True)
         return 128 + signum
-
-
-class _Signalled(Exception):
-    """SIGTERM/SIGINT arrived while the agent waited for work in another thread."""

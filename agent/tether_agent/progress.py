@@ -56,6 +56,26 @@ def misplaced_checkpoints(checkpoint_dir: Path, marker: str, limit: int) -> list
     return found
 
 
+class MisplacedReporter:
+    """Says each newly found misplaced checkpoint once (`say`), and lists all of them."""
+
+    def __init__(self, checkpoint_dir: Path, marker: str, say: Callable[[str], None]) -> None:
+        self.checkpoint_dir, self.marker, self.say = checkpoint_dir, marker, say
+        self._said: set[str] = set()
+
+    def found(self, limit: int) -> list[str]:
+        found = misplaced_checkpoints(self.checkpoint_dir, self.marker, limit=limit)
+        new = [path for path in found if path not in self._said]
+        if new:
+            self._said.update(new)
+            self.say(
+                f"checkpoints found below the checkpoint dir, never uploaded: {', '.join(new)}; "
+                f"save each checkpoint directly in {self.checkpoint_dir} (Hugging Face: "
+                f"output_dir={self.checkpoint_dir})"
+            )
+        return found
+
+
 def _entries(directory: Path) -> list[Path]:
     """At most 1024 non-hidden entries of `directory`, sorted by name (symlinks left out)."""
     try:

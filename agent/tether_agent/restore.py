@@ -216,3 +216,27 @@ def _download_all(
     problems = [r for r in results if r]
     if problems:
         raise Skip(problems[0])
+
+
+RESTORE_CHECKPOINTS_VAR = "TETHER_RESTORE_CHECKPOINTS"
+
+
+def restore_recorded(
+    storage: Storage,
+    raw_candidates: str | None,
+    generation: int,
+    checkpoint_dir: Path,
+    file_concurrency: int = 4,
+) -> RestoreResult:
+    """`restore_latest` over the recorded list as the environment gives it; a list that cannot
+    be read is reported once, as a skip of the whole list, and training starts fresh."""
+    candidates, unreadable = parse_candidates(raw_candidates)
+    result = restore_latest(storage, candidates, generation, checkpoint_dir, file_concurrency)
+    if not unreadable:
+        return result
+    skip = SkippedCheckpoint(manifest_key=RESTORE_CHECKPOINTS_VAR, reason=unreadable)
+    return RestoreResult(result.restored, result.report.model_copy(update={"skipped": [skip]}))
+
+
+def skip_reasons(report: RestoreReport) -> str:
+    return "; ".join(f"{s.manifest_key}: {s.reason}" for s in report.skipped)
