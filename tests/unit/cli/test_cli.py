@@ -16,7 +16,7 @@ from tests.paths import ROOT
 from tether_cli import main as cli_main
 from tether_cli.main import main
 
-QLORA = str(ROOT / "examples" / "qlora-7b.yaml")
+QLORA = str(ROOT / "examples" / "qlora-7b" / "job.yaml")
 TINY = str(ROOT / "examples" / "tiny-cpu.yaml")
 OFFERS = str(ROOT / "tests" / "fixtures" / "offers_small.json")
 
