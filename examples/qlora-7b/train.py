@@ -264,7 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     # The checkpoint the agent restored on this host, else the newest marked one on its disk
     # (a restart after a crash on the same host), else a fresh start.
     resume = os.environ.get("TETHER_RESUME_FROM") or tether_hooks.latest_checkpoint(checkpoints)
-    print(f"train.py: {'tiny' if tiny else args.model}, resuming from {resume or 'nothing'}")
+    print(
+        f"train.py: {'tiny' if tiny else args.model}, HF_TOKEN {'set' if token else 'not set'}, "
+        f"resuming from {resume or 'nothing'}"
+    )
     trainer.train(resume_from_checkpoint=resume)
     # The adapter (adapter_model.safetensors + adapter_config.json), outside the checkpoints:
     # the job's result, uploaded by the agent once this exits. After a SIGTERM it is the adapter
