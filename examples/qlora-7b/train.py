@@ -11,8 +11,7 @@ attention and MLP blocks (peft), trained on an instruction data set downloaded b
 The tiny mode (`QLORA_TINY=1`): the same script and the same Trainer, LoRA, checkpoint, resume
 and output code, on a tiny Llama built from a `LlamaConfig` (random init with a fixed seed), a
 synthetic token data set (no tokenizer), on the CPU, quantization off, nothing downloaded
-(`HF_HUB_OFFLINE=1`). tether's tests run it on the local stack; `tether rehearse job.yaml --env
-QLORA_TINY=1` runs it on yours.
+(`HF_HUB_OFFLINE=1`). tether's tests run it on the local stack (tests/e2e/hf/).
 
 What tether needs from it (agent/README.md): checkpoints under `$TETHER_CHECKPOINT_DIR`, each
 marked complete (`tether_hooks.TetherCallback`, which also turns SIGTERM into a final saved
