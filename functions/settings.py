@@ -62,6 +62,17 @@ class JobsApiSettings(_Settings):
         pattern=r"^arn:aws[a-z-]*:sns:",
         description="Where job transition events go; unset: not published.",
     )
+    # Code archives (POST /code/uploads, and POST /jobs with `code.archive`): R2 through
+    # credentials minted from the Cloudflare secret. Unset: such jobs are refused (503).
+    cloudflare_secret_arn: str | None = Field(
+        default=None, alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:"
+    )
+    cloudflare_base_url: str = Field(
+        default="https://api.cloudflare.com/client/v4",
+        alias=CLOUDFLARE_BASE_URL_ENV,
+        pattern=r"^https?://",
+    )
+    r2_endpoint: str | None = Field(default=None, alias=R2_ENDPOINT_ENV, pattern=r"^https?://")
 
 
 class HeartbeatSettings(_Settings):

@@ -72,6 +72,7 @@ USER_ROUTES = (
     ("GET", "/jobs"),
     ("GET", "/jobs/{id}"),
     ("POST", "/jobs/{id}/cancel"),
+    ("POST", "/code/uploads"),  # presigned PUT of a packed working directory
 )
 HEARTBEAT_ROUTE = ("POST", "/agent/heartbeat")
 # GET /jobs/{id}/logs has its own function: it alone reads the Cloudflare secret.

@@ -25,7 +25,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -294,6 +294,48 @@ class TetherApi:
         return self.request(
             "POST", "jobs", body=dict(spec), headers={"idempotency-key": idempotency_key}
         )
+
+    def code_upload(self, sha256: str, size_bytes: int) -> dict[str, Any]:
+        """Where to PUT a packed working directory, or `exists: true` (POST /code/uploads)."""
+        body = {"sha256": sha256, "size_bytes": size_bytes}
+        return dict(self.request("POST", "code/uploads", body=body).body)
+
+    def put_file(self, url: str, path: Path, on_bytes: Callable[[int], None]) -> None:
+        """PUT the file at `path` to a presigned URL, streamed, reporting bytes as they go.
+        Failures are retried from the start."""
+        size = path.stat().st_size
+        for attempt in range(1, ATTEMPTS + 1):
+            sent = 0
+
+            def chunks() -> Iterator[bytes]:
+                nonlocal sent
+                with path.open("rb") as source:
+                    while chunk := source.read(1024 * 1024):
+                        sent += len(chunk)
+                        on_bytes(len(chunk))
+                        yield chunk
+
+            try:
+                response = self._client.put(
+                    url, content=chunks(), headers={"content-length": str(size)}
+                )
+            except httpx.HTTPError as exc:
+                on_bytes(-sent)
+                if attempt < ATTEMPTS:
+                    self._backoff(attempt)
+                    continue
+                raise CliError(f"could not upload the job's code: {exc}", EXIT_FAILURE) from None
+            if response.is_success:
+                return
+            on_bytes(-sent)
+            if response.status_code in RETRY_STATUSES and attempt < ATTEMPTS:
+                self._backoff(attempt)
+                continue
+            raise CliError(
+                f"could not upload the job's code: HTTP {response.status_code} "
+                f"{response.text.strip()[:200]}",
+                EXIT_FAILURE,
+            )
 
     def list_jobs(
         self, *, state: str | None = None, limit: int = 50, next_token: str | None = None

@@ -19,7 +19,7 @@ from typing import Any
 from rich.text import Text
 
 from functions.domain.job import JobState
-from tether_cli import output
+from tether_cli import code_ship, output
 from tether_cli.api_client import IDEMPOTENCY_KEY_PATTERN, TetherApi, resolve_api_url
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
 from tether_cli.validate import load_job, summary
@@ -51,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         + HOST_VISIBILITY,
     )
     submit.add_argument("job", metavar="JOB.yaml", help="the job spec (YAML or JSON)")
+    submit.add_argument(
+        "--code",
+        metavar="DIR",
+        help="ship this directory as the job's code (overrides the spec's code.dir): packed "
+        "honouring .gitignore and .tetherignore, uploaded, verified by every host",
+    )
     submit.add_argument(
         "--idempotency-key",
         type=_idempotency_key,
@@ -168,8 +174,20 @@ def _seconds(text: str) -> float:
 def run_submit(args: argparse.Namespace) -> int:
     job = load_job(args.job)  # exit 2 with every problem before anything is sent
     key = args.idempotency_key or f"cli-{uuid.uuid4()}"
-    with connect(args) as api:
-        reply = api.submit(job.model_dump(mode="json"), key)
+    where = code_ship.code_dir(job, args.job, args.code)
+    # Packed before the API is called: a directory that cannot ship stores and uploads nothing.
+    archive = code_ship.packed(where) if where is not None else None
+    code_line = None
+    try:
+        with connect(args) as api:
+            spec = job.model_dump(mode="json")
+            if where is not None and archive is not None:
+                spec, uploaded = code_ship.ship(api, job, where, archive, quiet=args.json)
+                code_line = code_ship.describe(archive, uploaded)
+            reply = api.submit(spec, key)
+    finally:
+        if archive is not None:
+            code_ship.cleanup(archive)
     view = dict(reply.body)
     replayed = reply.headers.get("idempotent-replayed") == "true"
     if args.json:
@@ -179,6 +197,8 @@ def run_submit(args: argparse.Namespace) -> int:
     console = output.stdout_console()
     console.print(Text.assemble(f"{verb}: ", (str(view["job_id"]), "bold"), f" ({view['state']})"))
     console.print(f"plan: {summary(job)}")
+    if code_line:
+        console.print(code_line)
     console.print(
         "      the control plane ranks live Vast offers by full cost (`tether plan` shows the "
         "ranking now) and rents the best; `tether status` shows the host it chose"
@@ -248,6 +268,20 @@ def run_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def outputs_line(view: dict[str, Any]) -> str:
+    """Where the job's result stands: recorded (and how to fetch it), awaited, or not asked for."""
+    recorded = view.get("outputs")
+    if recorded:
+        return (
+            f"outputs   {recorded['files']} files, {output.size(int(recorded['bytes']))} "
+            f"(generation {recorded['generation']}): tether download {view['job_id']} --outputs"
+        )
+    wanted = ((view.get("spec") or {}).get("outputs") or {}).get("dir")
+    if wanted:
+        return f"outputs   none recorded yet ({wanted} is uploaded when training ends)"
+    return "outputs   not kept (the spec names no outputs dir)"
+
+
 def status_lines(view: dict[str, Any], now: float) -> list[str]:
     """`tether status` for people: one fact per line, then the timeline."""
     lines = [f"job       {view['job_id']} ({view.get('name')})"]
@@ -281,6 +315,7 @@ def status_lines(view: dict[str, Any], now: float) -> list[str]:
         if checkpoint
         else "checkpoint none uploaded yet"
     )
+    lines.append(outputs_line(view))
     lines.append(f"health    {health_line(host, now)}")
     lines.append(f"restarts  {view.get('restarts', 0)}")
     events = view.get("timeline") or []

@@ -90,6 +90,18 @@ def usd(value: float) -> str:
     return f"${value:,.2f}"
 
 
+def size(n_bytes: int) -> str:
+    """A byte count for people: 512 B, 3.4 KiB, 1.2 GiB."""
+    if n_bytes < 1024:
+        return f"{n_bytes} B"
+    value = n_bytes / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
 def table(title: str | None, columns: Sequence[tuple[str, str]]) -> Table:
     """A table with the house style; `columns` are (header, justify) pairs."""
     out = Table(title=title, title_justify="left", header_style="bold", show_edge=False)
@@ -105,8 +117,8 @@ LOCAL_EXTRA_HINT = (
 
 
 def import_local(command: str) -> None:
-    """Fail in one line when the local extra is missing (moto, numpy, rclone are not core)."""
-    missing = [m for m in ("moto", "numpy") if importlib.util.find_spec(m) is None]
+    """Fail in one line when the local extra is missing (moto and rclone are not core)."""
+    missing = [m for m in ("moto",) if importlib.util.find_spec(m) is None]
     if missing:
         raise CliError(
             f"`tether {command}` {LOCAL_EXTRA_HINT} (missing: {', '.join(missing)})", EXIT_FAILURE

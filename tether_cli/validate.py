@@ -7,6 +7,7 @@ from typing import Any
 
 from functions.domain.jobspec import JobSpec, SpecError, load_job_file
 from functions.domain.secrets import token_warnings
+from tether_cli import code_ship
 from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError, warn
 
 
@@ -63,5 +64,14 @@ def summary(job: JobSpec) -> str:
 
 def run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
+    where = code_ship.code_dir(job, args.job, None)
+    tree = code_ship.checked_tree(where) if where is not None else None  # exit 2 past a limit
     print(f"OK {args.job}: {summary(job)}")
+    if where is not None and tree is not None:
+        print(
+            f"code: {where.path} would ship {tree.files} files, {tree.total_bytes} bytes "
+            "before compression (packed and uploaded by `tether submit`)"
+        )
+        for line in tree.skipped:
+            warn(line)
     return EXIT_OK

@@ -9,8 +9,8 @@ host, stack and test worker (built under a lock, like the agent's venv in `tethe
 - `python:3.N`, `python:3.N-slim` (also `3.N.P`, `-bookworm`, …): a fresh venv of THIS machine's
   interpreter, with the standard library and pip only (setuptools removed, as in python:3.12+
   images). The Python version is this machine's, whatever N says.
-- `tether-examples/tiny-cpu:0.1.0` (`examples/tiny-cpu/Dockerfile`): the same plus numpy and the
-  example project `examples/tiny-cpu`, as its Dockerfile installs them.
+- `tether-examples/tiny-cpu:0.1.0` (`examples/tiny-cpu/Dockerfile`): the same plus the example
+  project `examples/tiny-cpu` (standard library only), as its Dockerfile installs it.
 - `pytorch/pytorch:2.N.P-cudaX.Y-cudnnZ-runtime` (`examples/qlora-7b/job.yaml`): THIS
   interpreter's torch (a CPU build, whatever version the tag says) and the Hugging Face stack
   the example's `pip install -r requirements.txt` puts on top of the image (transformers, peft,
@@ -94,7 +94,6 @@ TINY_CPU_IMAGE = "tether-examples/tiny-cpu:0.1.0"
 TINY_CPU = Recipe(
     "tiny-cpu",
     TINY_CPU_IMAGE,
-    distributions=("numpy",),
     projects=(ROOT / "examples" / "tiny-cpu",),
 )
 PYTORCH_HF = Recipe(

@@ -4,7 +4,8 @@ Exit codes (`ExitCode`): 0 training finished; the training command's own non-zer
 passed through (128+N when a signal N killed it); 2 bad configuration; 10 lease expired (the
 supervisor went silent); 11 stopped by a `stop` command; 12 superseded by a newer generation;
 13 checkpoint storage unreadable at restore (no recorded checkpoint could even be judged);
-14 the job's code could not be fetched (`job_code.py`; the reason is in the log);
+14 the job's code could not be fetched or verified (`job_code.py`, `code_archive.py`; the
+reason is in the log);
 128+N the agent got signal N (SIGTERM, SIGINT) before training started.
 
 Signals. SIGTERM and SIGINT are handled in every phase: during training they are forwarded to the
@@ -24,10 +25,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from enum import IntEnum
+from functools import partial
 from types import FrameType
 from typing import Any, TypeVar
 
 from tether_agent.checkpoints import MIB, generation_prefix
+from tether_agent.code_archive import archive_key, fetch_archive
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
 from tether_agent.job_code import CodeUnavailable, fetch_git
@@ -464,21 +467,32 @@ class Agent:
                 return self._finish(code)
 
     def _fetch_code(self) -> str | None:
-        """Put the job's code from git in place (`job_code.py`); why not, when it cannot be.
-        Raises `_Signalled` when SIGTERM/SIGINT arrives meanwhile (git is then killed)."""
+        """Put the job's code in place, from git (`job_code.py`) or its archive
+        (`code_archive.py`); why not, when it cannot be. Raises `_Signalled` when SIGTERM/SIGINT
+        arrives meanwhile (git is then killed, a download cancelled)."""
         s = self.settings
-        url, commit, dest = s.code_git, s.code_commit, s.code_dir
-        if url is None or commit is None or dest is None:
+        url, commit, sha256, dest = s.code_git, s.code_commit, s.code_archive_sha256, s.code_dir
+        if dest is None:
             return None
         cancel = threading.Event()
-        log.info("fetching the job's code: %s at %s", url, commit)
+        if sha256 is not None:
+            what = f"archive {archive_key(s.s3_prefix, sha256)}"
+            work = partial(fetch_archive, self.reader, s.s3_prefix, sha256, dest)
+        elif url is not None and commit is not None:
+            what = f"{url} at {commit}"
+            work = partial(fetch_git, url, commit, dest, cancel=cancel)
+        else:
+            return None
+        log.info("fetching the job's code: %s", what)
         try:
-            self._unless_signalled(lambda: fetch_git(url, commit, dest, cancel=cancel))
+            self._unless_signalled(work)
         except CodeUnavailable as exc:
             return str(exc)
+        except TransferCancelled:
+            return None  # told to stop meanwhile: the command decides what happens next
         finally:
             cancel.set()
-        self.log_shipper.note(f"code: {url} at {commit}")
+        self.log_shipper.note(f"code: {what}" + (", sha256 verified" if sha256 else ""))
         return None
 
     def _restore(self) -> bool:

@@ -108,6 +108,11 @@ class AgentSettings(BaseModel):
     code_commit: str | None = Field(
         default=None, alias="TETHER_CODE_COMMIT", pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$"
     )
+    # The job's code as an archive (agent/tether_agent/code_archive.py): the sha256 of
+    # jobs/<job_id>/code/<sha256>.tar.gz. Never with TETHER_CODE_GIT.
+    code_archive_sha256: str | None = Field(
+        default=None, alias="TETHER_CODE_ARCHIVE_SHA256", pattern=r"^[0-9a-f]{64}$"
+    )
     container_id: str = Field(alias="CONTAINER_ID", pattern=r"^[0-9]+$")
     container_api_key: str = Field(alias="CONTAINER_API_KEY", min_length=1, repr=False)
 
@@ -122,12 +127,14 @@ class AgentSettings(BaseModel):
     def _code_complete(self) -> AgentSettings:
         if (self.code_git is None) != (self.code_commit is None):
             raise ValueError("TETHER_CODE_GIT and TETHER_CODE_COMMIT must be set together")
+        if self.code_git is not None and self.code_archive_sha256 is not None:
+            raise ValueError("TETHER_CODE_GIT and TETHER_CODE_ARCHIVE_SHA256 exclude each other")
         return self
 
     @property
     def code_dir(self) -> Path | None:
         """Where the job's code is put and the command runs; None: the image as is."""
-        return self.work_dir / "code" if self.code_git else None
+        return self.work_dir / "code" if self.code_git or self.code_archive_sha256 else None
 
     @property
     def secret_names(self) -> list[str]:

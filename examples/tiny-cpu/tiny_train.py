@@ -2,15 +2,27 @@
 
     python -m tiny_train --steps N --checkpoint-every K
 
-Linear regression by SGD with momentum in numpy. Each checkpoint holds the FULL state (weights,
-momentum, step, the RNG's bit-generator state), resumes from the newest marked checkpoint in
-`$TETHER_CHECKPOINT_DIR`, and the marker is written after the save is complete. At the end the
-sha256 of the final weights goes to `<checkpoint dir>/final_sha256.txt`, so an interrupted and
-resumed run can be compared with an uninterrupted one bit for bit.
+Linear regression by SGD with momentum on plain Python floats, batches drawn from
+`random.Random(seed)`: the standard library only, so it runs on a stock `python:3.12-slim`.
 
-Needs numpy (this project's only dependency) and `tether_hooks`, which the tether agent puts on
-the training command's PYTHONPATH; to run it outside tether, put the agent's `tether_agent/_hooks`
-directory on PYTHONPATH yourself.
+Each checkpoint is a directory `checkpoint-<step>` holding the FULL state, written so that the
+same state always gives the same bytes (sorted keys, no timestamps, floats as `repr`, which
+reads back exactly):
+
+- `weights.json`: `{"w": [...]}`, the model;
+- `optimizer.json`: `{"learning_rate": …, "m": [...], "momentum": …}`, the momentum buffer;
+- `state.json`: `{"rng": [version, [625 ints], gauss_next], "step": N}`, the generator's
+  `Random.getstate()` as JSON, restored with `setstate`.
+
+The marker is written after the save is complete (`tether_hooks.checkpoint_saved`). It resumes
+from `$TETHER_RESUME_FROM` (the checkpoint the agent restored), else from the newest marked
+checkpoint in the checkpoint dir. At the end the sha256 of the final `weights.json` goes to
+`<checkpoint dir>/final_sha256.txt`, so an interrupted and resumed run can be compared with an
+uninterrupted one bit for bit. On SIGTERM it saves the step it is at and exits 143.
+
+`tether_hooks` comes on PYTHONPATH from the tether agent; to run it outside tether,
+`pip install agent/tether_agent/_hooks` (the `tether-hooks` distribution) or put that directory
+on PYTHONPATH yourself.
 """
 
 from __future__ import annotations
@@ -18,20 +30,59 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
+import random
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import numpy as np
 import tether_hooks
 
-DIM = 32
-BATCH = 64
+DIM = 16
+BATCH = 16
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+NOISE = 0.01
+TASK_SEED = 0  # the task itself (the true weights) is fixed; --seed draws the batches
 MIB = 1024 * 1024
+WEIGHTS = "weights.json"
+OPTIMIZER = "optimizer.json"
+STATE = "state.json"
+
+
+@dataclass
+class TrainState:
+    step: int
+    w: list[float]
+    m: list[float]
+    rng: random.Random
+
+
+def _json_bytes(value: object) -> bytes:
+    """Canonical JSON: the same value always gives the same bytes; floats round-trip."""
+    return (json.dumps(value, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def weights_bytes(w: list[float]) -> bytes:
+    """`weights.json` as written: `final_sha256.txt` is the sha256 of these bytes."""
+    return _json_bytes({"w": w})
+
+
+def _rng_state(rng: random.Random) -> list[Any]:
+    version, internal, gauss_next = rng.getstate()
+    return [version, list(internal), gauss_next]
+
+
+def _set_rng_state(rng: random.Random, saved: Any) -> None:
+    version, internal, gauss_next = saved
+    if not (isinstance(version, int) and isinstance(internal, list)):
+        raise ValueError(f"not a Random.getstate(): {str(saved)[:80]}")
+    rng.setstate((version, tuple(int(i) for i in internal), gauss_next))
 
 
 def _write_ballast(path: Path, step: int, mib: int) -> None:
@@ -43,32 +94,60 @@ def _write_ballast(path: Path, step: int, mib: int) -> None:
             out.write(block)
 
 
-def _save(root: Path, step: int, state: dict[str, Any], ballast_mb: int = 0) -> Path:
-    path = root / f"checkpoint-{step}"
-    tmp = root / f".tmp-checkpoint-{step}"
+def _save(root: Path, state: TrainState, ballast_mb: int = 0) -> Path:
+    path = root / f"checkpoint-{state.step}"
+    tmp = root / f".tmp-checkpoint-{state.step}"
     tmp.mkdir(parents=True, exist_ok=True)
-    np.savez(tmp / "model.npz", w=state["w"], m=state["m"])
-    (tmp / "state.json").write_text(json.dumps({"step": step, "rng": state["rng"]}))
+    (tmp / WEIGHTS).write_bytes(weights_bytes(state.w))
+    optimizer = {"learning_rate": LEARNING_RATE, "m": state.m, "momentum": MOMENTUM}
+    (tmp / OPTIMIZER).write_bytes(_json_bytes(optimizer))
+    (tmp / STATE).write_bytes(_json_bytes({"rng": _rng_state(state.rng), "step": state.step}))
     if ballast_mb:
-        _write_ballast(tmp / "ballast.bin", step, ballast_mb)
+        _write_ballast(tmp / "ballast.bin", state.step, ballast_mb)
     if path.exists():
         for child in path.iterdir():
             child.unlink()
         path.rmdir()
     tmp.rename(path)
-    tether_hooks.checkpoint_saved(path, step)
+    tether_hooks.checkpoint_saved(path, state.step)
     return path
 
 
-def _load(path: Path) -> tuple[int, dict[str, Any]]:
-    with np.load(path / "model.npz") as data:
-        w, m = data["w"].copy(), data["m"].copy()
-    meta = json.loads((path / "state.json").read_text())
-    return int(meta["step"]), {"w": w, "m": m, "rng": meta["rng"]}
+def _load(path: Path) -> TrainState:
+    weights = json.loads((path / WEIGHTS).read_text())
+    optimizer = json.loads((path / OPTIMIZER).read_text())
+    meta = json.loads((path / STATE).read_text())
+    w, m = [float(v) for v in weights["w"]], [float(v) for v in optimizer["m"]]
+    if len(w) != DIM or len(m) != DIM:
+        raise ValueError(f"{path}: {len(w)} weights and {len(m)} momenta, expected {DIM}")
+    rng = random.Random()
+    _set_rng_state(rng, meta["rng"])
+    return TrainState(step=int(meta["step"]), w=w, m=m, rng=rng)
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    return math.fsum(x * y for x, y in zip(a, b, strict=True))  # correctly rounded: portable
+
+
+def train_step(state: TrainState, true_w: list[float]) -> float:
+    """One SGD-with-momentum step on a fresh batch; the batch's loss before the update."""
+    rng = state.rng
+    xs = [[rng.gauss(0.0, 1.0) for _ in range(DIM)] for _ in range(BATCH)]
+    errors = [_dot(x, state.w) - (_dot(x, true_w) + NOISE * rng.gauss(0.0, 1.0)) for x in xs]
+    grad = [2.0 * math.fsum(e * x[j] for e, x in zip(errors, xs, strict=True)) / BATCH
+            for j in range(DIM)]  # fmt: skip
+    state.m = [MOMENTUM * m + g for m, g in zip(state.m, grad, strict=True)]
+    state.w = [w - LEARNING_RATE * m for w, m in zip(state.w, state.m, strict=True)]
+    state.step += 1
+    return math.fsum(e * e for e in errors) / BATCH
+
+
+def _resume_dir(root: Path) -> str | None:
+    return os.environ.get("TETHER_RESUME_FROM") or tether_hooks.latest_checkpoint(root)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--checkpoint-every", type=int, required=True)
     parser.add_argument("--checkpoint-dir", default=os.environ.get("TETHER_CHECKPOINT_DIR"))
@@ -84,15 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
 
-    rng = np.random.default_rng(args.seed)
-    true_w = np.random.default_rng(0).normal(size=DIM)  # the task itself is fixed
-    state: dict[str, Any] = {"w": np.zeros(DIM), "m": np.zeros(DIM), "rng": None}
-    step = 0
-    latest = tether_hooks.latest_checkpoint(root)
+    task = random.Random(TASK_SEED)
+    true_w = [task.gauss(0.0, 1.0) for _ in range(DIM)]
+    state = TrainState(step=0, w=[0.0] * DIM, m=[0.0] * DIM, rng=random.Random(args.seed))
+    latest = _resume_dir(root)
     if latest:
-        step, state = _load(Path(latest))
-        rng.bit_generator.state = state["rng"]
-        print(f"resumed from {latest} at step {step}", flush=True)
+        state = _load(Path(latest))
+        print(f"resumed from {latest} at step {state.step}", flush=True)
 
     stopping = False
 
@@ -101,33 +178,24 @@ def main(argv: list[str] | None = None) -> int:
         stopping = True
 
     signal.signal(signal.SIGTERM, on_term)
-    while step < args.steps and not stopping:
-        x = rng.normal(size=(BATCH, DIM))
-        y = x @ true_w + 0.01 * rng.normal(size=BATCH)
-        grad = 2 * x.T @ (x @ state["w"] - y) / BATCH
-        state["m"] = 0.9 * state["m"] + grad
-        state["w"] = state["w"] - 0.01 * state["m"]
-        step += 1
-        tether_hooks.report_step(step)
-        if step % args.checkpoint_every == 0 or step == args.steps:
-            state["rng"] = rng.bit_generator.state
-            _save(root, step, state, args.ballast_mb)
-            loss = float(np.mean((x @ state["w"] - y) ** 2))
-            print(f"step {step} loss {loss:.6f} checkpoint saved", flush=True)
-        if args.crash_at_step is not None and step >= args.crash_at_step:
-            print(f"crashing on purpose after step {step}", flush=True)
+    while state.step < args.steps and not stopping:
+        loss = train_step(state, true_w)
+        tether_hooks.report_step(state.step)
+        if state.step % args.checkpoint_every == 0 or state.step == args.steps:
+            _save(root, state, args.ballast_mb)
+            print(f"step {state.step} loss {loss:.6f} checkpoint saved", flush=True)
+        if args.crash_at_step is not None and state.step >= args.crash_at_step:
+            print(f"crashing on purpose after step {state.step}", flush=True)
             return 1
         if args.step_seconds:
             time.sleep(args.step_seconds)
     if stopping:
-        state["rng"] = rng.bit_generator.state
-        # the final checkpoint the agent uploads on the way out
-        _save(root, step, state, args.ballast_mb)
-        print(f"SIGTERM: saved step {step}", flush=True)
+        _save(root, state, args.ballast_mb)  # the final checkpoint the agent uploads on the way out
+        print(f"SIGTERM: saved step {state.step}", flush=True)
         return 143
-    digest = hashlib.sha256(state["w"].tobytes()).hexdigest()
+    digest = hashlib.sha256(weights_bytes(state.w)).hexdigest()
     (root / "final_sha256.txt").write_text(digest + "\n")
-    print(f"done at step {step}: weights sha256 {digest}", flush=True)
+    print(f"done at step {state.step}: weights sha256 {digest}", flush=True)
     return 0
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -223,20 +223,30 @@ class CloudflareClient:
         permission: Permission = "object-read-write",
         *,
         lease_s: float | None = None,
+        objects: Sequence[str] = (),
     ) -> TempCredentials:
-        """Credentials for `bucket`, limited to keys under `prefix` (e.g. `jobs/<job_id>/`).
+        """Credentials for `bucket`, limited to keys under `prefix` (e.g. `jobs/<job_id>/`)
+        and to the exact keys `objects` (`prefix` may then be "": those keys only).
 
         `lease_s`, when given, is the lease the agent gets with these credentials: they must
         outlive it, so the agent can still upload a final checkpoint when the lease runs out.
         """
-        self._check_args(bucket, parent_access_key_id, prefix, ttl_s, permission, lease_s)
-        body = {
+        if prefix or not objects:
+            self._check_args(bucket, parent_access_key_id, prefix, ttl_s, permission, lease_s)
+        else:
+            self._check_args(bucket, parent_access_key_id, "x/", ttl_s, permission, lease_s)
+        if any(not key or key.startswith("/") or key.endswith("/") for key in objects):
+            raise ValueError(f"objects: must be object keys, not prefixes ({list(objects)!r})")
+        body: dict[str, Any] = {
             "bucket": bucket,
             "parentAccessKeyId": parent_access_key_id,
             "permission": permission,
             "ttlSeconds": ttl_s,
-            "prefixes": [prefix],
         }
+        if prefix:
+            body["prefixes"] = [prefix]
+        if objects:
+            body["objects"] = list(objects)
         issued_at = self._wall_clock()
         result = self._post(f"/accounts/{self._account_id}/r2/temp-access-credentials", body)
         try:

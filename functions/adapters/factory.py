@@ -22,7 +22,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -30,7 +30,13 @@ import boto3
 import httpx
 
 from functions.adapters.artifacts import Artifacts
-from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, TempCredentials
+from functions.adapters.cloudflare import (
+    CloudflareAccount,
+    CloudflareClient,
+    Permission,
+    TempCredentials,
+)
+from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.notify import JobEvents
 from functions.adapters.r2 import ReadOnlyBucket
 from functions.adapters.secrets import SecretStore
@@ -232,6 +238,29 @@ def read_only_bucket(secret_arn: str, base_url: str, r2_endpoint: str | None) ->
         )
 
     built: ReadOnlyBucket = _cached(("r2", secret_arn, base_url, r2_endpoint or ""), build)
+    return built
+
+
+def code_bucket(secret_arn: str, base_url: str, r2_endpoint: str | None) -> CodeBucket:
+    """The code archives (`functions/adapters/code_bucket.py`), with credentials minted per
+    operation for exactly the keys it touches."""
+
+    def build() -> CodeBucket:
+        client, account = cloudflare(secret_arn, base_url)
+
+        def mint(
+            prefix: str, objects: Sequence[str], permission: Permission, ttl_s: int
+        ) -> TempCredentials:
+            return client.mint_temp_credentials(
+                account.bucket, account.parent_access_key_id, prefix, ttl_s, permission,
+                objects=objects,
+            )  # fmt: skip
+
+        return CodeBucket(
+            endpoint=account.r2_endpoint(r2_endpoint), bucket=account.bucket, mint=mint, clock=now
+        )
+
+    built: CodeBucket = _cached(("code", secret_arn, base_url, r2_endpoint or ""), build)
     return built
 
 

@@ -15,11 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.notify import JobEvents
 from functions.adapters.secrets import SecretStore
 from functions.adapters.store import IdempotencyConflict, JobStore, JobView, StateConflict
 from functions.adapters.table import BadPageToken
 from functions.adapters.transitions import TransitionStarter
+from functions.api import code_service
 from functions.domain.errors import Conflict, FieldError, Invalid, NotFound
 from functions.domain.job import (
     ACTIVE_STATES,
@@ -49,6 +51,8 @@ class JobsDeps:
     clock: Callable[[], float] = field(default=time.time)
     events: JobEvents = field(default_factory=lambda: JobEvents(None))
     secrets: SecretStore = field(default_factory=SecretStore)
+    # Code archives in R2 (`code_service`); built on first use, None: not configured.
+    code: Callable[[], CodeBucket | None] = field(default=lambda: None)
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -99,6 +103,7 @@ def submit_job(
     except SpecError as exc:
         raise Invalid("the job spec is not valid", exc.errors) from None
     _require_secrets(deps, spec.secrets)
+    code_service.verify_archive(deps.code, spec)  # before anything is stored
     now = deps.clock()
     job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by=identity)
     key = validate_idempotency_key(idempotency_key)
@@ -262,6 +267,10 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
         if g.heartbeat and g.heartbeat.last_checkpoint
     ]
     last_checkpoint = max(checkpoints, key=lambda c: (c.step, c.generation), default=None)
+    recorded_outputs = [g.heartbeat.outputs for g in view.generations if g.heartbeat]
+    outputs = max(
+        (o for o in recorded_outputs if o is not None), key=lambda o: o.generation, default=None
+    )
     current = view.current
     return {
         **job_summary(job),
@@ -278,6 +287,12 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
         "host": _generation_view(current) if current else None,
         "last_checkpoint": (
             last_checkpoint.model_dump(mode="json", exclude_none=True) if last_checkpoint else None
+        ),
+        # The job's result as recorded (invariant 10); what `tether download --outputs` fetches.
+        "outputs": (
+            {"generation": outputs.generation, "files": outputs.files, "bytes": outputs.bytes}
+            if outputs
+            else None
         ),
         "recorded_checkpoints": [  # what the next host may restore, newest first
             c.model_dump(mode="json", exclude_none=True) for c in job.recorded_checkpoints

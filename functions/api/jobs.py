@@ -4,6 +4,7 @@ POST /jobs                 submit (honours Idempotency-Key)            201
 GET  /jobs                 list ?state=&limit=&next=                     200
 GET  /jobs/{id}            job, host, spend vs budget, checkpoint, timeline  200
 POST /jobs/{id}/cancel     idempotent; 409 once the job has ended        202
+POST /code/uploads         {sha256, size_bytes} → presigned PUT, or exists  200
 """
 
 from http import HTTPStatus
@@ -15,7 +16,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.adapters import factory
-from functions.api import job_service
+from functions.adapters.code_bucket import CodeBucket
+from functions.api import code_service, job_service
 from functions.api import metrics as api_metrics
 from functions.api.http import (
     iam_identity,
@@ -31,6 +33,7 @@ ROUTES = {
     "/jobs": {"GET", "POST"},
     "/jobs/{id}": {"GET"},
     "/jobs/{id}/cancel": {"POST"},
+    "/code/uploads": {"POST"},
     "/jobs/{id}/logs": {"GET"},  # served by the logs function; listed here for 405s
 }
 
@@ -48,6 +51,15 @@ def dependencies() -> job_service.JobsDeps:
         events=factory.job_events(settings.job_events_topic_arn),
         clock=factory.now,
         secrets=factory.secret_store(),
+        code=lambda: _code_bucket(settings),
+    )
+
+
+def _code_bucket(settings: JobsApiSettings) -> CodeBucket | None:
+    if settings.cloudflare_secret_arn is None:
+        return None
+    return factory.code_bucket(
+        settings.cloudflare_secret_arn, settings.cloudflare_base_url, settings.r2_endpoint
     )
 
 
@@ -64,6 +76,16 @@ def submit() -> Response[Any]:
     headers = {} if created else {"Idempotent-Replayed": "true"}
     headers["Location"] = f"/jobs/{view['job_id']}"
     return json_response(HTTPStatus.CREATED, view, headers=headers)
+
+
+@app.post("/code/uploads")
+def code_upload() -> Response[Any]:
+    raw = app.current_event.raw_event
+    iam_identity(raw)
+    deps = dependencies()
+    reject_unknown_query(raw, ())
+    body = parse_json_body(raw, max_bytes=deps.settings.max_body_bytes)
+    return json_response(HTTPStatus.OK, code_service.request_upload(deps.code, body))
 
 
 @app.get("/jobs")

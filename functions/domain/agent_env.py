@@ -48,6 +48,10 @@ WORK_DIR = "TETHER_WORK_DIR"  # agent state and logs, default /var/lib/tether
 # that commit before the command runs, and the command runs there. Unset: the image as is.
 CODE_GIT = "TETHER_CODE_GIT"
 CODE_COMMIT = "TETHER_CODE_COMMIT"
+# The job's code as an archive (spec `code: {dir}`, uploaded by `tether submit`): the sha256 of
+# jobs/<job_id>/code/<sha256>.tar.gz, which the agent downloads with its read-only key,
+# verifies and extracts into $TETHER_WORK_DIR/code. Never set together with CODE_GIT.
+CODE_ARCHIVE_SHA256 = "TETHER_CODE_ARCHIVE_SHA256"
 CONTAINER_ID = "CONTAINER_ID"  # set by Vast: the instance id
 CONTAINER_API_KEY = "CONTAINER_API_KEY"  # set by Vast: can only start/stop/destroy this instance
 
@@ -58,5 +62,5 @@ ALL = (
     S3_SESSION_TOKEN, S3_CREDENTIALS_EXPIRE_AT, S3_WRITE_ACCESS_KEY_ID, S3_WRITE_SECRET_ACCESS_KEY,
     S3_WRITE_SESSION_TOKEN, S3_WRITE_CREDENTIALS_EXPIRE_AT, RESTORE_CHECKPOINTS, LEASE_EXPIRES_AT,
     HEARTBEAT_INTERVAL_S, GRACE_S, ON_DEAD_MAN, VAST_URL, GPU_PROBE, PROBE_TIMEOUT_S, WORK_DIR,
-    CONTAINER_ID, CONTAINER_API_KEY, CODE_GIT, CODE_COMMIT, SECRETS,
+    CONTAINER_ID, CONTAINER_API_KEY, CODE_GIT, CODE_COMMIT, CODE_ARCHIVE_SHA256, SECRETS,
 )  # fmt: skip

@@ -16,12 +16,15 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
+from functions.domain.code_archive import MAX_ARCHIVE_BYTES, SHA256
 from functions.domain.documents import MAX_JOB_FILE_BYTES, DocumentTooComplex, load_yaml
 from functions.domain.errors import FieldError, field_errors
 from functions.domain.secrets import MAX_SECRETS, secret_name_problem
@@ -207,15 +210,49 @@ _GIT_URL_USERINFO = re.compile(r"^([a-z]+://[^/@]*:[^/@]*@|https?://[^/]*@)")
 _COMMIT = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
 
 
-class GitCode(_Strict):
-    """`code: {git: URL, commit: SHA}`: the agent clones this commit and runs the command in it."""
+class CodeArchive(_Strict):
+    """The packed working directory, as uploaded: `tether submit` fills it from `code.dir`."""
 
-    git: str = Field(min_length=1, max_length=2048, description="The repository to clone.")
-    commit: str = Field(min_length=1, max_length=64, description="The full commit SHA to run.")
+    sha256: str = Field(
+        min_length=64, max_length=64, description="sha256 of the tar.gz, 64 lowercase hex digits."
+    )
+    size_bytes: int = Field(gt=0, le=MAX_ARCHIVE_BYTES, description="The tar.gz's size in bytes.")
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if not SHA256.match(value):
+            raise ValueError("must be 64 lowercase hex digits (a sha256)")
+        return value
+
+
+class JobCode(_Strict):
+    """Where the job's code comes from: `{git: URL, commit: SHA}` (the agent clones that
+    commit), or `{dir: PATH}` (a directory, relative to the spec file's folder, that
+    `tether submit` packs and uploads; the API receives it as `archive`). Either way the agent
+    puts it in `$TETHER_WORK_DIR/code` on every host and runs the command there."""
+
+    git: str | None = Field(
+        default=None, min_length=1, max_length=2048, description="The repository to clone."
+    )
+    commit: str | None = Field(
+        default=None, min_length=1, max_length=64, description="The full commit SHA to run."
+    )
+    dir: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="The working directory to ship, relative to the spec file's folder.",
+    )
+    archive: CodeArchive | None = Field(
+        default=None, description="The uploaded archive of `dir` (set by `tether submit`)."
+    )
 
     @field_validator("git")
     @classmethod
-    def _clonable(cls, value: str) -> str:
+    def _clonable(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if not _GIT_URL.match(value):
             raise ValueError(
                 "must be an https://, ssh://, file:// or user@host:path git URL without spaces"
@@ -229,13 +266,45 @@ class GitCode(_Strict):
 
     @field_validator("commit")
     @classmethod
-    def _full_sha(cls, value: str) -> str:
-        if not _COMMIT.match(value):
+    def _full_sha(cls, value: str | None) -> str | None:
+        if value is not None and not _COMMIT.match(value):
             raise ValueError(
                 "must be a full commit SHA (40 or 64 lowercase hex digits), not a branch, tag "
                 "or short SHA, so that every replacement host runs the same code"
             )
         return value
+
+    @field_validator("dir")
+    @classmethod
+    def _a_path(cls, value: str | None) -> str | None:
+        if value is not None and ("\0" in value or not value.strip()):
+            raise ValueError("must be a directory path")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _only_what_is_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`{git, commit}` or `{dir, archive}`, without the other source's nulls."""
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    @model_validator(mode="after")
+    def _one_source(self) -> JobCode:
+        from_git = self.git is not None or self.commit is not None
+        from_dir = self.dir is not None or self.archive is not None
+        if from_git and from_dir:
+            raise ValueError(
+                "give either git (with commit) or dir, not both: code.git and code.dir are "
+                "mutually exclusive"
+            )
+        if not from_git and not from_dir:
+            raise ValueError("give git and commit, or dir (a directory that `tether submit` packs)")
+        if from_git and self.commit is None:
+            raise ValueError("commit is required with git (the full commit SHA to run)")
+        if from_git and self.git is None:
+            raise ValueError("git is required with commit (the repository to clone)")
+        return self
+
+
+GitCode = JobCode  # the name it had when only git existed
 
 
 class JobSpec(_Strict):
@@ -264,7 +333,7 @@ class JobSpec(_Strict):
     )
     budget_usd: float = Field(gt=0, le=1_000_000)
     policy: Policy = Field(default_factory=Policy)
-    code: GitCode | None = Field(
+    code: JobCode | None = Field(
         default=None,
         description="Where the job's code comes from; unset: the command runs in the image as is.",
     )

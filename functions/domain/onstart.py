@@ -203,6 +203,9 @@ def build_host_env(
         agent_env.WORK_DIR: work_dir,
         agent_env.CODE_GIT: job.code.git if job.code else None,
         agent_env.CODE_COMMIT: job.code.commit if job.code else None,
+        agent_env.CODE_ARCHIVE_SHA256: (
+            job.code.archive.sha256 if job.code and job.code.archive else None
+        ),
     }
     env.update({name: value for name, value in ours.items() if value is not None})
     return env

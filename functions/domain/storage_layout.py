@@ -1,12 +1,18 @@
 """Every prefix and key of the R2 bucket that the control plane builds or reads (DESIGN §3).
 
+    code/<sha256>.tar.gz                            a packed working directory, as uploaded
     jobs/<job_id>/                                  read-only key of every generation
+    jobs/<job_id>/code/<sha256>.tar.gz              the job's copy of it (lifecycle `begin`)
     jobs/<job_id>/g<generation>/                    read-write key of that generation only
     jobs/<job_id>/g<generation>/checkpoints/<step, 12 digits>/<files…>
     jobs/<job_id>/g<generation>/checkpoints/<step, 12 digits>/manifest.json   (written last)
     jobs/<job_id>/g<generation>/logs/<sequence, 6 digits>.log
     jobs/<job_id>/g<generation>/outputs/files/<files…>
     jobs/<job_id>/g<generation>/outputs/manifest.json                        (written last)
+
+Uploads of code are content-addressed and shared by every job that ships the same tree; the
+job's copy sits under its own prefix, outside every `g<generation>/`, so every generation's
+read-only key reads it and no host can write it.
 
 The outputs' files sit under `files/`, so a file of the job named `manifest.json` cannot take the
 manifest's place.
@@ -28,6 +34,9 @@ from __future__ import annotations
 import re
 
 JOBS_ROOT = "jobs/"
+CODE_ROOT = "code/"
+CODE_DIR = "code/"
+ARCHIVE_SUFFIX = ".tar.gz"
 CHECKPOINTS_DIR = "checkpoints/"
 LOGS_DIR = "logs/"
 OUTPUTS_DIR = "outputs/"
@@ -42,6 +51,20 @@ _MANIFEST_KEY = re.compile(rf"^g([1-9]\d{{0,8}})/checkpoints/(\d{{{STEP_DIGITS}}
 def job_prefix(job_id: str) -> str:
     """`jobs/<job_id>/`: the trailing slash matters, or `jobs/abc` would also grant `jobs/abcd/`."""
     return f"{JOBS_ROOT}{job_id}/"
+
+
+def code_upload_key(sha256: str) -> str:
+    """`code/<sha256>.tar.gz`: where `tether submit` uploads a packed working directory."""
+    return f"{CODE_ROOT}{sha256}{ARCHIVE_SUFFIX}"
+
+
+def job_code_prefix(job_id: str) -> str:
+    return job_prefix(job_id) + CODE_DIR
+
+
+def job_code_key(job_id: str, sha256: str) -> str:
+    """`jobs/<job_id>/code/<sha256>.tar.gz`: the job's own copy, read by its agents."""
+    return f"{job_code_prefix(job_id)}{sha256}{ARCHIVE_SUFFIX}"
 
 
 def generation_prefix(job_id: str, generation: int) -> str:

@@ -46,6 +46,9 @@ def dependencies() -> LifecycleDeps:
             settings.cloudflare_secret_arn, settings.cloudflare_base_url
         ),
         artifacts=lambda: factory.artifacts(settings.artifacts_bucket),
+        code=lambda: factory.code_bucket(
+            settings.cloudflare_secret_arn, settings.cloudflare_base_url, settings.r2_endpoint
+        ),
         account_secrets=lambda: factory.account_secrets(
             settings.vast_secret_arn, settings.cloudflare_secret_arn, settings.cloudflare_base_url
         ),

@@ -25,6 +25,7 @@ from functions.domain.job import (
     TERMINAL_STATE_FOR,
     Generation,
     GenerationStatus,
+    Job,
     JobState,
     is_terminal,
 )
@@ -75,6 +76,7 @@ def begin(deps: LifecycleDeps, inp: BeginInput) -> StepOutput:
             )  # fmt: skip
         if job.state != JobState.PROVISIONING:
             return skip(job, "not pending")
+        place_code(deps, job)
         return StepOutput(outcome="begun", state=job.state.value)
     if job.state == JobState.RUNNING:
         crashed = reason_health(inp.reason) is Health.CRASHED
@@ -90,7 +92,22 @@ def begin(deps: LifecycleDeps, inp: BeginInput) -> StepOutput:
     # generation that existed, and restorable (invariant 2).
     blamed = reason_health(inp.reason) in BLAMES_HOST
     deps.store.supersede_generation(job.job_id, previous, host_blamed=blamed)
+    place_code(deps, job)
     return StepOutput(outcome="begun", state=job.state.value)
+
+
+def place_code(deps: LifecycleDeps, job: Job) -> None:
+    """Copy the job's code archive (spec `code.archive`, checked at submit) from its upload
+    `code/<sha256>.tar.gz` to `jobs/<job_id>/code/<sha256>.tar.gz`, where every generation's
+    read-only key reads it; nothing when the copy is there already. Here, not at submit: the
+    job exists before anything is written under its prefix (a submit that dies halfway leaves
+    no copy behind), and every provision and replace repairs a copy that is missing. The
+    upload is never deleted, so a failed attempt loses nothing; `ArchiveMissing` (the upload
+    deleted since) fails the step, and the attempt is recorded on the timeline."""
+    archive = job.spec.code.archive if job.spec.code else None
+    if archive is None or deps.code is None:
+        return
+    deps.code().copy_to_job(archive.sha256, job.job_id, archive.size_bytes)
 
 
 # --- destroy --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.adapters.artifacts import Artifacts
 from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient
+from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.notify import JobEvents
 from functions.adapters.store import JobStore, StateConflict
 from functions.adapters.vast import Listing, VastClient, describe_issues
@@ -122,6 +123,8 @@ class LifecycleDeps:
     account_secrets: Callable[[], list[str]]
     clock: Callable[[], float]
     events: JobEvents = field(default_factory=lambda: JobEvents(None))
+    # The job code archives (`functions/adapters/code_bucket.py`); None: jobs ship no archive.
+    code: Callable[[], CodeBucket] | None = None
     # Seconds left in this invocation (the handler reads Lambda's context); unbounded elsewhere.
     remaining_s: Callable[[], float] = field(default=lambda: math.inf)
 

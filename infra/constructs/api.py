@@ -98,10 +98,13 @@ class Api(Construct):
             names.JOBS_FUNCTION_ID,
             code=code,
             handler=names.JOBS_HANDLER,
-            description="tether job API: submit, list, get, cancel",
+            description="tether job API: submit, list, get, cancel, code uploads",
             environment={
                 names.TABLE_NAME_ENV: table.table_name,
                 names.STATE_MACHINE_ARN_ENV: state_machine.state_machine_arn,
+                # Code archives: a presigned PUT of code/<sha256>.tar.gz, and the check at
+                # submit that it is there as described, with R2 keys minted per request.
+                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.secret_arn,
             },
         )
         self.heartbeat = TetherFunction(
@@ -116,7 +119,7 @@ class Api(Construct):
             },
         )
         # Reads the job item, then the job's log segments in R2 with read-only credentials it
-        # mints from the Cloudflare secret (which no other API function can read).
+        # mints from the Cloudflare secret (which the heartbeat function cannot read).
         self.logs = TetherFunction(
             self,
             names.LOGS_FUNCTION_ID,
@@ -132,6 +135,7 @@ class Api(Construct):
             iam.PolicyStatement(actions=list(LOGS_TABLE_ACTIONS), resources=[table.table_arn])
         )
         cloudflare_secret.grant_read(self.logs.role)
+        cloudflare_secret.grant_read(self.jobs.role)
         self.jobs.role.add_to_policy(
             iam.PolicyStatement(
                 actions=list(JOBS_TABLE_ACTIONS),

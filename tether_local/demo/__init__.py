@@ -1,6 +1,6 @@
 """`tether demo`: a deterministic CPU training job on the local stack, with faults injected.
 
-A scenario submits the tiny numpy job (`python -m tiny_train` on the image
+A scenario submits the tiny standard-library job (`python -m tiny_train` on the image
 `tether-examples/tiny-cpu:0.1.0`, both from `examples/tiny-cpu/`: it checkpoints its full
 state, RNG included) through the real API, lets the real monitor and state machine supervise
 it, injects its faults through the stack's chaos controls, and then judges the run from stored

@@ -21,6 +21,7 @@ from tether_local.stack import LocalStackConfig
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_JOB = ROOT / "examples" / "tiny-cpu.yaml"
 TRAIN_MODULE = "tiny_train"  # examples/tiny-cpu/tiny_train.py, installed in the job's image
+WEIGHTS_FILE = "weights.json"  # in each of its checkpoints; final_sha256.txt is its sha256
 MONITOR_INTERVAL_S = 1.0
 PULSE_MAX_AGE_S = 4.0
 VAST_DEADLINE_S = 0.5
@@ -113,6 +114,7 @@ __all__ = [
     "MONITOR_INTERVAL_S",
     "SIGNED",
     "TRAIN_MODULE",
+    "WEIGHTS_FILE",
     "TrainArgs",
     "demo_image",
     "demo_job",

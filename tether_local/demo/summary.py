@@ -12,7 +12,6 @@ import time
 from functools import cache
 from pathlib import Path
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from tether_agent.training_env import HOOKS_DIR
 
@@ -27,7 +26,7 @@ from tether_local.demo.evidence import (
     restore_candidates,
     s3_root,
 )
-from tether_local.demo.job import MONITOR_INTERVAL_S, TrainArgs, demo_image
+from tether_local.demo.job import MONITOR_INTERVAL_S, WEIGHTS_FILE, TrainArgs, demo_image
 from tether_local.demo.run import DemoError, DemoRun
 from tether_local.hosts import SYSTEM_PATH
 from tether_local.images import stand_in
@@ -89,10 +88,9 @@ def reference_weights_sha256(train: TrainArgs, step: int) -> str:
         return (Path(tmp) / "final_sha256.txt").read_text().strip()
 
 
-def weights_sha256(model_npz: Path) -> str:
-    """What tiny_train writes to final_sha256.txt: sha256 of the weights' bytes."""
-    with np.load(model_npz) as data:
-        return hashlib.sha256(data["w"].tobytes()).hexdigest()
+def weights_sha256(weights_file: Path) -> str:
+    """What tiny_train writes to final_sha256.txt: the sha256 of its weights file's bytes."""
+    return hashlib.sha256(weights_file.read_bytes()).hexdigest()
 
 
 def summarize(run: DemoRun, view: JobView) -> DemoSummary:
@@ -103,8 +101,8 @@ def summarize(run: DemoRun, view: JobView) -> DemoSummary:
     best = invariants.result_checkpoint(checkpoints, view.generations)
     weights = reference = None
     if best is not None:
-        npz = next(iter(sorted((s3_root(stack) / best.prefix).rglob("model.npz"))), None)
-        weights = weights_sha256(npz) if npz is not None else None
+        files = sorted((s3_root(stack) / best.prefix).rglob(WEIGHTS_FILE))
+        weights = weights_sha256(files[0]) if files else None
         reference = reference_weights_sha256(run.scenario.train, best.step)
     ledgers = ledger_facts(stack, run.job_id)
     labels: dict[str, int] = {}

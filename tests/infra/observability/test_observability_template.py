@@ -200,6 +200,7 @@ def test_logs_route_is_iam_authorized_and_its_function_reads_only_what_it_needs(
     assert "secretsmanager:GetSecretValue" in actions
     env = logs_fn["Properties"]["Environment"]["Variables"]
     assert names.CLOUDFLARE_SECRET_ARN_ENV in env and names.VAST_SECRET_ARN_ENV not in env
-    # The jobs function does not get the Cloudflare secret.
-    _, jobs_fn = function_by_handler(template, names.JOBS_HANDLER)
-    assert "secretsmanager:GetSecretValue" not in role_actions(template, jobs_fn)
+    # The heartbeat function does not get the Cloudflare secret (the jobs function does, for
+    # code archives: tests/infra/api/test_code_grants.py).
+    _, heartbeat_fn = function_by_handler(template, names.HEARTBEAT_HANDLER)
+    assert "secretsmanager:GetSecretValue" not in role_actions(template, heartbeat_fn)

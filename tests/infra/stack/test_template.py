@@ -91,6 +91,8 @@ def test_least_privilege_per_function(template):
     assert role_actions(template, jobs) == (
         set(JOBS_TABLE_ACTIONS)
         | {"states:StartExecution", "sns:Publish", "ssm:GetParameters"}
+        # the Cloudflare secret, to mint R2 keys for code archives
+        | {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
         | xray_and_logs
     )
     assert role_actions(template, heartbeat) == (

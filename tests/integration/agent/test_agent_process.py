@@ -233,7 +233,7 @@ def test_gpu_probe_hang_reported_in_heartbeat(
 def test_interrupted_and_resumed_equals_uninterrupted(
     tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
 ) -> None:
-    python = str(stand_in(TINY_CPU_IMAGE).python)  # the demo image: numpy and tiny_train
+    python = str(stand_in(TINY_CPU_IMAGE).python)  # the demo image: tiny_train
     tiny = [python, "-m", "tiny_train", "--steps", "60", "--checkpoint-every", "10"]
     straight = tmp_path / "straight"
     env0 = agent_env(straight, s3_server, create_bucket(s3_server, bucket + "x"), control_plane)

@@ -84,6 +84,20 @@ def test_download_outputs_writes_every_file_verified(backend, capsys, tmp_path) 
     assert f"downloaded 2 files ({len(WEIGHTS) + len(RESULT)} bytes) to {to}" in out
 
 
+def test_status_shows_the_recorded_outputs_and_how_to_fetch_them(backend, capsys) -> None:
+    job_id = submit(capsys)
+    code, out, _ = run(capsys, "status", job_id)
+    assert code == 0 and "outputs   not kept (the spec names no outputs dir)" in out
+    with_outputs(backend, job_id, {"adapter/weights.bin": WEIGHTS, "result.txt": RESULT})
+    code, out, _ = run(capsys, "status", job_id, "--json")
+    assert code == 0
+    size = len(WEIGHTS) + len(RESULT)
+    assert json.loads(out)["outputs"] == {"generation": 1, "files": 2, "bytes": size}
+    code, out, _ = run(capsys, "status", job_id)
+    assert code == 0
+    assert f"outputs   2 files, 10.0 KiB (generation 1): tether download {job_id} --outputs" in out
+
+
 def test_download_json_lists_the_files_written(backend, capsys, tmp_path) -> None:
     job_id = submit(capsys)
     with_outputs(backend, job_id, {"result.txt": RESULT})

@@ -4,19 +4,18 @@ agent environments (tether_local.images)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import subprocess
 from pathlib import Path
 
-import numpy
 import pytest
 
 from tests.paths import ROOT
 from tether_local import images
 from tether_local.images import (
     PYTORCH_HF,
-    TINY_CPU,
     TINY_CPU_IMAGE,
     ImageError,
     Recipe,
@@ -67,18 +66,14 @@ def test_python_slim_holds_the_standard_library_and_pip_only() -> None:
     assert _inside(image, "import json, sys; print(json.dumps(sys.prefix))") == str(image.root)
 
 
-def test_the_demo_image_holds_numpy_and_the_example_project_only() -> None:
+def test_the_demo_image_holds_the_example_project_only() -> None:
     image = stand_in(TINY_CPU_IMAGE)
-    assert _distributions(image) == ["numpy", "pip", "tiny-cpu-train"]
-    assert _importable(image, ("numpy", "tiny_train", *NOT_IN_ANY_IMAGE)) == {
-        "numpy": True,
+    assert _distributions(image) == ["pip", "tiny-cpu-train"]
+    assert _importable(image, ("tiny_train", "numpy", *NOT_IN_ANY_IMAGE)) == {
         "tiny_train": True,
+        "numpy": False,  # the example needs the standard library only
         **dict.fromkeys(NOT_IN_ANY_IMAGE, False),
     }
-    # This interpreter's numpy, linked (no index needed), and the project as installed.
-    assert _inside(image, "import json, numpy; print(json.dumps(numpy.__version__))") == (
-        numpy.__version__
-    )
     origin = _inside(
         image,
         "import json, importlib.util as u; print(json.dumps(u.find_spec('tiny_train').origin))",
@@ -91,17 +86,34 @@ def test_every_python_slim_tag_shares_one_stand_in(image: str) -> None:
     assert stand_in(image).root == stand_in("python:3.12-slim").root
 
 
+def test_a_recipes_distributions_are_this_interpreters_linked_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PyYAML (no dependencies) linked from here, file by file: no package index needed."""
+    linked = Recipe("linked-yaml", "linked:1", distributions=("PyYAML",))
+    monkeypatch.setattr(images, "CATALOGUE", ((re.compile("^linked:1$"), linked),))
+    image = stand_in("linked:1")
+    assert _distributions(image) == ["pip", "pyyaml"]
+    assert _inside(image, "import json, yaml; print(json.dumps(yaml.__version__))") == (
+        importlib.metadata.version("PyYAML")
+    )
+    origin = _inside(
+        image, "import json, importlib.util as u; print(json.dumps(u.find_spec('yaml').origin))"
+    )
+    assert Path(str(origin)).is_symlink() and Path(str(origin)).is_relative_to(image.root)
+
+
 def test_a_recipe_missing_a_dependency_of_what_it_installs_does_not_build(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The example project needs numpy: a recipe that installs it without numpy fails its
-    `pip check` instead of running with a borrowed numpy."""
-    incomplete = Recipe("incomplete-tiny-cpu", "incomplete:1", projects=TINY_CPU.projects)
+    """httpx needs httpcore (among others): a recipe that links httpx alone fails its
+    `pip check` instead of running with a borrowed httpcore."""
+    incomplete = Recipe("incomplete-httpx", "incomplete:1", distributions=("httpx",))
     monkeypatch.setattr(images, "CATALOGUE", ((re.compile("^incomplete:1$"), incomplete),))
     with pytest.raises(ImageError, match="pip check") as refused:
         stand_in("incomplete:1")
-    assert "numpy" in str(refused.value)
-    assert not list(images.IMAGES.glob("incomplete-tiny-cpu-*"))  # nothing half-built left
+    assert "httpcore" in str(refused.value)
+    assert not list(images.IMAGES.glob("incomplete-httpx-*"))  # nothing half-built left
 
 
 def test_the_pytorch_image_holds_torch_and_the_example_requirements_satisfied_offline() -> None:

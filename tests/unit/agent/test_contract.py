@@ -63,6 +63,21 @@ def test_wire_model_schema_matches_control_plane(name: str) -> None:
     assert ours == theirs
 
 
+def test_the_code_archive_limits_and_key_are_the_same() -> None:
+    from tether_agent import code_archive as agent_side
+
+    from functions.domain import code_archive
+
+    names = ("MAX_ARCHIVE_BYTES", "MAX_ARCHIVE_FILES", "MAX_UNPACKED_BYTES")
+    assert {n: getattr(agent_side, n) for n in names} == {
+        n: getattr(code_archive, n) for n in names
+    }
+    sha = "ab" * 32
+    assert agent_side.archive_key(storage_layout.job_prefix("j-1"), sha) == (
+        storage_layout.job_code_key("j-1", sha)
+    )
+
+
 def test_settings_read_every_control_plane_variable_and_no_other() -> None:
     assert set(agent_env.ALL) == set(ENV_NAMES)
 

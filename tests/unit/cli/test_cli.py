@@ -40,7 +40,13 @@ def one_line(text: str) -> str:
 def test_validate_examples(capsys, job):
     code, out, err = run(capsys, "validate", job)
     assert code == 0
-    assert one_line(out).startswith(f"OK {job}: job ")
+    first, *rest = out.strip().splitlines()
+    assert first.startswith(f"OK {job}: job ")
+    if job == TINY:
+        assert rest == []
+    else:  # `code: {dir: .}`: a second line says what submit would ship, the spec's folder
+        (shipped,) = rest
+        assert shipped.startswith(f"code: {Path(job).parent} would ship 3 files, ")
     assert err == ""
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tether_cli import output
 from tether_cli.demo import timeline_printer
-from tether_cli.jobs import status_lines
+from tether_cli.jobs import outputs_line, status_lines
 from tether_cli.main import main
 
 ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:tether/vast-api-key-AbCdEf"
@@ -53,3 +53,24 @@ def test_an_error_message_is_printed_verbatim(
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     assert main(["secrets", "set", "vast", "--region", "eu-west-1"]) == 2
     assert capsys.readouterr().err == ("tether: error: stdin: expected 1 line(s): Vast API key\n")
+
+
+@pytest.mark.parametrize(
+    ("n_bytes", "shown"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (5 * 2**20, "5.0 MiB"),
+        (3 * 2**40, "3072.0 GiB"),
+    ],
+)
+def test_sizes_are_shown_in_binary_units(n_bytes: int, shown: str) -> None:
+    assert output.size(n_bytes) == shown
+
+
+def test_status_says_when_outputs_are_awaited() -> None:
+    view = {"job_id": "j-1", "spec": {"outputs": {"dir": "/workspace/outputs"}}, "outputs": None}
+    assert outputs_line(view) == (
+        "outputs   none recorded yet (/workspace/outputs is uploaded when training ends)"
+    )

@@ -72,6 +72,7 @@ def test_there_are_two_examples():
 
 # (dotted field to change, new value, path reported, fragment of the reason)
 SHA40 = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+SHA64 = "ab" * 32
 
 BAD_SPECS = [
     ("name", DELETE, "name", "required"),
@@ -131,8 +132,16 @@ BAD_SPECS = [
     ("policy.max_replacements", 3, "policy.max_replacements", "unknown field"),
     ("gpus", 1, "gpus", "unknown field"),
     ("code", "https://github.com/u/r", "code", "must be a mapping"),
-    ("code", {"git": "https://github.com/u/r"}, "code.commit", "required"),
-    ("code", {"commit": SHA40}, "code.git", "required"),
+    ("code", {"git": "https://github.com/u/r"}, "code", "commit is required with git"),
+    ("code", {"commit": SHA40}, "code", "git is required with commit"),
+    ("code", {}, "code", "give git and commit, or dir"),
+    ("code", {"dir": ".", "git": "https://h/r", "commit": SHA40}, "code", "mutually exclusive"),
+    ("code", {"archive": {"sha256": SHA64, "size_bytes": 1}, "commit": SHA40}, "code", "not both"),
+    ("code", {"dir": ""}, "code.dir", "must not be empty"),
+    ("code", {"archive": {"sha256": "AB" * 32, "size_bytes": 1}}, "code.archive.sha256", "hex"),
+    ("code", {"archive": {"sha256": SHA64, "size_bytes": 0}}, "code.archive.size_bytes", "> 0"),
+    ("code", {"archive": {"sha256": SHA64, "size_bytes": 2**40}}, "code.archive.size_bytes", "≤"),
+    ("code", {"archive": {"sha256": SHA64}}, "code.archive.size_bytes", "required"),
     ("code", {"git": "https://github.com/u/r", "commit": "main"}, "code.commit", "full commit"),
     ("code", {"git": "https://github.com/u/r", "commit": SHA40[:7]}, "code.commit", "short SHA"),
     ("code", {"git": "https://h/r", "commit": SHA40.upper()}, "code.commit", "lowercase"),
@@ -166,8 +175,23 @@ def test_code_from_git_is_accepted(url: str) -> None:
     assert (job.code.git, job.code.commit) == (url, SHA)
 
 
+def test_code_from_a_directory_or_an_archive_is_accepted() -> None:
+    job = parse_job(mutate(example(), "code", {"dir": "src"}))
+    assert job.code is not None and (job.code.dir, job.code.archive, job.code.git) == (
+        "src",
+        None,
+        None,
+    )
+    archive = {"sha256": SHA64, "size_bytes": 1234}
+    job = parse_job(mutate(example(), "code", {"dir": ".", "archive": archive}))
+    assert job.code is not None and job.code.archive is not None
+    assert (job.code.archive.sha256, job.code.archive.size_bytes) == (SHA64, 1234)
+
+
 def test_code_is_optional_and_a_sha256_commit_is_accepted() -> None:
-    assert parse_job(example()).code is None
+    shipped = parse_job(example()).code  # the example ships its own folder
+    assert shipped is not None and shipped.dir == "." and shipped.git is None
+    assert parse_job(mutate(example(), "code", DELETE)).code is None
     job = parse_job(mutate(example(), "code", {"git": "https://h/r", "commit": "ab" * 32}))
     assert job.code is not None and job.code.commit == "ab" * 32
 

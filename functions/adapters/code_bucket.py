@@ -1,0 +1,140 @@
+"""The job code archives in the R2 bucket (`functions/domain/code_archive.py` has the flow).
+
+Every operation mints Cloudflare temporary credentials for exactly the keys it touches (the
+control plane holds no R2 secret key of its own, `functions/adapters/r2.py`):
+
+- `presign_put`: `object-read-write` on the one key `code/<sha256>.tar.gz`;
+- `size_of`, `sha256_of`: `object-read-only` on that key;
+- `copy_to_job`: `object-read-write` on that key and the prefix `jobs/<job_id>/code/`, for one
+  server-side CopyObject (R2 reads the source under the same key's scope).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from functions.adapters.cloudflare import Permission, TempCredentials
+from functions.domain.storage_layout import code_upload_key, job_code_key, job_code_prefix
+
+TTL_S = 900  # Cloudflare's minimum is what every operation here needs at most
+_CHUNK = 1024 * 1024
+_BOTO_CONFIG = Config(
+    signature_version="s3v4",
+    s3={"addressing_style": "path"},
+    retries={"max_attempts": 3, "mode": "standard"},
+    connect_timeout=5,
+    read_timeout=20,
+)
+_MISSING = {"404", "NoSuchKey", "NotFound"}
+
+# (prefix or "", exact keys, permission, ttl_s) → credentials
+Mint = Callable[[str, Sequence[str], Permission, int], TempCredentials]
+
+
+class CodeBucket:
+    """Code archives in one R2 bucket, with credentials from `mint`."""
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        bucket: str,
+        mint: Mint,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.endpoint = endpoint
+        self.bucket = bucket
+        self._mint = mint
+        self._clock = clock
+
+    def _client(
+        self, prefix: str, objects: Sequence[str], permission: Permission
+    ) -> tuple[Any, float]:
+        creds = self._mint(prefix, objects, permission, TTL_S)
+        client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=creds.access_key_id,
+            aws_secret_access_key=creds.secret_access_key,
+            aws_session_token=creds.session_token,
+            region_name="auto",
+            config=_BOTO_CONFIG,
+        )
+        return client, creds.expires_at
+
+    def presign_put(self, sha256: str, expires_s: int) -> tuple[str, str, float]:
+        """(key, PUT URL, when it stops working) for the upload of `code/<sha256>.tar.gz`."""
+        key = code_upload_key(sha256)
+        client, creds_expire_at = self._client("", [key], "object-read-write")
+        expires_s = max(1, min(expires_s, int(creds_expire_at - self._clock())))
+        url = client.generate_presigned_url(
+            "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s
+        )
+        return key, str(url), self._clock() + expires_s
+
+    def size_of(self, sha256: str) -> int | None:
+        """The uploaded archive's size, None when there is none."""
+        key = code_upload_key(sha256)
+        client, _ = self._client("", [key], "object-read-only")
+        return _head(client, self.bucket, key)
+
+    def sha256_of(self, sha256: str, max_bytes: int) -> tuple[int, str] | None:
+        """(bytes read, their sha256) of the uploaded archive, streamed; None when there is
+        none. Reads at most `max_bytes` + 1 bytes (more than that: the size says so)."""
+        key = code_upload_key(sha256)
+        client, _ = self._client("", [key], "object-read-only")
+        try:
+            body = client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{max_bytes}")[
+                "Body"
+            ]
+        except ClientError as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise
+        digest, read = hashlib.sha256(), 0
+        for chunk in iter(lambda: body.read(_CHUNK), b""):
+            digest.update(chunk)
+            read += len(chunk)
+        return read, digest.hexdigest()
+
+    def copy_to_job(self, sha256: str, job_id: str, size_bytes: int) -> str:
+        """Copy the upload to `jobs/<job_id>/code/<sha256>.tar.gz` unless it is there already
+        with `size_bytes`; returns "present" or "copied". Raises `ArchiveMissing` when neither
+        the job's copy nor the upload exists."""
+        source, dest = code_upload_key(sha256), job_code_key(job_id, sha256)
+        client, _ = self._client(job_code_prefix(job_id), [source], "object-read-write")
+        if _head(client, self.bucket, dest) == size_bytes:
+            return "present"
+        if _head(client, self.bucket, source) != size_bytes:
+            raise ArchiveMissing(f"{source} is gone or changed: the job's code cannot be copied")
+        client.copy_object(
+            Bucket=self.bucket, Key=dest, CopySource={"Bucket": self.bucket, "Key": source}
+        )
+        if _head(client, self.bucket, dest) != size_bytes:
+            raise ArchiveMissing(f"the copy {dest} does not have {size_bytes} bytes")
+        return "copied"
+
+
+class ArchiveMissing(Exception):
+    """The job's code archive is not in storage (deleted since the job was submitted)."""
+
+
+def _head(client: Any, bucket: str, key: str) -> int | None:
+    try:
+        return int(client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+    except ClientError as exc:
+        if _code(exc) in _MISSING:
+            return None
+        raise
+
+
+def _code(exc: ClientError) -> str:
+    error = exc.response.get("Error", {})
+    return str(error.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
