@@ -174,18 +174,22 @@ def test_the_qlora_example_survives_two_lost_hosts_and_downloads_the_uninterrupt
     for name in sorted(got - RUN_SPECIFIC):
         assert (to / name).read_bytes() == (expected / name).read_bytes(), name
 
-    # The job's code came from the spec's folder, through the bucket.
+    # The job's code came from the spec's folder, packed by submit, through the bucket: every
+    # host (each with a fresh disk) fetched and verified it.
     keys = [
         str(p.relative_to(stack.root / "s3" / R2_BUCKET))
         for p in (stack.root / "s3" / R2_BUCKET / "jobs" / job_id).rglob("*")
         if p.is_file()
     ]
-    assert any(k.startswith(f"jobs/{job_id}/code/") for k in keys), keys
+    (archive,) = [k for k in keys if k.startswith(f"jobs/{job_id}/code/")]
+    for host in hosts.for_job(job_id):
+        assert f"fetching the job's code: archive {archive}" in host.log_text()
     # The token: in the training process, nowhere else.
     shipped = "".join(
         (stack.root / "s3" / R2_BUCKET / k).read_text() for k in sorted(keys) if "/logs/" in k
     )
     assert "HF_TOKEN set" in shipped and "HF_TOKEN not set" not in shipped
+    assert f"code: archive {archive}, sha256 verified" in shipped
     for key in keys:  # logs, checkpoints, outputs, code
         assert VALUE.encode() not in (stack.root / "s3" / R2_BUCKET / key).read_bytes(), key
     items = stack.aws.client("dynamodb").scan(TableName=stack.table_name())["Items"]
