@@ -46,7 +46,7 @@ def test_validate_examples(capsys, job):
         assert rest == []
     else:  # `code: {dir: .}`: a second line says what submit would ship, the spec's folder
         (shipped,) = rest
-        assert shipped.startswith(f"code: {Path(job).parent} would ship 3 files, ")
+        assert shipped.startswith(f"code: {Path(job).parent} would ship 4 files, ")
     assert err == ""
 
 
