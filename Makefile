@@ -7,14 +7,22 @@ STAMP := $(VENV)/.tether-installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
+# torch (the [hf] extra's) from PyPI is a CUDA build, about 6 GB of venv; its CPU build is
+# about 0.8 GB: `make venv TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs that first.
+TORCH_INDEX ?=
+TORCH_PIN = $(shell sed -n 's/^ *"\(torch==[^"]*\)",$$/\1/p' pyproject.toml)
+
 .PHONY: venv demo test lint format bench mutate synth deploy clean
 
 venv: $(STAMP)
 
+# pip leaves what is installed and pinned alone: a rerun after a change to pyproject.toml
+# installs only what changed (torch is not downloaded again).
 $(STAMP): pyproject.toml agent/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]' -e ./agent
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet '$(TORCH_PIN)' --index-url $(TORCH_INDEX))
+	$(PY) -m pip install --quiet -e '.[dev,hf]' -e ./agent
 	@touch $@
 
 demo: venv
@@ -26,7 +34,7 @@ test: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy functions infra tether_cli tether_local agent/tether_agent examples/tiny-cpu tests bench
+	$(VENV)/bin/mypy functions infra tether_cli tether_local agent/tether_agent examples/tiny-cpu examples/qlora-7b tests bench
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

@@ -47,7 +47,9 @@ def default_heartbeat_interval_s() -> float:
     """The production heartbeat interval: the job spec's default (the demo shortens it)."""
     from functions.domain.jobspec import load_job_file
 
-    return float(load_job_file(ROOT / "examples" / "qlora-7b.yaml").policy.heartbeat_interval_s)
+    return float(
+        load_job_file(ROOT / "examples" / "qlora-7b" / "job.yaml").policy.heartbeat_interval_s
+    )
 
 
 def billed_s(invocation: Invocation) -> float:

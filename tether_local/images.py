@@ -11,6 +11,12 @@ host, stack and test worker (built under a lock, like the agent's venv in `tethe
   images). The Python version is this machine's, whatever N says.
 - `tether-examples/tiny-cpu:0.1.0` (`examples/tiny-cpu/Dockerfile`): the same plus the example
   project `examples/tiny-cpu` (standard library only), as its Dockerfile installs it.
+- `pytorch/pytorch:2.N.P-cudaX.Y-cudnnZ-runtime` (`examples/qlora-7b/job.yaml`): THIS
+  interpreter's torch (a CPU build, whatever version the tag says) and the Hugging Face stack
+  the example's `pip install -r requirements.txt` puts on top of the image (transformers, peft,
+  accelerate, bitsandbytes), with every dependency of theirs: the local stack has no package
+  index, so the stand-in holds them already and that pip run finds each pin satisfied. They
+  come from the `[hf]` install extra.
 
 How a recipe fills the stand-in, offline:
 - each distribution it names is linked in from this interpreter's site-packages file by file:
@@ -62,6 +68,8 @@ class Recipe:
     matches: str  # the image names it stands in for, as people write them
     distributions: tuple[str, ...] = ()  # linked from this interpreter's site-packages
     projects: tuple[Path, ...] = ()  # local projects installed from their wheels
+    with_dependencies: bool = False  # also link what `distributions` need, recursively
+    extra: str = "local"  # the install extra of tether that brings `distributions`
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,13 @@ TINY_CPU = Recipe(
     TINY_CPU_IMAGE,
     projects=(ROOT / "examples" / "tiny-cpu",),
 )
+PYTORCH_HF = Recipe(
+    "pytorch-hf",
+    "pytorch/pytorch:2.N.P-cudaX.Y-cudnnZ-runtime",
+    distributions=("torch", "transformers", "peft", "accelerate", "bitsandbytes"),
+    with_dependencies=True,
+    extra="hf",
+)
 CATALOGUE: tuple[tuple[re.Pattern[str], Recipe], ...] = (
     (
         re.compile(
@@ -97,6 +112,10 @@ CATALOGUE: tuple[tuple[re.Pattern[str], Recipe], ...] = (
         PYTHON_SLIM,
     ),
     (re.compile(r"^(?:docker\.io/)?" + re.escape(TINY_CPU_IMAGE) + "$"), TINY_CPU),
+    (
+        re.compile(r"^(?:docker\.io/)?pytorch/pytorch:2\.\d+\.\d+-cuda\d+\.\d+-cudnn\d+-runtime$"),
+        PYTORCH_HF,
+    ),
 )
 
 
@@ -140,7 +159,9 @@ def _recipe_hash(recipe: Recipe) -> str:
         "format": _FORMAT,
         "python": sys.version,
         "base": getattr(sys, "_base_executable", sys.executable),
-        "distributions": [(name, _distribution(name).version) for name in recipe.distributions],
+        "distributions": [
+            (name, _distribution(name, recipe.extra).version) for name in _linked(recipe)
+        ],
         "projects": [source_hash(project) for project in recipe.projects],
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
@@ -154,8 +175,8 @@ def _build(recipe: Recipe, target: Path) -> None:
     pip = [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input"]
     _run([*pip, "uninstall", "--yes", "--quiet", "setuptools", "wheel"], "removing setuptools")
     site = Path(_output([str(python), "-c", _PURELIB]))
-    for name in recipe.distributions:
-        _link_distribution(name, site)
+    for name in _linked(recipe):
+        _link_distribution(name, site, recipe.extra)
     for project in recipe.projects:
         _run(
             [*pip, "install", "--quiet", "--no-deps", "--no-index", str(_project_wheel(project))],
@@ -165,19 +186,43 @@ def _build(recipe: Recipe, target: Path) -> None:
     (target / ".complete").write_text(recipe.matches + "\n")
 
 
-def _distribution(name: str) -> importlib.metadata.Distribution:
+def _distribution(name: str, extra: str = "local") -> importlib.metadata.Distribution:
     try:
         return importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
         raise ImageError(
             f"the image stand-ins need {name!r} installed in this interpreter "
-            "(pip install 'tether[local]')"
+            f"(pip install 'tether[{extra}]')"
         ) from None
 
 
-def _link_distribution(name: str, site: Path) -> None:
+def _linked(recipe: Recipe) -> list[str]:
+    """The distributions a recipe links: its own, and with `with_dependencies` everything they
+    require (markers evaluated for this interpreter, no extras), as installed here."""
+    if not recipe.with_dependencies:
+        return list(recipe.distributions)
+    from packaging.requirements import Requirement  # a dependency of what such recipes link
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, str] = {}
+    todo = list(recipe.distributions)
+    while todo:
+        name = todo.pop()
+        key = canonicalize_name(name)
+        if key in found:
+            continue
+        dist = _distribution(name, recipe.extra)
+        found[key] = dist.metadata["Name"]
+        for spec in dist.requires or ():
+            requirement = Requirement(spec)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return sorted(found.values(), key=canonicalize_name)
+
+
+def _link_distribution(name: str, site: Path, extra: str) -> None:
     """Every file the distribution installed into site-packages, symlinked into `site`."""
-    dist = _distribution(name)
+    dist = _distribution(name, extra)
     base = Path(str(dist.locate_file(""))).resolve()
     if dist.files is None:
         raise ImageError(f"{name}: no RECORD, cannot tell which files it installed")
@@ -227,6 +272,7 @@ def _output(cmd: list[str]) -> str:
 __all__ = [
     "CATALOGUE",
     "PYTHON_SLIM",
+    "PYTORCH_HF",
     "TINY_CPU",
     "TINY_CPU_IMAGE",
     "ImageError",

@@ -47,7 +47,7 @@ def test_no_dev_or_local_package_is_installed(bare_tether: Path) -> None:
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qlora-7b.yaml"])
+@pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qlora-7b/job.yaml"])
 def test_validate_and_plan_work_without_extras(bare_tether: Path, example: str) -> None:
     job = str(EXAMPLES / example)
     validated = run(bare_tether, "validate", job)

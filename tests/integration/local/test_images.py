@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import ROOT
 from tether_local import images
-from tether_local.images import TINY_CPU_IMAGE, ImageError, Recipe, StandIn, stand_in
+from tether_local.images import (
+    PYTORCH_HF,
+    TINY_CPU_IMAGE,
+    ImageError,
+    Recipe,
+    StandIn,
+    stand_in,
+)
 
 # Installed here (the dev venv, and the agent's venv) but in neither image.
 NOT_IN_ANY_IMAGE = ("boto3", "httpx", "pydantic", "watchdog", "yaml", "tether_agent", "pytest")
@@ -106,3 +114,47 @@ def test_a_recipe_missing_a_dependency_of_what_it_installs_does_not_build(
         stand_in("incomplete:1")
     assert "httpcore" in str(refused.value)
     assert not list(images.IMAGES.glob("incomplete-httpx-*"))  # nothing half-built left
+
+
+def test_the_pytorch_image_holds_torch_and_the_example_requirements_satisfied_offline() -> None:
+    """The qlora-7b example's image: this interpreter's torch and the Hugging Face stack, so
+    the job's own `pip install -r requirements.txt` finds every pin satisfied with no index."""
+    image = stand_in("pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
+    assert image.recipe == PYTORCH_HF
+    names = _distributions(image)
+    assert isinstance(names, list)
+    assert {"torch", "transformers", "peft", "accelerate", "bitsandbytes", "safetensors"} <= set(
+        names
+    )
+    assert _importable(image, ("torch", "peft", "boto3", "tether_agent", "pytest", "moto")) == {
+        "torch": True,
+        "peft": True,
+        "boto3": False,
+        "tether_agent": False,
+        "pytest": False,
+        "moto": False,
+    }
+    requirements = ROOT / "examples" / "qlora-7b" / "requirements.txt"
+    pip = [str(image.python), "-m", "pip", "--disable-pip-version-check", "--isolated"]
+    done = subprocess.run(
+        [*pip, "install", "--no-index", "-r", str(requirements)],
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Successfully installed" not in done.stdout
+
+
+def test_a_recipe_whose_extra_is_not_installed_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    missing = Recipe(
+        "needs-hf", "needs-hf:1", distributions=("no-such-distribution-xyz",), extra="hf"
+    )
+    monkeypatch.setattr(images, "CATALOGUE", ((re.compile("^needs-hf:1$"), missing),))
+    with pytest.raises(ImageError) as refused:
+        stand_in("needs-hf:1")
+    assert "'no-such-distribution-xyz'" in str(refused.value)
+    assert "pip install 'tether[hf]'" in str(refused.value)

@@ -16,7 +16,7 @@ from tests.paths import ROOT
 from tether_cli import main as cli_main
 from tether_cli.main import main
 
-QLORA = str(ROOT / "examples" / "qlora-7b.yaml")
+QLORA = str(ROOT / "examples" / "qlora-7b" / "job.yaml")
 TINY = str(ROOT / "examples" / "tiny-cpu.yaml")
 OFFERS = str(ROOT / "tests" / "fixtures" / "offers_small.json")
 
@@ -40,7 +40,13 @@ def one_line(text: str) -> str:
 def test_validate_examples(capsys, job):
     code, out, err = run(capsys, "validate", job)
     assert code == 0
-    assert one_line(out).startswith(f"OK {job}: job ")
+    first, *rest = out.strip().splitlines()
+    assert first.startswith(f"OK {job}: job ")
+    if job == TINY:
+        assert rest == []
+    else:  # `code: {dir: .}`: a second line says what submit would ship, the spec's folder
+        (shipped,) = rest
+        assert shipped.startswith(f"code: {Path(job).parent} would ship 4 files, ")
     assert err == ""
 
 

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from functions.domain.jobspec import JobSpec, SpecError, load_job_file, parse_job
 from tests.paths import ROOT
 
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# A spec beside the examples (`examples/tiny-cpu.yaml`) or in its example's folder
+# (`examples/qlora-7b/job.yaml`, whose code is that folder).
+EXAMPLES = sorted([*(ROOT / "examples").glob("*.yaml"), *(ROOT / "examples").glob("*/job.yaml")])
+
+
+def _example_id(path: Path) -> str:
+    return str(path.relative_to(ROOT / "examples"))
 
 
 class _Delete:
@@ -28,7 +34,7 @@ DELETE = _Delete()
 
 
 def example() -> dict[str, Any]:
-    data = yaml.safe_load((ROOT / "examples" / "qlora-7b.yaml").read_text())
+    data = yaml.safe_load((ROOT / "examples" / "qlora-7b" / "job.yaml").read_text())
     assert isinstance(data, dict)
     return data
 
@@ -53,15 +59,15 @@ def errors_of(data: Any) -> dict[str, str]:
     return {e.path: e.reason for e in caught.value.errors}
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=_example_id)
 def test_examples_validate(path):
     job = load_job_file(path)
     assert isinstance(job, JobSpec)
-    assert job.name == path.stem
+    assert job.name == (path.parent.name if path.name == "job.yaml" else path.stem)
 
 
 def test_there_are_two_examples():
-    assert {p.name for p in EXAMPLES} >= {"qlora-7b.yaml", "tiny-cpu.yaml"}
+    assert {_example_id(p) for p in EXAMPLES} >= {"qlora-7b/job.yaml", "tiny-cpu.yaml"}
 
 
 # (dotted field to change, new value, path reported, fragment of the reason)
@@ -183,7 +189,9 @@ def test_code_from_a_directory_or_an_archive_is_accepted() -> None:
 
 
 def test_code_is_optional_and_a_sha256_commit_is_accepted() -> None:
-    assert parse_job(example()).code is None
+    shipped = parse_job(example()).code  # the example ships its own folder
+    assert shipped is not None and shipped.dir == "." and shipped.git is None
+    assert parse_job(mutate(example(), "code", DELETE)).code is None
     job = parse_job(mutate(example(), "code", {"git": "https://h/r", "commit": "ab" * 32}))
     assert job.code is not None and job.code.commit == "ab" * 32
 

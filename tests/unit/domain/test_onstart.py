@@ -72,7 +72,7 @@ def storage(
     )
 
 
-def host_env(job_path: str = "examples/qlora-7b.yaml", **kw: object) -> dict[str, str]:
+def host_env(job_path: str = "examples/qlora-7b/job.yaml", **kw: object) -> dict[str, str]:
     job = load_job_file(ROOT / job_path)
     args: dict[str, object] = {
         "job_id": "j-123",
@@ -164,7 +164,7 @@ def test_script_holds_no_job_values() -> None:
 
 
 def test_every_tether_name_is_an_agent_env_name() -> None:
-    job = load_job_file(ROOT / "examples/qlora-7b.yaml")
+    job = load_job_file(ROOT / "examples/qlora-7b/job.yaml")
     env = host_env()
     ours = set(env) - set(job.env)
     assert ours <= set(agent_env.ALL)
@@ -173,7 +173,7 @@ def test_every_tether_name_is_an_agent_env_name() -> None:
 
 
 def test_env_carries_the_job_and_its_scoped_credentials() -> None:
-    job = load_job_file(ROOT / "examples/qlora-7b.yaml")
+    job = load_job_file(ROOT / "examples/qlora-7b/job.yaml")
     env = host_env(gpu_probe="none", vast_url="http://127.0.0.1:9999")
     assert env[agent_env.JOB_ID] == "j-123"
     assert env[agent_env.GENERATION] == "2"
@@ -198,7 +198,7 @@ def test_env_carries_the_job_and_its_scoped_credentials() -> None:
 
 
 def test_code_from_git_travels_to_the_agent_only_when_named() -> None:
-    job = load_job_file(ROOT / "examples/qlora-7b.yaml")
+    job = load_job_file(ROOT / "examples/qlora-7b/job.yaml")
     commit = "0123456789abcdef0123456789abcdef01234567"
     with_code = job.model_copy(
         update={"code": GitCode(git="https://github.com/u/r.git", commit=commit)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether_local.images import PYTHON_SLIM, TINY_CPU, UnknownImage, recipe_for
+from tether_local.images import PYTHON_SLIM, PYTORCH_HF, TINY_CPU, UnknownImage, recipe_for
 
 
 @pytest.mark.parametrize(
@@ -17,6 +17,9 @@ from tether_local.images import PYTHON_SLIM, TINY_CPU, UnknownImage, recipe_for
         ("docker.io/library/python:3.13-slim", PYTHON_SLIM),
         ("tether-examples/tiny-cpu:0.1.0", TINY_CPU),
         ("docker.io/tether-examples/tiny-cpu:0.1.0", TINY_CPU),
+        ("pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime", PYTORCH_HF),  # examples/qlora-7b
+        ("pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", PYTORCH_HF),
+        ("docker.io/pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime", PYTORCH_HF),
     ],
 )
 def test_known_images_have_a_recipe(image: str, recipe: object) -> None:
@@ -26,7 +29,8 @@ def test_known_images_have_a_recipe(image: str, recipe: object) -> None:
 @pytest.mark.parametrize(
     "image",
     [
-        "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",  # examples/qlora-7b.yaml
+        "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-devel",  # not the runtime the recipe is
+        "pytorch/pytorch:latest",
         "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
         "python:latest",
         "python:3.12-alpine",
@@ -43,9 +47,14 @@ def test_other_images_are_refused_naming_the_image_and_the_known_ones(image: str
     assert f"image {image!r} cannot be pulled" in message
     assert "python:3.N[.P][-slim]" in message
     assert "tether-examples/tiny-cpu:0.1.0" in message
+    assert "pytorch/pytorch:2.N.P-cudaX.Y-cudnnZ-runtime" in message
 
 
 def test_the_recipes_say_what_their_images_carry() -> None:
     assert PYTHON_SLIM.distributions == () and PYTHON_SLIM.projects == ()
     assert TINY_CPU.distributions == ()  # the example needs the standard library only
     assert [p.name for p in TINY_CPU.projects] == ["tiny-cpu"]
+    assert PYTORCH_HF.distributions == (
+        "torch", "transformers", "peft", "accelerate", "bitsandbytes"
+    )  # fmt: skip
+    assert PYTORCH_HF.with_dependencies and PYTORCH_HF.extra == "hf"
