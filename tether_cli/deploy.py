@@ -1,22 +1,19 @@
-"""`tether deploy | destroy | secrets set`: the stack in the user's AWS account.
+"""`tether deploy | destroy | secrets`: the stack in the user's AWS account.
 
 `deploy` and `destroy` synthesize the app (`python -m infra.synth`, as `make synth`) and run a
 pinned CDK CLI through `npx`; every prerequisite is checked first with a message that says what
-to install or configure. The region is resolved once (`--region`, else `AWS_REGION`, else
-`AWS_DEFAULT_REGION`, else the AWS config's profile), used for every boto3 call and given to the
-CDK CLI as both variables, so the checks and the deploy cannot land in different regions.
-`secrets set vast|cloudflare` prompts without echoing (or reads stdin when it is not a terminal)
-and writes Secrets Manager; the values never reach argv or a log.
+to install or configure (`deploy_checks.py`). The region is resolved once (`--region`, else
+`AWS_REGION`, else `AWS_DEFAULT_REGION`, else the AWS config's profile), used for every boto3
+call and given to the CDK CLI as both variables, so the checks and the deploy cannot land in
+different regions. `secrets set vast|cloudflare` is `account_secrets.py`; a user's own secrets
+are `user_secrets.py`.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
-import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -25,20 +22,41 @@ from typing import Any
 
 from infra import names
 from tether_cli import output, user_secrets
+from tether_cli.account_secrets import run_secrets_set
+from tether_cli.deploy_checks import (
+    BOOTSTRAP_PARAMETER,
+    REGION,
+    SOURCE_MARKERS,
+    active_jobs,
+    check_aws,
+    check_node,
+    is_bootstrapped,
+    region_environment,
+    resolve_region,
+    source_root,
+)
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 
+__all__ = [  # the checks are named here too: tests and callers reach them as `deploy.…`
+    "BOOTSTRAP_PARAMETER",
+    "SOURCE_MARKERS",
+    "active_jobs",
+    "check_aws",
+    "check_node",
+    "deploy_parameters",
+    "is_bootstrapped",
+    "region_environment",
+    "register",
+    "resolve_region",
+    "run_command",
+    "run_deploy",
+    "run_destroy",
+    "source_root",
+    "synth",
+]
+
 CDK_CLI = "aws-cdk@2.1148.1"  # the same pin as docs/deploy.md
-MIN_NODE_MAJOR = 22  # jsii (under the CDK) supports maintained Node.js releases only
-# What a checkout has that an installed wheel lacks: synth builds the Lambda bundle from
-# functions/ and the agent wheel from agent/, so deploy and destroy run from a clone.
-SOURCE_MARKERS = ("infra/synth.py", "functions/requirements.txt", "agent/pyproject.toml")
-BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"  # the default CDK qualifier
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
-CLOUDFLARE_ID = re.compile(r"^[0-9a-f]{32}$")
-REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
-# Where a region can come from, in the order the CDK CLI reads them (boto3 reads only the second).
-REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 Runner = Callable[..., int]
 
@@ -185,120 +203,6 @@ def _email(text: str) -> str:
     return text
 
 
-# --- prerequisites ------------------------------------------------------------------------------
-
-
-def check_node(which: Callable[[str], str | None] = shutil.which) -> str:
-    """The npx to run, or a CliError saying how to get Node.js."""
-    npx, node = which("npx"), which("node")
-    if not npx or not node:
-        raise CliError(
-            f"Node.js is needed for the CDK CLI: install Node.js {MIN_NODE_MAJOR}+ "
-            "(https://nodejs.org) so that `node` and `npx` are on PATH",
-            EXIT_FAILURE,
-        )
-    try:
-        version = subprocess.run(
-            [node, "--version"], capture_output=True, text=True, check=True, timeout=30
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise CliError(f"`node --version` failed: {exc}", EXIT_FAILURE) from None
-    match = re.match(r"^v(\d+)\.", version)
-    if not match or int(match.group(1)) < MIN_NODE_MAJOR:
-        raise CliError(
-            f"Node.js {MIN_NODE_MAJOR}+ is needed for the CDK CLI (found {version or '?'})",
-            EXIT_FAILURE,
-        )
-    return npx
-
-
-def resolve_region(
-    given: str | None,
-    environ: Mapping[str, str] | None = None,
-    configured: Callable[[], str | None] | None = None,
-) -> tuple[str, str]:
-    """(region, where it came from): `--region`, else AWS_REGION (the CDK CLI's first choice),
-    else AWS_DEFAULT_REGION (boto3's), else the AWS config's profile; a CliError when none."""
-    env = os.environ if environ is None else environ
-    if given:
-        return given, "--region"
-    for variable in REGION_VARIABLES:
-        value = env.get(variable, "").strip()
-        if value:
-            if not REGION.match(value):
-                raise CliError(f"{variable}: not an AWS region name (like eu-west-1): {value!r}")
-            return value, variable
-    region = (configured or _profile_region)()
-    if region:
-        return region, f"profile {env.get('AWS_PROFILE') or 'default'} in the AWS config"
-    raise CliError(
-        "no AWS region: pass --region, set AWS_REGION, or `aws configure set region …`",
-        EXIT_USAGE,
-    )
-
-
-def _profile_region() -> str | None:
-    import boto3
-
-    region: str | None = boto3.session.Session().region_name
-    return region
-
-
-def region_environment(region: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for the CDK CLI: the resolved region under both names it may read."""
-    env = dict(os.environ if environ is None else environ)
-    env.update({variable: region for variable in REGION_VARIABLES})
-    return env
-
-
-def check_aws(region: str) -> str:
-    """The account id of the default credentials in `region`, or a CliError saying what is
-    missing."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    session = boto3.session.Session(region_name=region)
-    try:
-        account = session.client("sts").get_caller_identity()["Account"]
-    except NoCredentialsError:
-        raise CliError(
-            "no AWS credentials found: configure them (`aws configure`, AWS_PROFILE, or "
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
-            EXIT_FAILURE,
-        ) from None
-    except (ClientError, BotoCoreError) as exc:
-        raise CliError(f"AWS credentials do not work: {exc}", EXIT_FAILURE) from None
-    return str(account)
-
-
-def is_bootstrapped(region: str) -> bool:
-    import boto3
-    from botocore.exceptions import ClientError
-
-    try:
-        boto3.client("ssm", region_name=region).get_parameter(Name=BOOTSTRAP_PARAMETER)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
-            return False
-        raise
-    return True
-
-
-def source_root(start: Path | None = None) -> Path:
-    """The tether checkout to synthesize from: the working directory or a folder above it, else
-    the one this CLI was installed from in editable mode; a CliError when there is none."""
-    here = (start or Path.cwd()).resolve()
-    installed = Path(__file__).resolve().parent.parent
-    for candidate in (here, *here.parents, installed):
-        if all((candidate / marker).is_file() for marker in SOURCE_MARKERS):
-            return candidate
-    raise CliError(
-        "deploy and destroy build the Lambda bundle and the agent wheel from tether's source: "
-        "run them inside a clone of the repository (git clone …; cd tether; make venv)",
-        EXIT_FAILURE,
-    )
-
-
 def synth(root: Path) -> Path:
     """Synthesize the clone at `root` into `root/cdk.out` (its own infra, functions and agent:
     `python -m` puts the working directory first on the import path)."""
@@ -427,129 +331,3 @@ def destroy_consequences(region: str) -> str:
         "--force-delete-without-recovery --secret-id NAME`); checkpoints in R2 are not touched "
         "(docs/deploy.md#teardown)"
     )
-
-
-def active_jobs(region: str) -> list[str]:
-    """Ids of jobs that are not in a terminal state; a CliError when the API cannot be asked
-    (destroying then would leave any running host billing unwatched: --force skips the check)."""
-    from functions.domain.job import ACTIVE_STATES
-    from tether_cli.api_client import TetherApi, resolve_api_url, stack_outputs
-
-    try:
-        target = resolve_api_url(
-            local=False, describe_stacks=lambda stack: stack_outputs(stack, region=region)
-        )
-        with TetherApi(target, region=region) as api:
-            jobs = api.list_jobs(limit=200).get("jobs") or []
-    except CliError as exc:
-        raise CliError(
-            f"not destroying: cannot check for active jobs ({exc.message}); a job still running "
-            "would bill until its agent's lease runs out. Fix the access, or pass --force to "
-            "destroy without checking",
-            EXIT_FAILURE,
-        ) from None
-    active = {s.value for s in ACTIVE_STATES}
-    return [str(j["job_id"]) for j in jobs if j.get("state") in active]
-
-
-# --- secrets ---------------------------------------------------------------------------------
-
-
-def read_values(
-    prompts: Sequence[tuple[str, bool]],
-    *,
-    stdin_is_tty: bool | None = None,
-    prompt: Callable[[str], str] = getpass.getpass,
-    ask: Callable[[str], str] = input,
-) -> list[str]:
-    """One value per (label, secret) prompt: hidden for secrets; from stdin lines without a TTY."""
-    tty = sys.stdin.isatty() if stdin_is_tty is None else stdin_is_tty
-    if not tty:
-        lines = sys.stdin.read().splitlines()
-        if len(lines) < len(prompts):
-            labels = ", ".join(label for label, _ in prompts)
-            raise CliError(f"stdin: expected {len(prompts)} line(s): {labels}")
-        return [line.strip() for line in lines[: len(prompts)]]
-    return [
-        (prompt if secret else ask)(f"{label}{' (hidden)' if secret else ''}: ").strip()
-        for label, secret in prompts
-    ]
-
-
-def vast_secret(values: Sequence[str]) -> str:
-    (key,) = values
-    if not key or any(c.isspace() for c in key) or key == names.SECRET_PLACEHOLDER:
-        raise CliError("Vast API key: must be the key from https://cloud.vast.ai/account/")
-    return key
-
-
-def cloudflare_secret(values: Sequence[str]) -> str:
-    account_id, api_token, parent_key, bucket = values
-    problems = []
-    if not CLOUDFLARE_ID.match(account_id):
-        problems.append("account_id: must be the 32 hex digits of your Cloudflare account id")
-    if not api_token or any(c.isspace() for c in api_token):
-        problems.append("api_token: must be a Cloudflare API token (no spaces)")
-    if not CLOUDFLARE_ID.match(parent_key):
-        problems.append(
-            "parent_access_key_id: must be the 32 hex digit access key id of an R2 token"
-        )
-    if not BUCKET.match(bucket):
-        problems.append("bucket: must be an R2 bucket name (3–63 of a-z, 0-9, -)")
-    if problems:
-        raise CliError("the Cloudflare settings are not valid:", EXIT_USAGE, problems)
-    return json.dumps(
-        dict(zip(names.CLOUDFLARE_SECRET_FIELDS, values, strict=True)), separators=(",", ":")
-    )
-
-
-SECRETS: dict[str, tuple[str, list[tuple[str, bool]], Callable[[Sequence[str]], str]]] = {
-    "vast": (names.VAST_SECRET_NAME, [("Vast API key", True)], vast_secret),
-    "cloudflare": (
-        names.CLOUDFLARE_SECRET_NAME,
-        [
-            ("Cloudflare account id", False),
-            ("Cloudflare API token (R2 temporary credentials)", True),
-            ("R2 parent access key id", False),
-            ("R2 bucket", False),
-        ],
-        cloudflare_secret,
-    ),
-}
-
-
-def run_secrets_set(args: argparse.Namespace) -> int:
-    if args.which not in SECRETS:  # an upper-case name: the user's own secret
-        user_secrets.check_name(args.which)
-        args.name = args.which
-        return user_secrets.run_set(args, resolve_region(args.region)[0])
-    secret_name, prompts, build = SECRETS[args.which]
-    region, _ = resolve_region(args.region)
-    value = build(read_values(prompts))
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    try:
-        reply = boto3.client("secretsmanager", region_name=region).put_secret_value(
-            SecretId=secret_name, SecretString=value
-        )
-    except NoCredentialsError:
-        raise CliError("no AWS credentials found: configure them first", EXIT_FAILURE) from None
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if error.get("Code") == "ResourceNotFoundException":
-            raise CliError(
-                f"secret {secret_name} does not exist: deploy the stack first (`tether deploy`)",
-                EXIT_FAILURE,
-            ) from None
-        message = error.get("Message", str(exc))
-        raise CliError(f"cannot write {secret_name}: {message}", EXIT_FAILURE) from None
-    except BotoCoreError as exc:
-        raise CliError(f"cannot write {secret_name}: {exc}", EXIT_FAILURE) from None
-    if args.json:
-        output.print_json({"secret": secret_name, "version_id": reply.get("VersionId")})
-    else:
-        output.stdout_console().print(
-            f"stored {secret_name} in {region} (version {reply.get('VersionId')})"
-        )
-    return EXIT_OK

@@ -1,9 +1,9 @@
 """`tether secrets set NAME | list | delete NAME`: the user's own secrets (e.g. `HF_TOKEN`).
 
 One `secrets` group serves two kinds of secret that cannot be confused: `vast` and `cloudflare`
-(lower case) are the control plane's account keys in Secrets Manager (`deploy.py`); a user
-secret's name is an upper-case environment-variable name (`HF_TOKEN`), the name a spec lists
-under `secrets:` and the variable the training command gets. User secrets are SSM Parameter
+(lower case) are the control plane's account keys in Secrets Manager (`account_secrets.py`);
+a user secret's name is an upper-case environment-variable name (`HF_TOKEN`), the name a spec
+lists under `secrets:` and the variable the training command gets. User secrets are SSM Parameter
 Store SecureStrings under `/tether/secrets/` (standard tier: free at rest; docs/deploy.md).
 The value comes from a hidden prompt or stdin, never an argument; `list` prints names only.
 """

@@ -28,10 +28,11 @@ Indexes (both project all attributes):
   attribute is removed when a job becomes terminal, so the monitor reads only live jobs.
 - `AllJobs` — partition `list_pk`, sort `created_key`: `GET /jobs` newest first without a scan.
 
-`functions/adapters/store.py` (JobStore) is the only reader and writer of the table; this module
-holds what it needs below the level of jobs and generations: how keys are spelled, how values
-become DynamoDB attributes, how a page cursor is encoded, and a thin client (`Table`) that turns
-a failed condition into `False` instead of an exception.
+`functions/adapters/store.py` (JobStore, its methods in `job_records.py`,
+`generation_records.py` and `supervision_records.py`) is the only reader and writer of the
+table; this module holds what it needs below the level of jobs and generations: how keys are
+spelled, how values become DynamoDB attributes, how a page cursor is encoded, and a thin client
+(`Table`) that turns a failed condition into `False` instead of an exception.
 
 `TABLE_DEFINITION` is the one definition of keys and indexes; the CDK construct
 (`infra/constructs/data.py`), the tests and the local stack all create the table from it.

@@ -20,7 +20,7 @@ from functions.domain.measures import (
     INSTANCES_METRIC,
     WORK_LOST_METRIC,
 )
-from functions.monitor.service import MonitorReport
+from functions.monitor.report import MonitorReport
 from functions.observability import MetricUnit, metrics
 
 RECORDS_SKIPPED_METRIC = "VastRecordsSkipped"

@@ -29,6 +29,9 @@ transition waits for — goes through the repair (`functions/monitor/repair.py`)
 attempt that is due, if one is, counting later attempts (`TransitionsRetried`) and stops past
 their last attempt (`TransitionsExhausted`). A job over budget is stopped even while a provision
 or replace is under way (`functions/domain/reconcile.py`).
+
+What a run did is its `MonitorReport` (`functions/monitor/report.py`); what it reads from Vast
+(instances, charges, the records it could not read) is `functions/monitor/vast_reads.py`.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from functions.adapters.cloudflare import (
 from functions.adapters.factory import SecretNotSet
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
-from functions.adapters.vast import RecordIssue, VastClient, VastError, describe_issues
+from functions.adapters.vast import RecordIssue, VastClient, VastError
 from functions.domain.credentials import credentials_outlive_lease, credentials_ttl_s
 from functions.domain.job import Generation, Job, TimelineEvent
 from functions.domain.measures import (
@@ -69,9 +72,19 @@ from functions.domain.reconcile import (
     unseen_starts,
 )
 from functions.domain.recovery import LostWork
-from functions.domain.spend import VastCharges, vast_charges
+from functions.domain.spend import VastCharges
 from functions.monitor import repair
+from functions.monitor.report import MonitorReport, report_fields
+from functions.monitor.vast_reads import count_issues, list_instances, read_charges
 from functions.observability import logger
+
+__all__ = [  # the report is named here too: the handler and tests reach it as `service.…`
+    "EvaluationIncomplete",
+    "MonitorDeps",
+    "MonitorReport",
+    "report_fields",
+    "run_monitor",
+]
 
 SPEND_EPSILON_USD = 1e-6
 # The monitor's Lambda runs for at most 55 s (one interval less 5 s). Of what is left when a
@@ -104,32 +117,6 @@ class EvaluationIncomplete(Exception):
     """This job's evaluation could not be finished: it is not marked supervised."""
 
 
-@dataclass
-class MonitorReport:
-    """What one run did; `functions/monitor/metrics.py` turns it into metrics."""
-
-    jobs: int = 0
-    supervised: int = 0  # jobs whose evaluation completed (supervised_at written)
-    unsupervised: int = 0  # active jobs whose evaluation failed or did not fit in the run
-    instances: int | None = None
-    verdicts: dict[str, int] = field(default_factory=dict)
-    held: int = 0  # dead verdicts held: heartbeats lost together (correlated loss)
-    transitions_started: int = 0
-    transitions_retried: int = 0  # later attempts (and stops of given-up transitions) started
-    transitions_exhausted: int = 0  # stops past their last attempt (the orphan sweep goes on)
-    credentials_renewed: int = 0
-    hosts_blamed: int = 0
-    orphans_destroyed: int = 0
-    errors: int = 0
-    spend_usd: float = 0.0
-    tether_instances: int | None = None  # labelled instances on Vast; None: list failed
-    budget_used_max_fraction: float | None = None
-    heartbeat_age_max_s: float | None = None
-    work_lost_s: list[float] = field(default_factory=list)  # one per replace started
-    vast_records_skipped: int = 0  # records Vast sent that could not be read: left out
-    vast_fields_dropped: int = 0  # instance records kept without a field that could not be read
-
-
 def run_monitor(
     deps: MonitorDeps, *, remaining_s: Callable[[], float] = unbounded
 ) -> MonitorReport:
@@ -139,14 +126,14 @@ def run_monitor(
     snapshots = _snapshots(deps, report)
     vast = _vast(deps, remaining_s() - APPLY_RESERVE_S)
     issues: list[RecordIssue] = []
-    instances = _list_instances(vast, issues) if vast is not None else None
+    instances = list_instances(vast, issues) if vast is not None else None
     report.instances = None if instances is None else len(instances)
     report.tether_instances = None if instances is None else tether_instances(instances)
     report.heartbeat_age_max_s = heartbeat_age_max_s(snapshots, now)
     charges = None
     if vast is not None and instances is not None and snapshots:
-        charges = _charges(vast, snapshots, issues)
-    _count_issues(issues, report)
+        charges = read_charges(vast, snapshots, issues)
+    count_issues(issues, report)
     first_seen: dict[int, float] = {}
     if instances is not None:
         first_seen = deps.store.first_sightings(unseen_starts(instances, {}))
@@ -239,62 +226,6 @@ def _decide(
             continue
         decided.append((snapshot, decision))
     return decided
-
-
-def _list_instances(vast: VastClient, issues: list[RecordIssue]) -> list[InstanceFacts] | None:
-    """The account's instances, all pages; None when Vast could not be read this run."""
-    try:
-        listed = vast.list_instances()
-    except VastError as exc:
-        logger.warning("monitor: Vast instance list failed; no instance rule this run: %s", exc)
-        return None
-    issues.extend(listed.issues)
-    return [
-        InstanceFacts(
-            id=i.id,
-            label=i.label,
-            actual_status=i.actual_status,
-            status_msg=i.status_msg,
-            start_date=i.start_date,
-            usd_per_hour=i.dph_total,
-        )
-        for i in listed
-    ]
-
-
-def _charges(
-    vast: VastClient, snapshots: list[JobSnapshot], issues: list[RecordIssue]
-) -> VastCharges | None:
-    """Vast's own charges per instance, read from each item's `source` (and the label it was
-    billed under), best effort (spend falls back to our estimate)."""
-    since = min((g.created_at for s in snapshots for g in s.generations), default=None)
-    if since is None:
-        return None
-    try:
-        listed = vast.charges(since=since - 86_400)
-    except (VastError, ValueError) as exc:
-        logger.info("monitor: Vast charges unavailable: %s", exc)
-        return None
-    issues.extend(listed.issues)
-    return vast_charges(listed)
-
-
-def _count_issues(issues: list[RecordIssue], report: MonitorReport) -> None:
-    """Count the records this run could not read, and name them all in one warning."""
-    report.vast_records_skipped = sum(1 for i in issues if i.action == "skipped")
-    report.vast_fields_dropped = sum(len(i.fields) for i in issues if i.action == "trimmed")
-    if issues:
-        logger.warning(
-            "monitor: Vast records that could not be read: %s",
-            describe_issues(issues),
-            extra={
-                "vast_records": [
-                    {"kind": i.kind, "id": i.record_id, "fields": list(i.fields),
-                     "action": i.action}
-                    for i in issues
-                ]
-            },
-        )  # fmt: skip
 
 
 def _apply(
@@ -475,27 +406,3 @@ def _sweep(
             "orphan destroyed",
             extra={"instance_id": orphan.instance_id, "label": orphan.label, "why": orphan.reason},
         )
-
-
-def report_fields(report: MonitorReport) -> dict[str, Any]:
-    return {
-        "jobs": report.jobs,
-        "supervised": report.supervised,
-        "unsupervised": report.unsupervised,
-        "instances": report.instances,
-        "verdicts": report.verdicts,
-        "held": report.held,
-        "transitions_started": report.transitions_started,
-        "transitions_retried": report.transitions_retried,
-        "transitions_exhausted": report.transitions_exhausted,
-        "credentials_renewed": report.credentials_renewed,
-        "hosts_blamed": report.hosts_blamed,
-        "orphans_destroyed": report.orphans_destroyed,
-        "errors": report.errors,
-        "tether_instances": report.tether_instances,
-        "budget_used_max_fraction": report.budget_used_max_fraction,
-        "heartbeat_age_max_s": report.heartbeat_age_max_s,
-        "work_lost_s": report.work_lost_s,
-        "vast_records_skipped": report.vast_records_skipped,
-        "vast_fields_dropped": report.vast_fields_dropped,
-    }

@@ -24,7 +24,8 @@
   host processes.
 
 Every public method and `handle` are thread-safe; hooks run outside the lock. Modules:
-`simulator` (the class: state, controls, routes), `instances`, `billing`, `search`, `wire`.
+`simulator` (the class and its Python controls), `state` (what it holds, the helpers that
+change it), `routes` (HTTP routes and auth), `instances`, `billing`, `search`, `wire`.
 """
 
 from tether_local.vast_sim.billing import BYTES_PER_GB, Ledger

@@ -2,67 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from functions.domain.health import (
-    ACTIONS,
-    RULES,
-    Health,
-    HealthInput,
-    HeartbeatView,
-    InstanceView,
-    classify,
-)
+from functions.domain.health import ACTIONS, RULES, Health, HealthInput, InstanceView, classify
 from functions.domain.heartbeat import GpuProbe
 from functions.domain.jobspec import Policy
-
-NOW = 1_000_000.0
-POLICY = Policy()  # heartbeat 180 s, GPU unresponsive 300 s, no progress 1800 s at ≤ 5 %,
-# startup 1200 s, 3 restarts
-
-
-def gpu(util: float | None = 90.0, **kw: Any) -> GpuProbe:
-    return GpuProbe(available=kw.pop("available", True), utilization_pct=util, **kw)
-
-
-def hb(age: float = 10, phase: str = "training", **kw: Any) -> HeartbeatView:
-    kw.setdefault("gpu", gpu())
-    kw.setdefault("step", 100)
-    return HeartbeatView(at=NOW - age, phase=phase, **kw)
-
-
-def state(**overrides: Any) -> HealthInput:
-    """A healthy training generation, one hour in; overrides change one fact at a time."""
-    policy = overrides.pop("policy", POLICY)
-    base: dict[str, Any] = {
-        "now": NOW,
-        "policy": policy,
-        "started_at": NOW - 3600,
-        "instance": InstanceView(actual_status="running"),
-        "heartbeat": hb(),
-        "progress_at": NOW - 60,
-        "spend_usd": 1.0,
-        "budget_usd": 100.0,
-        "usd_per_hour": 1.0,
-        "monitor_interval_s": 60,
-        "restarts_so_far": 0,
-    }
-    base.update(overrides)
-    return HealthInput(**base)
-
-
-def starting(waited: float, **overrides: Any) -> HealthInput:
-    overrides.setdefault("instance", InstanceView(actual_status="loading"))
-    overrides.setdefault("heartbeat", None)
-    overrides.setdefault("progress_at", None)
-    return state(started_at=NOW - waited, **overrides)
-
-
-def inst(status: str | None = "running", **kw: Any) -> InstanceView:
-    return InstanceView(actual_status=status, **kw)
-
+from tests.unit.domain.health_facts import NOW, gpu, hb, inst, starting, state
 
 CASES: list[tuple[str, HealthInput, Health]] = [
     ("baseline", state(), Health.HEALTHY),
@@ -185,6 +130,53 @@ CASES: list[tuple[str, HealthInput, Health]] = [
         "no progress while restoring is not hung",
         starting(600, progress_at=None, heartbeat=hb(phase="restoring", gpu=gpu(0))),
         Health.STARTING,
+    ),
+    # hung: GPU idleness over the whole no-progress window (gpu_busy_at: last busy heartbeat)
+    (
+        "no progress 1800 s, idle now, busy 1799 s ago: inside the window",
+        state(progress_at=NOW - 1800, gpu_busy_at=NOW - 1799, heartbeat=hb(gpu=gpu(0))),
+        Health.HEALTHY,
+    ),
+    (
+        "no progress 1800 s, idle now, last busy 1800 s ago: idle the whole window",
+        state(progress_at=NOW - 1800, gpu_busy_at=NOW - 1800, heartbeat=hb(gpu=gpu(0))),
+        Health.HUNG,
+    ),
+    (
+        "no progress 3600 s, busy until 10 min ago",
+        state(progress_at=NOW - 3600, gpu_busy_at=NOW - 600, heartbeat=hb(gpu=gpu(0))),
+        Health.HEALTHY,
+    ),
+    # hung: the no-progress clock starts with the first training heartbeat
+    (
+        "no step ever, 3600 s since rent, training for 1799 s, GPU idle",
+        state(
+            started_at=NOW - 3600,
+            training_started_at=NOW - 1799,
+            progress_at=None,
+            heartbeat=hb(step=None, gpu=gpu(0)),
+        ),
+        Health.HEALTHY,
+    ),
+    (
+        "no step ever, training for 1800 s, GPU idle",
+        state(
+            started_at=NOW - 3600,
+            training_started_at=NOW - 1800,
+            progress_at=None,
+            heartbeat=hb(step=None, gpu=gpu(0)),
+        ),
+        Health.HUNG,
+    ),
+    (
+        "a step seen while restoring, long before training began",
+        state(
+            started_at=NOW - 3600,
+            progress_at=NOW - 3500,
+            training_started_at=NOW - 1000,
+            heartbeat=hb(gpu=gpu(0)),
+        ),
+        Health.HEALTHY,
     ),
     # over budget (spend by the next monitor run), $60/h × 60 s = $1
     ("lands exactly on the cap", state(spend_usd=99.0, usd_per_hour=60.0), Health.HEALTHY),
@@ -313,132 +305,6 @@ CASES: list[tuple[str, HealthInput, Health]] = [
 ]
 
 
-PULL_DENIED = "Error response from daemon: pull access denied for acme/x, repository does not exist"
-DEAD_CAP = Policy(max_replacements_dead=2)
-
-CASES += [
-    # hung: GPU idleness over the whole no-progress window (gpu_busy_at: last busy heartbeat)
-    (
-        "no progress 1800 s, idle now, busy 1799 s ago: inside the window",
-        state(progress_at=NOW - 1800, gpu_busy_at=NOW - 1799, heartbeat=hb(gpu=gpu(0))),
-        Health.HEALTHY,
-    ),
-    (
-        "no progress 1800 s, idle now, last busy 1800 s ago: idle the whole window",
-        state(progress_at=NOW - 1800, gpu_busy_at=NOW - 1800, heartbeat=hb(gpu=gpu(0))),
-        Health.HUNG,
-    ),
-    (
-        "no progress 3600 s, busy until 10 min ago",
-        state(progress_at=NOW - 3600, gpu_busy_at=NOW - 600, heartbeat=hb(gpu=gpu(0))),
-        Health.HEALTHY,
-    ),
-    # hung: the no-progress clock starts with the first training heartbeat
-    (
-        "no step ever, 3600 s since rent, training for 1799 s, GPU idle",
-        state(
-            started_at=NOW - 3600,
-            training_started_at=NOW - 1799,
-            progress_at=None,
-            heartbeat=hb(step=None, gpu=gpu(0)),
-        ),
-        Health.HEALTHY,
-    ),
-    (
-        "no step ever, training for 1800 s, GPU idle",
-        state(
-            started_at=NOW - 3600,
-            training_started_at=NOW - 1800,
-            progress_at=None,
-            heartbeat=hb(step=None, gpu=gpu(0)),
-        ),
-        Health.HUNG,
-    ),
-    (
-        "a step seen while restoring, long before training began",
-        state(
-            started_at=NOW - 3600,
-            progress_at=NOW - 3500,
-            training_started_at=NOW - 1000,
-            heartbeat=hb(gpu=gpu(0)),
-        ),
-        Health.HEALTHY,
-    ),
-    # an image that cannot be pulled: the job's fault
-    (
-        "loading with a pull error",
-        starting(60, instance=inst("loading", status_msg=PULL_DENIED)),
-        Health.FAILED,
-    ),
-    (
-        "Vast null status with a manifest error",
-        starting(5, instance=inst(None, status_msg="manifest for acme/x:v9 not found")),
-        Health.FAILED,
-    ),
-    (
-        "pulling, no error yet",
-        starting(60, instance=inst("loading", status_msg="Pulling image")),
-        Health.STARTING,
-    ),
-    (
-        "a registry rate limit is the host's IP's problem, not the image's",
-        starting(60, instance=inst("loading", status_msg="toomanyrequests: pull rate limit")),
-        Health.STARTING,
-    ),
-    (
-        "a pull timeout is left to the startup timeout",
-        starting(60, instance=inst("loading", status_msg="net/http: TLS handshake timeout")),
-        Health.STARTING,
-    ),
-    (
-        "a stale pull message on a running host",
-        state(instance=inst("running", status_msg=PULL_DENIED)),
-        Health.HEALTHY,
-    ),
-    (
-        "a pull error while Vast cannot be read is not seen",
-        starting(60, instance=InstanceView(listed=False, status_msg=PULL_DENIED)),
-        Health.STARTING,
-    ),
-    # replacement caps per cause
-    (
-        "dead, 1 of 2 dead replacements used",
-        state(instance=inst("exited"), policy=DEAD_CAP, replacements={Health.DEAD: 1}),
-        Health.DEAD,
-    ),
-    (
-        "dead, 2 of 2 dead replacements used",
-        state(instance=inst("exited"), policy=DEAD_CAP, replacements={Health.DEAD: 2}),
-        Health.FAILED,
-    ),
-    (
-        "dead, hung replacements do not count against the dead cap",
-        state(instance=inst("exited"), policy=DEAD_CAP, replacements={Health.HUNG: 9}),
-        Health.DEAD,
-    ),
-    (
-        "dead with max_replacements_dead 0",
-        state(instance=inst("exited"), policy=Policy(max_replacements_dead=0)),
-        Health.FAILED,
-    ),
-    (
-        "hung, 3 of 3 hung replacements used (the default)",
-        state(progress_at=NOW - 1800, heartbeat=hb(gpu=gpu(0)), replacements={Health.HUNG: 3}),
-        Health.FAILED,
-    ),
-    (
-        "hung, 2 of 3 hung replacements used",
-        state(progress_at=NOW - 1800, heartbeat=hb(gpu=gpu(0)), replacements={Health.HUNG: 2}),
-        Health.HUNG,
-    ),
-    (
-        "over budget beats a used-up cap",
-        state(instance=inst("exited"), spend_usd=100.5, replacements={Health.DEAD: 5}),
-        Health.OVER_BUDGET,
-    ),
-]
-
-
 @pytest.mark.parametrize(("name", "facts", "expected"), CASES, ids=[c[0] for c in CASES])
 def test_classify(name: str, facts: HealthInput, expected: Health) -> None:
     verdict = classify(facts)
@@ -474,30 +340,3 @@ def test_custom_policy_thresholds_are_used() -> None:
     policy = Policy(heartbeat_timeout_s=60, lease_window_s=600)
     assert classify(state(policy=policy, heartbeat=hb(age=59))).health is Health.HEALTHY
     assert classify(state(policy=policy, heartbeat=hb(age=60))).health is Health.DEAD
-
-
-def test_a_used_up_cap_fails_the_job_with_the_field_and_still_blames_the_host() -> None:
-    verdict = classify(
-        state(instance=inst("offline"), policy=DEAD_CAP, replacements={Health.DEAD: 2})
-    )
-    assert (verdict.health, verdict.cause, verdict.action) == (Health.FAILED, Health.DEAD, "stop")
-    assert verdict.blames_host
-    assert "instance is offline" in verdict.reason
-    assert "2 replacement(s) for dead hosts already, policy.max_replacements_dead is 2" in (
-        verdict.reason
-    )
-
-
-def test_a_pull_error_fails_the_job_and_blames_no_host() -> None:
-    verdict = classify(starting(60, instance=inst("loading", status_msg=PULL_DENIED)))
-    assert (verdict.action, verdict.blames_host, verdict.cause) == ("stop", False, None)
-    assert verdict.reason == f"the image cannot be pulled: {PULL_DENIED}"
-
-
-def test_the_default_caps() -> None:
-    """What a user gets without a `policy:` (docs/job-spec.md): 5 dead, 3 hung, 3 crashed."""
-    assert (POLICY.max_replacements_dead, POLICY.max_replacements_hung, POLICY.max_restarts) == (
-        5,
-        3,
-        3,
-    )

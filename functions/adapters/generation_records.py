@@ -1,0 +1,269 @@
+"""`GenerationRecords`: a job's generations (one per rented host): rent one in (making it
+current), its heartbeats and lease, checkpoints recorded from it, credentials, what the
+monitor saw of it, and its supersede and end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from functions.adapters.store_base import StoreBase
+from functions.adapters.table import (
+    as_generation,
+    as_job,
+    condition_check,
+    deserialize,
+    event_item,
+    generation_item,
+    generation_key,
+    job_key,
+    job_partition,
+    serialize,
+    set_clause,
+    state_in,
+)
+from functions.domain.heartbeat import CheckpointRef, StorageCredentials
+from functions.domain.job import (
+    Generation,
+    GenerationStatus,
+    Heartbeat,
+    Job,
+    JobState,
+    TimelineEvent,
+)
+from functions.domain.reconcile import Observation, StatusClock
+from functions.domain.recovery import Resumed
+
+
+class GenerationRecords(StoreBase):
+    """The generation items; the transactions that also touch the job (`record_generation`,
+    `record_checkpoints`) are here, conditional on the generation being current."""
+
+    def put_generation(self, generation: Generation) -> None:
+        """Store a generation item as given (no condition)."""
+        self._table.put(generation_item(generation))
+
+    def get_generation(self, job_id: str, generation: int) -> Generation | None:
+        item = self._table.get(generation_key(job_id, generation))
+        return as_generation(item) if item else None
+
+    def list_generations(self, job_id: str) -> list[Generation]:
+        """Every generation of a job, oldest first."""
+        items = self._table.query_all(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :gen)",
+            ExpressionAttributeValues={":pk": {"S": job_partition(job_id)}, ":gen": {"S": "GEN#"}},
+        )
+        return [as_generation(i) for i in items]
+
+    def load_heartbeat_context(
+        self, job_id: str, generation: int
+    ) -> tuple[Job | None, Generation | None]:
+        """The job and the generation, in one BatchGetItem."""
+        keys = [job_key(job_id), generation_key(job_id, generation)]
+        reply = self.client.batch_get_item(
+            RequestItems={
+                self.table_name: {"Keys": [serialize(k) for k in keys], "ConsistentRead": True}
+            }
+        )
+        found: dict[str, dict[str, Any]] = {}
+        pending = reply.get("UnprocessedKeys", {})
+        for item in reply.get("Responses", {}).get(self.table_name, []):
+            plain = deserialize(item)
+            found[plain["sk"]] = plain
+        if pending:  # throttled: fetch the rest one by one rather than fail the heartbeat
+            for key in pending[self.table_name]["Keys"]:
+                plain_key = deserialize(key)
+                item_or_none = self._table.get(plain_key)
+                if item_or_none:
+                    found[plain_key["sk"]] = item_or_none
+        job_found = found.get("JOB")
+        gen_found = found.get(generation_key(job_id, generation)["sk"])
+        return (
+            as_job(job_found) if job_found else None,
+            as_generation(gen_found) if gen_found else None,
+        )
+
+    def store_heartbeat(
+        self,
+        job_id: str,
+        generation: int,
+        *,
+        token_hash: str,
+        heartbeat: Heartbeat,
+        lease_expires_at: float,
+        training_start_step: int | None = None,
+        gpu_busy: bool = False,
+        resumed: Resumed | None = None,
+    ) -> bool:
+        """The heartbeat and the renewed lease, in one conditional UpdateItem: only the current
+        generation, with this token, writes. `training_start_step` given: the first `training`
+        heartbeat also records when and at which step training began on this host (kept if
+        already there). `gpu_busy`: the GPU was above the job's idle threshold, so
+        `gpu_busy_at` moves to this heartbeat (the hung rule's window). False when the
+        condition fails (the generation was replaced meanwhile). `resumed` (server clock): the
+        step training resumed at and when it started, then the first step after it; each kept
+        once written."""
+        expression = "SET heartbeat = :hb, lease_expires_at = :lease"
+        values: dict[str, Any] = {
+            ":hb": heartbeat.model_dump(mode="json", exclude_none=True),
+            ":lease": lease_expires_at,
+            ":true": True,
+            ":hash": token_hash,
+        }
+        if gpu_busy:
+            expression += ", gpu_busy_at = :busy"
+            values[":busy"] = heartbeat.at
+        if training_start_step is not None:
+            expression += (
+                ", training_started_at = if_not_exists(training_started_at, :at)"
+                ", training_start_step = if_not_exists(training_start_step, :step)"
+            )
+            values[":at"] = heartbeat.at
+            values[":step"] = training_start_step
+        if resumed is not None:
+            expression += (
+                ", resumed_step = if_not_exists(resumed_step, :resumed_step)"
+                ", resumed_started_at = if_not_exists(resumed_started_at, :resumed_at)"
+            )
+            values[":resumed_step"] = resumed.step
+            values[":resumed_at"] = resumed.started_at
+            if resumed.first_step_at is not None:
+                expression += ", first_step_at = if_not_exists(first_step_at, :first_step_at)"
+                values[":first_step_at"] = resumed.first_step_at
+        return self._table.update(
+            generation_key(job_id, generation),
+            UpdateExpression=expression,
+            ConditionExpression="is_current = :true AND token_hash = :hash",
+            ExpressionAttributeValues=serialize(values),
+        )
+
+    def record_checkpoints(
+        self,
+        job_id: str,
+        generation: int,
+        *,
+        token_hash: str,
+        checkpoints: Sequence[CheckpointRef],
+        previous_version: int,
+    ) -> bool:
+        """Store the job's recorded checkpoints (newest first) in one transaction, only while
+        `generation` is current with this token and the stored list is still version
+        `previous_version` (the one `checkpoints` came from). False when either fails: a
+        superseded generation records nothing; a lost race is retried by the next heartbeat."""
+        values = {
+            ":list": [c.model_dump(mode="json", exclude_none=True) for c in checkpoints],
+            ":next": previous_version + 1,
+            ":prev": previous_version,
+            ":gen": generation,
+        }
+        return self._table.transact(
+            [
+                condition_check(
+                    self.table_name,
+                    generation_key(job_id, generation),
+                    "is_current = :true AND token_hash = :hash",
+                    {":true": True, ":hash": token_hash},
+                ),
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": serialize(job_key(job_id)),
+                        "UpdateExpression": "SET recorded_checkpoints = :list, "
+                        "recorded_checkpoints_version = :next",
+                        "ConditionExpression": "current_generation = :gen AND (attribute_not_exists"
+                        "(recorded_checkpoints_version) OR recorded_checkpoints_version = :prev)",
+                        "ExpressionAttributeValues": serialize(values),
+                    }
+                },
+            ]
+        )
+
+    def record_generation(
+        self,
+        generation: Generation,
+        *,
+        expected: Iterable[JobState],
+        now: float,
+        event: TimelineEvent,
+    ) -> bool:
+        """Store a newly rented generation and make it the job's current one (→ RUNNING), in
+        one transaction: only while the job is in `expected` and its current generation is the
+        one before. False when someone else won (a second rent, a cancel): the caller destroys
+        what it rented (invariant 1)."""
+        values: dict[str, Any] = {
+            ":running": JobState.RUNNING.value,
+            ":now": now,
+            ":gen": generation.generation,
+            ":prev": generation.generation - 1,
+        }
+        in_expected = state_in(expected, values)
+        make_current = {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": serialize(job_key(generation.job_id)),
+                "UpdateExpression": "SET previous_state = #state, #state = :running, "
+                "updated_at = :now, current_generation = :gen",
+                "ConditionExpression": f"{in_expected} AND current_generation = :prev",
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": serialize(values),
+            }
+        }
+        return self._table.transact(
+            [
+                self._put(generation_item(generation), condition="attribute_not_exists(pk)"),
+                make_current,
+                self._put(event_item(event)),
+            ]
+        )
+
+    def supersede_generation(self, job_id: str, generation: int, *, host_blamed: bool) -> bool:
+        """The generation is no longer current: its agent is told `superseded` at its next
+        heartbeat. Not ended yet (see `end_generation`). False if it does not exist."""
+        fields = {"is_current": False, "status": "superseded", "host_blamed": host_blamed}
+        return self._table.set_fields(generation_key(job_id, generation), fields)
+
+    def end_generation(
+        self, job_id: str, generation: int, *, ended_at: float, status: GenerationStatus
+    ) -> bool:
+        """The generation's instance is gone: its billing ends at `ended_at`."""
+        fields = {"ended_at": ended_at, "status": status}
+        return self._table.set_fields(generation_key(job_id, generation), fields)
+
+    def store_credentials(
+        self, job_id: str, generation: int, credentials: StorageCredentials
+    ) -> bool:
+        """Fresh storage credentials for the agent's next heartbeat reply; False when the
+        generation was superseded meanwhile (its agent gets none)."""
+        fields = {"credentials": credentials.model_dump(mode="json")}
+        key = generation_key(job_id, generation)
+        return self._table.set_fields(key, fields, only_if_current=True)
+
+    def record_supervised(
+        self, job_id: str, generation: int, observation: Observation, *, at: float
+    ) -> bool:
+        """The monitor completed this job's evaluation of the run that started at `at`: what
+        it saw (progress and status clocks, spend) and `supervised_at`, the time the
+        heartbeat renews leases by; only while the generation is current. Written last, after
+        every other action of the evaluation."""
+        fields = {**observation.model_dump(exclude_none=True), "supervised_at": at}
+        key = generation_key(job_id, generation)
+        return self._table.set_fields(key, fields, only_if_current=True)
+
+    def record_status_clock(self, job_id: str, generation: int, clock: StatusClock) -> bool:
+        """A replaced generation's status clock (its instance may bill on, stopped or not,
+        until the lifecycle destroys it); only until the generation has ended."""
+        fields = clock.model_dump(exclude_none=True)
+        expression, names, values = set_clause(fields)
+        return self._table.update(
+            generation_key(job_id, generation),
+            UpdateExpression=expression,
+            ConditionExpression="attribute_exists(pk) AND attribute_not_exists(ended_at)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=serialize(values),
+        )
+
+    def record_replacement_cause(self, job_id: str, generation: int, cause: str) -> bool:
+        """The verdict a replace of `generation` is started for (the replacement caps count
+        these); only while the generation is current."""
+        key = generation_key(job_id, generation)
+        return self._table.set_fields(key, {"replaced_for": cause}, only_if_current=True)

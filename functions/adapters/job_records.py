@@ -1,0 +1,271 @@
+"""`JobRecords`: the job items and their timeline: create (idempotent), read, list, transition,
+append an event; with the exceptions and views these return."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from botocore.exceptions import ClientError
+
+from functions.adapters.store_base import StoreBase
+from functions.adapters.table import (
+    ACTIVE_INDEX,
+    ACTIVE_PARTITION,
+    ALL_JOBS_INDEX,
+    JOBS_PARTITION,
+    TTL_ATTRIBUTE,
+    as_event,
+    as_generation,
+    as_job,
+    decode_page_token,
+    deserialize,
+    encode_page_token,
+    event_item,
+    idempotency_key,
+    is_condition_failure,
+    job_item,
+    job_key,
+    job_partition,
+    serialize,
+    state_in,
+)
+from functions.domain.job import (
+    ACTIVE_STATES,
+    Generation,
+    Job,
+    JobState,
+    StopReason,
+    TimelineEvent,
+    is_terminal,
+)
+
+
+class IdempotencyConflict(Exception):
+    """The Idempotency-Key was used before with a different request."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"idempotency key already used for job {job_id}")
+        self.job_id = job_id
+
+
+class StateConflict(Exception):
+    """A conditional state change did not apply; `job` is the state found (None: no job)."""
+
+    def __init__(self, job: Job | None) -> None:
+        super().__init__("job is not in an expected state" if job else "no such job")
+        self.job = job
+
+
+@dataclass(frozen=True)
+class JobPage:
+    jobs: list[Job]
+    next_token: str | None
+
+
+@dataclass(frozen=True)
+class ActiveJobs:
+    jobs: list[Job]
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (pk, why)
+
+
+@dataclass(frozen=True)
+class JobView:
+    job: Job
+    generations: list[Generation] = field(default_factory=list)
+    events: list[TimelineEvent] = field(default_factory=list)
+
+    @property
+    def current(self) -> Generation | None:
+        for gen in self.generations:
+            if gen.generation == self.job.current_generation:
+                return gen
+        return None
+
+
+class JobRecords(StoreBase):
+    """The job items and their timeline events."""
+
+    def create_job(
+        self,
+        job: Job,
+        event: TimelineEvent,
+        *,
+        idempotency: tuple[str, str] | None = None,
+        idempotency_expires_at: float = 0,
+    ) -> tuple[Job, bool]:
+        """Store a new job and its first event atomically.
+
+        `idempotency=(key, request_hash)`: a second submit with the same key returns the first
+        job and `False` (not created) instead of storing another; the same key with another
+        request raises IdempotencyConflict.
+        """
+        items: list[dict[str, Any]] = [
+            self._put(job_item(job), condition="attribute_not_exists(pk)"),
+            self._put(event_item(event)),
+        ]
+        if idempotency is not None:
+            key, request_hash = idempotency
+            record = {
+                **idempotency_key(key),
+                "job_id": job.job_id,
+                "request_hash": request_hash,
+                TTL_ATTRIBUTE: int(idempotency_expires_at),
+            }
+            items.append(self._put(record, condition="attribute_not_exists(pk)"))
+        try:
+            self.client.transact_write_items(TransactItems=cast(Any, items))
+        except ClientError as exc:
+            if idempotency is None or not is_condition_failure(exc):
+                raise
+            existing = self._table.get(idempotency_key(idempotency[0]))
+            if existing is None:  # a collision on the job id itself: vanishingly rare
+                raise
+            if existing["request_hash"] != idempotency[1]:
+                raise IdempotencyConflict(existing["job_id"]) from None
+            found = self.get_job(existing["job_id"])
+            if found is None:
+                raise
+            return found, False
+        return job, True
+
+    def get_job(self, job_id: str) -> Job | None:
+        item = self._table.get(job_key(job_id))
+        return as_job(item) if item else None
+
+    def get_job_view(self, job_id: str, *, max_events: int = 100) -> JobView | None:
+        """The job, all its generations and its latest `max_events` events, oldest first."""
+        pk = job_partition(job_id)
+        items = self._table.query_all(
+            KeyConditionExpression="pk = :pk AND sk >= :gen",
+            ExpressionAttributeValues={":pk": {"S": pk}, ":gen": {"S": "GEN#"}},
+        )
+        job = None
+        generations = []
+        for item in items:
+            if item["sk"] == "JOB":
+                job = as_job(item)
+            elif item["sk"].startswith("GEN#"):
+                generations.append(as_generation(item))
+        if job is None:
+            return None
+        reply = self.client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :evt)",
+            ExpressionAttributeValues={":pk": {"S": pk}, ":evt": {"S": "EVT#"}},
+            ScanIndexForward=False,
+            Limit=max_events,
+        )
+        events = [as_event(deserialize(i)) for i in reversed(reply.get("Items", []))]
+        return JobView(job=job, generations=generations, events=events)
+
+    def list_jobs(
+        self, *, state: JobState | None = None, limit: int = 50, token: str | None = None
+    ) -> JobPage:
+        """Newest first. An active state (or none) reads the all-jobs index; a state filter
+        is a FilterExpression, so a page is filled by reading on until `limit` jobs match.
+        Raises `BadPageToken` for a token this store did not hand out."""
+        index = ACTIVE_INDEX if state in ACTIVE_STATES else ALL_JOBS_INDEX
+        partition_attr, partition = (
+            ("active_pk", ACTIVE_PARTITION)
+            if index == ACTIVE_INDEX
+            else ("list_pk", JOBS_PARTITION)
+        )
+        start_key = decode_page_token(token, index) if token else None
+        jobs: list[Job] = []
+        while True:
+            kwargs: dict[str, Any] = {
+                "TableName": self.table_name,
+                "IndexName": index,
+                "KeyConditionExpression": "#p = :p",
+                "ExpressionAttributeNames": {"#p": partition_attr},
+                "ExpressionAttributeValues": {":p": {"S": partition}},
+                "ScanIndexForward": False,
+                "Limit": limit - len(jobs),
+            }
+            if state is not None:
+                kwargs["FilterExpression"] = "#state = :state"
+                kwargs["ExpressionAttributeNames"]["#state"] = "state"
+                kwargs["ExpressionAttributeValues"][":state"] = {"S": state.value}
+            if start_key:
+                kwargs["ExclusiveStartKey"] = start_key
+            reply = self.client.query(**kwargs)
+            jobs.extend(as_job(deserialize(i)) for i in reply["Items"])
+            start_key = reply.get("LastEvaluatedKey")
+            if not start_key or len(jobs) >= limit:
+                break
+        return JobPage(jobs=jobs, next_token=encode_page_token(start_key) if start_key else None)
+
+    def list_active_jobs(self) -> list[Job]:
+        """Every active job (the monitor's view), oldest first."""
+        return self.read_active_jobs().jobs
+
+    def read_active_jobs(self) -> ActiveJobs:
+        """Every active job, oldest first, each read on its own: an item that no longer
+        validates (written by another version, edited by hand) is named in `unreadable`
+        with why, and hides no other job."""
+        items = self._table.query_all(
+            IndexName=ACTIVE_INDEX,
+            KeyConditionExpression="active_pk = :p",
+            ExpressionAttributeValues={":p": {"S": ACTIVE_PARTITION}},
+        )
+        jobs: list[Job] = []
+        unreadable: list[tuple[str, str]] = []
+        for item in items:
+            try:
+                jobs.append(as_job(item))
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                unreadable.append((str(item.get("pk", "?")), str(exc)[:300]))
+        return ActiveJobs(jobs=jobs, unreadable=unreadable)
+
+    def transition_job(
+        self,
+        job_id: str,
+        target: JobState,
+        *,
+        expected: Iterable[JobState],
+        now: float,
+        event: TimelineEvent,
+        state_reason: str | None = None,
+        stop_reason: StopReason | None = None,
+        restarts: int | None = None,
+    ) -> Job:
+        """Move a job to `target` if it is in one of `expected`, with its timeline event, in one
+        transaction, setting the reasons and restart count given. Leaving the active states
+        removes `active_pk` (the sparse index). `previous_state` keeps the state it left (read
+        in the same write, so it is exact even when `expected` allows several). Raises
+        StateConflict with the job as found when the condition does not hold."""
+        changes = {"state_reason": state_reason, "stop_reason": stop_reason, "restarts": restarts}
+        values: dict[str, Any] = {":target": target.value, ":now": now}
+        names: dict[str, str] = {"#state": "state"}
+        # SET evaluates every operand against the item before the update.
+        sets = ["previous_state = #state", "#state = :target", "updated_at = :now"]
+        for name, value in changes.items():
+            if value is not None:
+                names[f"#{name}"] = name
+                values[f":{name}"] = value
+                sets.append(f"#{name} = :{name}")
+        condition = state_in(expected, values)
+        expression = "SET " + ", ".join(sets)
+        if is_terminal(target):
+            expression += " REMOVE active_pk"
+        update = {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": serialize(job_key(job_id)),
+                "UpdateExpression": expression,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": serialize(values),
+            }
+        }
+        if not self._table.transact([update, self._put(event_item(event))]):
+            raise StateConflict(self.get_job(job_id))
+        found = self.get_job(job_id)
+        if found is None:  # deleted in between: only by hand
+            raise StateConflict(None)
+        return found
+
+    def append_event(self, event: TimelineEvent) -> None:
+        self._table.put(event_item(event))

@@ -1,0 +1,31 @@
+"""`StoreBase`: the table name, client and `Table` every part of `JobStore` reads and writes
+through, and the transaction Put they share."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import boto3
+
+from functions.adapters.table import Table, serialize
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+else:
+    DynamoDBClient = Any
+
+
+class StoreBase:
+    """The tether table's connection. `client=None` builds a default client."""
+
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+        self.table_name = table_name
+        self.client: DynamoDBClient = client or boto3.client("dynamodb")
+        self._table = Table(table_name, self.client)
+
+    def _put(self, item: dict[str, Any], *, condition: str | None = None) -> dict[str, Any]:
+        """A Put of a transaction."""
+        put: dict[str, Any] = {"TableName": self.table_name, "Item": serialize(item)}
+        if condition is not None:
+            put["ConditionExpression"] = condition
+        return {"Put": put}
