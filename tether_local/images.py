@@ -9,8 +9,6 @@ host, stack and test worker (built under a lock, like the agent's venv in `tethe
 - `python:3.N`, `python:3.N-slim` (also `3.N.P`, `-bookworm`, …): a fresh venv of THIS machine's
   interpreter, with the standard library and pip only (setuptools removed, as in python:3.12+
   images). The Python version is this machine's, whatever N says.
-- `tether-examples/tiny-cpu:0.1.0` (`examples/tiny-cpu/Dockerfile`): the same plus the example
-  project `examples/tiny-cpu` (standard library only), as its Dockerfile installs it.
 
 How a recipe fills the stand-in, offline:
 - each distribution it names is linked in from this interpreter's site-packages file by file:
@@ -39,7 +37,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.synth import BUILD, ROOT, source_hash
+from infra.synth import BUILD, source_hash
 
 IMAGES = BUILD / "local-images"
 _PURELIB = "import sysconfig; print(sysconfig.get_path('purelib'))"
@@ -82,12 +80,6 @@ class StandIn:
 
 
 PYTHON_SLIM = Recipe("python-slim", "python:3.N[.P][-slim][-<debian release>]")
-TINY_CPU_IMAGE = "tether-examples/tiny-cpu:0.1.0"
-TINY_CPU = Recipe(
-    "tiny-cpu",
-    TINY_CPU_IMAGE,
-    projects=(ROOT / "examples" / "tiny-cpu",),
-)
 CATALOGUE: tuple[tuple[re.Pattern[str], Recipe], ...] = (
     (
         re.compile(
@@ -96,7 +88,6 @@ CATALOGUE: tuple[tuple[re.Pattern[str], Recipe], ...] = (
         ),
         PYTHON_SLIM,
     ),
-    (re.compile(r"^(?:docker\.io/)?" + re.escape(TINY_CPU_IMAGE) + "$"), TINY_CPU),
 )
 
 
@@ -227,8 +218,6 @@ def _output(cmd: list[str]) -> str:
 __all__ = [
     "CATALOGUE",
     "PYTHON_SLIM",
-    "TINY_CPU",
-    "TINY_CPU_IMAGE",
     "ImageError",
     "Recipe",
     "StandIn",

@@ -4,10 +4,15 @@ One stack per test module (moto is process-wide, so one per xdist worker at a ti
 works on its own job, so tests do not depend on each other's leftovers. `provision_by_hand` does
 what the lifecycle's provision does (mint the generation's keys, store the generation, rent with
 the host environment) for the tests that must run before, or without, the real lifecycle.
+
+The example job (`examples/tiny-cpu/job.yaml`) ships its folder as its code: `tiny_spec()` is
+the example without `code` (a command that needs no script), and `example_code(stack.api_url)` packs
+and uploads the folder as `tether submit` does and gives the `code` to post with it.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ from functions.domain.jobspec import JobSpec, parse_job
 from functions.domain.labels import instance_label
 from functions.domain.onstart import build_host_env, build_onstart
 from tests.paths import ROOT
+from tether_local.demo.submit import local_api, packed_code, shipped_spec
 from tether_local.hosts import LocalHost
 from tether_local.stack import CLOUDFLARE_PARENT_KEY, R2_BUCKET, LocalStack, LocalStackConfig
 
@@ -35,12 +41,29 @@ SIGNED = {
     "execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=0"
 }
 T = TypeVar("T")
+EXAMPLE_DIR = ROOT / "examples" / "tiny-cpu"
+EXAMPLE_JOB = EXAMPLE_DIR / "job.yaml"
+_shipped: dict[str, dict[str, Any]] = {}  # api_url → the example's `code` uploaded there
 
 
 def tiny_spec(**overrides: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+    """The example job without its `code` (the API takes an archive, not a directory), with
+    `overrides`; pass `code=example_code(stack.api_url)` to run its script."""
+    spec: dict[str, Any] = yaml.safe_load(EXAMPLE_JOB.read_text())
+    del spec["code"]
     spec.update(overrides)
     return spec
+
+
+def example_code(api_url: str) -> dict[str, Any]:
+    """The example's folder packed and uploaded to the stack at `api_url` as `tether submit`
+    does (once per stack): the `code` (`{dir, archive}`) to submit with; the command runs in
+    that folder, extracted."""
+    if api_url not in _shipped:
+        spec = parse_job(yaml.safe_load(EXAMPLE_JOB.read_text()))
+        with local_api(api_url) as client, packed_code(spec, EXAMPLE_JOB) as code:
+            _shipped[api_url] = shipped_spec(client, spec, code)["code"]
+    return _shipped[api_url]
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
@@ -92,12 +115,18 @@ def provision_by_hand(
 ) -> HandProvisioned:
     """What the lifecycle's provision does, by hand: a job stored directly (no state machine
     execution), job-scoped credentials minted at the Cloudflare simulator, a generation with the
-    agent token's hash, and a rent whose env is `build_host_env`'s."""
+    agent token's hash, and a rent whose env is `build_host_env`'s. A `code` archive
+    (`example_code`) is copied into the job's prefix, as the lifecycle's `place_code` does."""
     spec = parse_job(tiny_spec(run=run, **spec_overrides))
     store = JobStore(stack.table_name())
     now = time.time()
     job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by="e2e")
     store.create_job(job, event)
+    if spec.code is not None and spec.code.archive is not None:
+        bucket = stack.root / "s3" / R2_BUCKET
+        name = f"{spec.code.archive.sha256}.tar.gz"
+        (bucket / "jobs" / job.job_id / "code").mkdir(parents=True)
+        shutil.copy(bucket / "code" / name, bucket / "jobs" / job.job_id / "code" / name)
     account = CloudflareAccount(
         account_id="local-account",
         api_token="local-api-token",

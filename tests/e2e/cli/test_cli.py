@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import tiny_spec, wait_for
+from tests.e2e.conftest import EXAMPLE_DIR, tiny_spec, wait_for
 from tether_cli import api_client
 from tether_cli.main import main
 from tether_local.stack import LocalStack
@@ -31,9 +31,10 @@ def test_cli_submits_watches_and_reads_the_log(
 ) -> None:
     monkeypatch.setenv(api_client.LOCAL_STATE_ENV, str(tmp_path / "local-stack.json"))
     api_client.write_local_state(stack.api_url)
-    run = "python -m tiny_train --steps 20 --checkpoint-every 10"
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec(name="cli-e2e", run=run)))
+    run = "python tiny_train.py --steps 20 --checkpoint-every 10"
+    spec = tmp_path / "job.yaml"  # its code: the example's folder, shipped by `tether submit`
+    code = {"dir": str(EXAMPLE_DIR)}
+    spec.write_text(yaml.safe_dump(tiny_spec(name="cli-e2e", run=run, code=code)))
     code, out, err = cli(capsys, "submit", str(spec), "--local", "--json")
     assert code == 0, err
     job_id = json.loads(out)["job_id"]

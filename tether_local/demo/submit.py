@@ -1,0 +1,81 @@
+"""Submitting a job to a local stack the way `tether submit` does, through the CLI's own code:
+the spec's `code.dir` packed by `tether_cli.code_ship` (honouring .gitignore and .tetherignore),
+uploaded through `POST /code/uploads` and the presigned URL it hands out (skipped when the same
+archive is there already), then `POST /jobs` with an Idempotency-Key, every call signed by
+`tether_cli.api_client.TetherApi` with a local key (the local front checks SigV4's shape, not
+its signature). The demo and `tether rehearse` submit with it, so their jobs' code reaches the
+hosts as a user's does."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from botocore.credentials import ReadOnlyCredentials
+
+from functions.domain.jobspec import JobSpec
+from tether_cli import code_ship
+from tether_cli.api_client import ApiTarget, TetherApi
+from tether_cli.code_pack import Packed
+from tether_cli.output import CliError
+from tether_local.demo.run import DemoError
+
+LOCAL_CREDENTIALS = ReadOnlyCredentials("AKIDLOCALDEMO", "local-demo-secret", None)
+LOCAL_REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class Code:
+    """A spec's `code.dir`, packed: the archive every host of the job downloads."""
+
+    where: code_ship.CodeDir
+    archive: Packed
+
+
+@contextmanager
+def packed_code(spec: JobSpec, spec_path: Path) -> Iterator[Code | None]:
+    """The spec's `code.dir` (relative to `spec_path`'s folder) packed as `tether submit` packs
+    it, the archive deleted afterwards; None when the job ships no directory. A directory that
+    cannot ship raises CliError (exit 2) saying why, as `tether submit` does."""
+    where = code_ship.code_dir(spec, str(spec_path), None)
+    if where is None:
+        yield None
+        return
+    archive = code_ship.packed(where)
+    try:
+        yield Code(where, archive)
+    finally:
+        code_ship.cleanup(archive)
+
+
+def local_api(api_url: str) -> TetherApi:
+    """The CLI's API client for a local stack, signed with a local key."""
+    target = ApiTarget(api_url.rstrip("/") + "/", "the local stack")
+    return TetherApi(target, credentials=LOCAL_CREDENTIALS, region=LOCAL_REGION)
+
+
+def shipped_spec(api: TetherApi, spec: JobSpec, code: Code | None) -> dict[str, Any]:
+    """`spec` as `tether submit` sends it: with `code` uploaded (unless there already) and named
+    by its archive's sha256 and size. CliError when the stack refuses the upload."""
+    if code is None:
+        return spec.model_dump(mode="json")
+    body, _ = code_ship.ship(api, spec, code.where, code.archive, quiet=True)
+    return body
+
+
+def submit(api_url: str, spec: JobSpec, code: Code | None) -> str:
+    """Upload `code` (unless there already) and submit `spec` with it; the new job's id.
+    DemoError when the stack refuses either."""
+    try:
+        with local_api(api_url) as api:
+            reply = api.submit(shipped_spec(api, spec, code), f"local-{uuid.uuid4()}")
+    except CliError as exc:
+        raise DemoError(f"submit refused: {exc.message}") from None
+    return str(reply.body["job_id"])
+
+
+__all__ = ["Code", "local_api", "packed_code", "shipped_spec", "submit"]
