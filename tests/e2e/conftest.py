@@ -62,7 +62,7 @@ def example_code(api_url: str) -> dict[str, Any]:
     if api_url not in _shipped:
         spec = parse_job(yaml.safe_load(EXAMPLE_JOB.read_text()))
         with local_api(api_url) as client, packed_code(spec, EXAMPLE_JOB) as code:
-            _shipped[api_url] = shipped_spec(client, spec, code)["code"]
+            _shipped[api_url] = shipped_spec(client, spec, code)[0]["code"]
     return _shipped[api_url]
 
 

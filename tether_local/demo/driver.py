@@ -50,8 +50,8 @@ def _run_on(stack: LocalStack, scenario: Scenario, timeline: Timeline) -> DemoSu
         stack.hosts.use_gpu(scenario.host_gpu)  # for the hosts this run rents
     try:
         with packed_code(spec, EXAMPLE_JOB) as code:
-            run.job_id = submit(stack.api_url, spec, code)
-        run.say(f"submitted job {run.job_id}: {scenario.train.command()}")
+            run.job_id, shipped = submit(stack.api_url, spec, code)
+        run.say(f"submitted job {run.job_id}: {scenario.train.command()}; {shipped}")
         run.start_monitor()
         scenario.drive(run)
         view = run.wait(

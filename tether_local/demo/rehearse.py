@@ -291,8 +291,8 @@ def rehearse(
     except SpecError as exc:
         raise DemoError(f"the rehearsal's spec is invalid: {exc}") from None
     try:
-        run.job_id = submit(stack.api_url, rehearsed, code)
-        run.say(f"submitted job {run.job_id}: {spec.run}; kills at steps {steps}")
+        run.job_id, shipped = submit(stack.api_url, rehearsed, code)
+        run.say(f"submitted job {run.job_id}: {spec.run}; {shipped}; kills at steps {steps}")
         run.start_monitor()
         after = 0
         for step in steps:

@@ -58,24 +58,26 @@ def local_api(api_url: str) -> TetherApi:
     return TetherApi(target, credentials=LOCAL_CREDENTIALS, region=LOCAL_REGION)
 
 
-def shipped_spec(api: TetherApi, spec: JobSpec, code: Code | None) -> dict[str, Any]:
-    """`spec` as `tether submit` sends it: with `code` uploaded (unless there already) and named
-    by its archive's sha256 and size. CliError when the stack refuses the upload."""
+def shipped_spec(api: TetherApi, spec: JobSpec, code: Code | None) -> tuple[dict[str, Any], str]:
+    """`spec` as `tether submit` sends it, with `code` uploaded (unless there already) and named
+    by its archive's sha256 and size; and the line `tether submit` prints about the code.
+    CliError when the stack refuses the upload."""
     if code is None:
-        return spec.model_dump(mode="json")
-    body, _ = code_ship.ship(api, spec, code.where, code.archive, quiet=True)
-    return body
+        return spec.model_dump(mode="json"), "code: no directory shipped"
+    body, uploaded = code_ship.ship(api, spec, code.where, code.archive, quiet=True)
+    return body, code_ship.describe(code.archive, uploaded)
 
 
-def submit(api_url: str, spec: JobSpec, code: Code | None) -> str:
-    """Upload `code` (unless there already) and submit `spec` with it; the new job's id.
-    DemoError when the stack refuses either."""
+def submit(api_url: str, spec: JobSpec, code: Code | None) -> tuple[str, str]:
+    """Upload `code` (unless there already) and submit `spec` with it: the new job's id, and
+    what was shipped (as `tether submit` says it). DemoError when the stack refuses either."""
     try:
         with local_api(api_url) as api:
-            reply = api.submit(shipped_spec(api, spec, code), f"local-{uuid.uuid4()}")
+            body, shipped = shipped_spec(api, spec, code)
+            reply = api.submit(body, f"local-{uuid.uuid4()}")
     except CliError as exc:
         raise DemoError(f"submit refused: {exc.message}") from None
-    return str(reply.body["job_id"])
+    return str(reply.body["job_id"]), shipped
 
 
 __all__ = ["Code", "local_api", "packed_code", "shipped_spec", "submit"]

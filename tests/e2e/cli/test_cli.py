@@ -33,8 +33,8 @@ def test_cli_submits_watches_and_reads_the_log(
     api_client.write_local_state(stack.api_url)
     run = "python tiny_train.py --steps 20 --checkpoint-every 10"
     spec = tmp_path / "job.yaml"  # its code: the example's folder, shipped by `tether submit`
-    code = {"dir": str(EXAMPLE_DIR)}
-    spec.write_text(yaml.safe_dump(tiny_spec(name="cli-e2e", run=run, code=code)))
+    shipped = {"dir": str(EXAMPLE_DIR)}
+    spec.write_text(yaml.safe_dump(tiny_spec(name="cli-e2e", run=run, code=shipped)))
     code, out, err = cli(capsys, "submit", str(spec), "--local", "--json")
     assert code == 0, err
     job_id = json.loads(out)["job_id"]

@@ -17,7 +17,7 @@ from tether_cli import main as cli_main
 from tether_cli.main import main
 
 QLORA = str(ROOT / "examples" / "qlora-7b.yaml")
-TINY = str(ROOT / "examples" / "tiny-cpu.yaml")
+TINY = str(ROOT / "examples" / "tiny-cpu" / "job.yaml")
 OFFERS = str(ROOT / "tests" / "fixtures" / "offers_small.json")
 
 
@@ -40,7 +40,13 @@ def one_line(text: str) -> str:
 def test_validate_examples(capsys, job):
     code, out, err = run(capsys, "validate", job)
     assert code == 0
-    assert one_line(out).startswith(f"OK {job}: job ")
+    first, *rest = out.splitlines()
+    assert first.startswith(f"OK {job}: job ")
+    if job == TINY:  # its folder is its code
+        assert one_line("\n".join(rest)).startswith("code: ")
+        assert "would ship 3 files" in out
+    else:
+        assert rest == []
     assert err == ""
 
 
@@ -391,7 +397,7 @@ def test_startup_min_reaches_the_recommended_interval(capsys) -> None:
         code, out, _ = run(
             capsys,
             "plan",
-            str(ROOT / "examples" / "tiny-cpu.yaml"),
+            str(ROOT / "examples" / "tiny-cpu" / "job.yaml"),
             "--offers",
             str(ROOT / "tests" / "fixtures" / "offers_small.json"),
             "--startup-min",

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from functions.domain.jobspec import JobSpec, SpecError, load_job_file, parse_job
 from tests.paths import ROOT
 
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# A spec file in examples/, or a project folder with its job.yaml (named after the folder).
+EXAMPLES = sorted([*(ROOT / "examples").glob("*.yaml"), *(ROOT / "examples").glob("*/job.yaml")])
 
 
 class _Delete:
@@ -57,11 +58,12 @@ def errors_of(data: Any) -> dict[str, str]:
 def test_examples_validate(path):
     job = load_job_file(path)
     assert isinstance(job, JobSpec)
-    assert job.name == path.stem
+    assert job.name == (path.parent.name if path.name == "job.yaml" else path.stem)
 
 
 def test_there_are_two_examples():
-    assert {p.name for p in EXAMPLES} >= {"qlora-7b.yaml", "tiny-cpu.yaml"}
+    found = {str(p.relative_to(ROOT / "examples")) for p in EXAMPLES}
+    assert found >= {"qlora-7b.yaml", "tiny-cpu/job.yaml"}
 
 
 # (dotted field to change, new value, path reported, fragment of the reason)
