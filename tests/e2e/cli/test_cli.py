@@ -52,7 +52,8 @@ def test_cli_submits_watches_and_reads_the_log(
     assert job_id in [j["job_id"] for j in json.loads(out)["jobs"]]
     code, out, err = cli(capsys, "logs", job_id, "--local", "--follow", "--interval", "0.2")
     assert code == 0, err
-    assert out.startswith("[tether] generation 1 on instance ")
+    assert out.startswith("[tether] code: archive ")  # fetched before anything ran
+    assert "\n[tether] generation 1 on instance " in out
     assert out.endswith("[tether] training exited with 0\n")
     code, out, err = cli(capsys, "status", job_id, "--local")
     assert code == 0 and "state     FINISHED" in out

@@ -121,8 +121,11 @@ def test_rented_host_runs_the_agent_which_heartbeats_and_uploads(stack: LocalSta
     manifests = [k for k in keys if k.endswith("/manifest.json")]
     assert len(manifests) == 3, keys  # steps 10, 20, 30, each complete with its manifest
     assert all(k.startswith(f"jobs/{job.job_id}/g1/checkpoints/") for k in manifests)
-    # everything the generation wrote is under its own prefix, its log segments too
-    assert keys and all(k.startswith(f"jobs/{job.job_id}/g1/") for k in keys), keys
+    # everything the generation wrote is under its own prefix, its log segments too (the code
+    # archive is the job's, placed before any generation)
+    code = f"jobs/{job.job_id}/code/"
+    written = [k for k in keys if not k.startswith(code)]
+    assert written and all(k.startswith(f"jobs/{job.job_id}/g1/") for k in written), keys
     # The agent ran from the wheel-built venv, in the host's own disk directory.
     assert (host.disk / "workspace" / "checkpoints").is_dir()
     assert "tether-agent" in host.log_text() or host.log_text() == ""
