@@ -41,6 +41,8 @@ def packed_code(spec: JobSpec, spec_path: Path) -> Iterator[Code | None]:
     """The spec's `code.dir` (relative to `spec_path`'s folder) packed as `tether submit` packs
     it, the archive deleted afterwards; None when the job ships no directory. A directory that
     cannot ship raises CliError (exit 2) saying why, as `tether submit` does."""
+    if spec_path.is_relative_to(Path.cwd()):  # said as `tether submit` would, run from here
+        spec_path = spec_path.relative_to(Path.cwd())
     where = code_ship.code_dir(spec, str(spec_path), None)
     if where is None:
         yield None
