@@ -99,8 +99,9 @@ def run(args: argparse.Namespace) -> int:
     env = parse_env(args.env)
     spec = load_job(args.job)
     import_local("rehearse")
+    from tether_cli.local_ship import SHIPPER
     from tether_local.demo import DemoError, demo_stack_config
-    from tether_local.demo.rehearse import RehearseInputError, packed_code, prepare, rehearse
+    from tether_local.demo.rehearse import RehearseInputError, prepare, rehearse
     from tether_local.images import UnknownImage, recipe_for
     from tether_local.stack import LocalStack
 
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     timeline = timeline_printer(output.console(sys.stderr if args.json else out))
     try:
-        with packed_code(spec, Path(args.job)) as code:  # exit 2 when it cannot ship
+        with SHIPPER.pack(spec, Path(args.job)) as code:  # exit 2 when it cannot ship
             plan = prepare(
                 spec,
                 env_overrides=env,
@@ -122,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
                 timeline=timeline,
             )
             with _quiet_functions(), LocalStack(demo_stack_config()) as stack:
-                report = rehearse(spec, plan, stack=stack, code=code, timeline=timeline)
+                report = rehearse(
+                    spec, plan, stack=stack, shipper=SHIPPER, code=code, timeline=timeline
+                )
     except RehearseInputError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     except DemoError as exc:

@@ -32,7 +32,7 @@ from functions.domain.jobspec import JobSpec, parse_job
 from functions.domain.labels import instance_label
 from functions.domain.onstart import build_host_env, build_onstart
 from tests.paths import ROOT
-from tether_local.demo.submit import local_api, packed_code, shipped_spec
+from tether_cli.local_ship import SHIPPER, local_api, shipped_spec
 from tether_local.hosts import LocalHost
 from tether_local.stack import CLOUDFLARE_PARENT_KEY, R2_BUCKET, LocalStack, LocalStackConfig
 
@@ -61,7 +61,7 @@ def example_code(api_url: str) -> dict[str, Any]:
     that folder, extracted."""
     if api_url not in _shipped:
         spec = parse_job(yaml.safe_load(EXAMPLE_JOB.read_text()))
-        with local_api(api_url) as client, packed_code(spec, EXAMPLE_JOB) as code:
+        with local_api(api_url) as client, SHIPPER.pack(spec, EXAMPLE_JOB) as code:
             _shipped[api_url] = shipped_spec(client, spec, code)[0]["code"]
     return _shipped[api_url]
 

@@ -28,13 +28,13 @@ crash-loop, killed-during-upload, killed-during-restore, forged-manifest, heartb
 (`demo_stack_config()`) to share one start-up.
 
 Modules: `job` (the training command, its spec and the stack's configuration), `run` (one run's
-polling and bookkeeping), `submit` (packing and shipping the job's code, then submitting it,
-with the CLI's own code), `scenarios` (the catalogue), `flood` (the junk heartbeats of
-`heartbeat-flood`), `driver` (`run_scenario`), `evidence`
-(stored state, checkpoints verified with the agent's own manifest rules), `summary` (the
-verdict), and `rehearse` (`tether rehearse`: a user's own job on the same machinery, imported
-from its module). The names below are the demo's public face: the CLI, the tests and the
-benchmarks use only these.
+polling and bookkeeping), `submit` (the `CodeShipper` the caller passes: `tether submit`'s own
+packing, upload and submit, from the CLI above), `scenarios` (the catalogue), `flood` (the junk
+heartbeats of `heartbeat-flood`), `driver` (`run_scenario`), `evidence` (stored state,
+checkpoints verified with the agent's own manifest rules), `summary` (the verdict), and
+`rehearse` (`tether rehearse`: a user's own job on the same machinery, imported from its
+module). The names below are the demo's public face: the CLI, the tests and the benchmarks use
+only these.
 """
 
 from tether_local.demo.driver import run_scenario
@@ -49,7 +49,7 @@ from tether_local.demo.job import (
 )
 from tether_local.demo.run import DemoError, Scenario
 from tether_local.demo.scenarios import DEFAULT_SCENARIO, MID_INTERVAL_S, SCENARIOS
-from tether_local.demo.submit import packed_code, submit
+from tether_local.demo.submit import CodeShipper, PackedCode
 from tether_local.demo.summary import DemoSummary, reference_weights_sha256
 
 __all__ = [
@@ -60,17 +60,17 @@ __all__ = [
     "MONITOR_INTERVAL_S",
     "SCENARIOS",
     "SIGNED",
+    "CodeShipper",
     "DemoError",
     "DemoSummary",
     "Flood",
     "FloodReport",
+    "PackedCode",
     "Scenario",
     "TrainArgs",
     "demo_job",
     "demo_stack_config",
     "junk_requests",
-    "packed_code",
     "reference_weights_sha256",
     "run_scenario",
-    "submit",
 ]

@@ -4,12 +4,12 @@ judged against an uninterrupted run of the same command (docs/rehearse.md).
 1. The reference: the job's `run` command, run once directly (no stack) in the stand-in of the
    job's `image`, with the job's `env` (and the rehearsal's overrides), the hooks on PYTHONPATH
    and `TETHER_CHECKPOINT_DIR` in a temporary directory, as the demo's reference run does. A job
-   with `code.dir` runs in that directory as `tether submit` packs it, extracted by the agent's
-   own code (`packed_code`: what .gitignore or .tetherignore leave out is missing here as it is
-   on a host, so a script that needs it fails now, not after the kills). Its highest marked
-   checkpoint is the uninterrupted result; its step is where the run ends.
+   with `code.dir` runs in that directory as `tether submit` packs it (the caller's
+   `CodeShipper`), extracted by the agent's own code: what .gitignore or .tetherignore leave out
+   is missing here as it is on a host, so a script that needs it fails now, not after the kills.
+   Its highest marked checkpoint is the uninterrupted result; its step is where the run ends.
 2. The rehearsal: the same spec submitted through the local stack's real API, its code the same
-   archive uploaded as `tether submit` uploads it (`tether_local.demo.submit`), with the demo's
+   archive uploaded as `tether submit` uploads it (the `CodeShipper`), with the demo's
    second-scale timers (`DEMO_POLICY`: a 1 s heartbeat) and room for every kill
    (`max_replacements_dead`). Each kill waits until the live generation reports a step at or
    past the one asked for, then destroys its host (disk wiped); the next kill waits for the
@@ -48,7 +48,7 @@ from tether_local import invariants
 from tether_local.demo.evidence import checkpoint_facts, live_instances, s3_root
 from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, MonitorClock, Scenario
-from tether_local.demo.submit import Code, packed_code, submit
+from tether_local.demo.submit import CodeShipper, PackedCode
 from tether_local.demo.timeline import Timeline, quiet
 from tether_local.hosts import SYSTEM_PATH
 from tether_local.images import stand_in
@@ -133,7 +133,7 @@ def reference_run(
     env: Mapping[str, str],
     into: Path,
     timeout_s: float,
-    code: Code | None = None,
+    code: PackedCode | None = None,
 ) -> tuple[int, dict[str, str]]:
     """Run the job's command uninterrupted in its image's stand-in (in `code`, extracted, when
     the job ships one); its final marked checkpoint (step, relative path → sha256). DemoError if
@@ -148,7 +148,7 @@ def reference_run(
     if code is not None:
         cwd = work / "code"  # where the agent puts it: $TETHER_WORK_DIR/code
         try:
-            extract_safely(code.archive.path, cwd)
+            extract_safely(code.path, cwd)
         except CodeUnavailable as exc:
             raise DemoError(str(exc)) from None
         code_env = {"TETHER_CODE_DIR": str(cwd)}
@@ -244,11 +244,11 @@ def prepare(
     kill_at: Sequence[int] | None = None,
     kills: int | None = None,
     seed: int = 0,
-    code: Code | None = None,
+    code: PackedCode | None = None,
     timeline: Timeline = quiet,
 ) -> Plan:
     """The uninterrupted reference run (in `code`, the job's packed `code.dir`, when it has one:
-    `packed_code`) and the kills. RehearseInputError for a kill that does not fit the run,
+    `CodeShipper.pack`) and the kills. RehearseInputError for a kill that does not fit the run,
     DemoError when the reference run fails."""
     env = training_env(spec, env_overrides or {})
     started = time.time()
@@ -268,12 +268,13 @@ def rehearse(
     plan: Plan,
     *,
     stack: LocalStack,
-    code: Code | None = None,
+    shipper: CodeShipper,
+    code: PackedCode | None = None,
     timeline: Timeline = quiet,
 ) -> RehearseReport:
     """Rehearse `spec` on `stack` (made with `demo_stack_config()`) with `plan`'s kills, its code
-    `code` (the archive the reference ran in). DemoError when the rehearsal cannot be driven to
-    its end."""
+    `code` (the archive the reference ran in, submitted by `shipper`). DemoError when the
+    rehearsal cannot be driven to its end."""
     steps = plan.steps
     wait_s = WAIT_BASE_S + 4 * plan.reference_s
     scenario = Scenario(
@@ -291,7 +292,7 @@ def rehearse(
     except SpecError as exc:
         raise DemoError(f"the rehearsal's spec is invalid: {exc}") from None
     try:
-        run.job_id, shipped = submit(stack.api_url, rehearsed, code)
+        run.job_id, shipped = shipper.submit(stack.api_url, rehearsed, code)
         run.say(f"submitted job {run.job_id}: {spec.run}; {shipped}; kills at steps {steps}")
         run.start_monitor()
         after = 0
@@ -408,7 +409,6 @@ __all__ = [
     "RehearseInputError",
     "RehearseReport",
     "kill_steps",
-    "packed_code",
     "prepare",
     "rehearse",
 ]

@@ -1,85 +1,34 @@
-"""Submitting a job to a local stack the way `tether submit` does, through the CLI's own code:
-the spec's `code.dir` packed by `tether_cli.code_ship` (honouring .gitignore and .tetherignore),
-uploaded through `POST /code/uploads` and the presigned URL it hands out (skipped when the same
-archive is there already), then `POST /jobs` with an Idempotency-Key, every call signed by
-`tether_cli.api_client.TetherApi` with a local key (the local front checks SigV4's shape, not
-its signature). The demo and `tether rehearse` submit with it, so their jobs' code reaches the
-hosts as a user's does."""
+"""How the demo and `tether rehearse` hand their job to the stack: as `tether submit` does, its
+`code.dir` packed, uploaded through `POST /code/uploads` and named by its sha256, then
+`POST /jobs`. That is the CLI's code (`tether_cli.local_ship.SHIPPER`); the local stack sits
+below the CLI (DESIGN §2), so the caller passes it in as a `CodeShipper`."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
-
-from botocore.credentials import ReadOnlyCredentials
+from typing import Protocol
 
 from functions.domain.jobspec import JobSpec
-from tether_cli import code_ship
-from tether_cli.api_client import ApiTarget, TetherApi
-from tether_cli.code_pack import Packed
-from tether_cli.output import CliError
-from tether_local.demo.run import DemoError
-
-LOCAL_CREDENTIALS = ReadOnlyCredentials("AKIDLOCALDEMO", "local-demo-secret", None)
-LOCAL_REGION = "us-east-1"
 
 
-@dataclass(frozen=True)
-class Code:
-    """A spec's `code.dir`, packed: the archive every host of the job downloads."""
+class PackedCode(Protocol):
+    """A job's packed `code.dir`: the tar.gz every host downloads, verifies and extracts."""
 
-    where: code_ship.CodeDir
-    archive: Packed
-
-
-@contextmanager
-def packed_code(spec: JobSpec, spec_path: Path) -> Iterator[Code | None]:
-    """The spec's `code.dir` (relative to `spec_path`'s folder) packed as `tether submit` packs
-    it, the archive deleted afterwards; None when the job ships no directory. A directory that
-    cannot ship raises CliError (exit 2) saying why, as `tether submit` does."""
-    if spec_path.is_relative_to(Path.cwd()):  # said as `tether submit` would, run from here
-        spec_path = spec_path.relative_to(Path.cwd())
-    where = code_ship.code_dir(spec, str(spec_path), None)
-    if where is None:
-        yield None
-        return
-    archive = code_ship.packed(where)
-    try:
-        yield Code(where, archive)
-    finally:
-        code_ship.cleanup(archive)
+    @property
+    def path(self) -> Path: ...
 
 
-def local_api(api_url: str) -> TetherApi:
-    """The CLI's API client for a local stack, signed with a local key."""
-    target = ApiTarget(api_url.rstrip("/") + "/", "the local stack")
-    return TetherApi(target, credentials=LOCAL_CREDENTIALS, region=LOCAL_REGION)
+class CodeShipper(Protocol):
+    def pack(self, spec: JobSpec, spec_path: Path) -> AbstractContextManager[PackedCode | None]:
+        """The spec's `code.dir` (relative to `spec_path`'s folder) packed as `tether submit`
+        packs it, deleted afterwards; None when the job ships no directory."""
+        ...
+
+    def submit(self, api_url: str, spec: JobSpec, code: PackedCode | None) -> tuple[str, str]:
+        """Upload `code` (unless there already) and submit `spec` with it: the new job's id and
+        what was shipped, in words. DemoError when the stack refuses either."""
+        ...
 
 
-def shipped_spec(api: TetherApi, spec: JobSpec, code: Code | None) -> tuple[dict[str, Any], str]:
-    """`spec` as `tether submit` sends it, with `code` uploaded (unless there already) and named
-    by its archive's sha256 and size; and the line `tether submit` prints about the code.
-    CliError when the stack refuses the upload."""
-    if code is None:
-        return spec.model_dump(mode="json"), "code: no directory shipped"
-    body, uploaded = code_ship.ship(api, spec, code.where, code.archive, quiet=True)
-    return body, code_ship.describe(code.archive, uploaded)
-
-
-def submit(api_url: str, spec: JobSpec, code: Code | None) -> tuple[str, str]:
-    """Upload `code` (unless there already) and submit `spec` with it: the new job's id, and
-    what was shipped (as `tether submit` says it). DemoError when the stack refuses either."""
-    try:
-        with local_api(api_url) as api:
-            body, shipped = shipped_spec(api, spec, code)
-            reply = api.submit(body, f"local-{uuid.uuid4()}")
-    except CliError as exc:
-        raise DemoError(f"submit refused: {exc.message}") from None
-    return str(reply.body["job_id"]), shipped
-
-
-__all__ = ["Code", "local_api", "packed_code", "shipped_spec", "submit"]
+__all__ = ["CodeShipper", "PackedCode"]
