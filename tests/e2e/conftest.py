@@ -12,7 +12,6 @@ and uploads the folder as `tether submit` does and gives the `code` to post with
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, mint_job_credentials
+from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.store import JobStore
 from functions.adapters.vast import OfferGone, VastClient
 from functions.domain.agent_token import hash_token, new_agent_token
@@ -43,7 +43,6 @@ SIGNED = {
 T = TypeVar("T")
 EXAMPLE_DIR = ROOT / "examples" / "tiny-cpu"
 EXAMPLE_JOB = EXAMPLE_DIR / "job.yaml"
-_shipped: dict[str, dict[str, Any]] = {}  # api_url → the example's `code` uploaded there
 
 
 def tiny_spec(**overrides: Any) -> dict[str, Any]:
@@ -57,13 +56,12 @@ def tiny_spec(**overrides: Any) -> dict[str, Any]:
 
 def example_code(api_url: str) -> dict[str, Any]:
     """The example's folder packed and uploaded to the stack at `api_url` as `tether submit`
-    does (once per stack): the `code` (`{dir, archive}`) to submit with; the command runs in
-    that folder, extracted."""
-    if api_url not in _shipped:
-        spec = parse_job(yaml.safe_load(EXAMPLE_JOB.read_text()))
-        with local_api(api_url) as client, SHIPPER.pack(spec, EXAMPLE_JOB) as code:
-            _shipped[api_url] = shipped_spec(client, spec, code)[0]["code"]
-    return _shipped[api_url]
+    does (the upload skipped when the archive is there already): the `code` (`{dir, archive}`)
+    to submit with; the command runs in that folder, extracted."""
+    spec = parse_job(yaml.safe_load(EXAMPLE_JOB.read_text()))
+    with local_api(api_url) as client, SHIPPER.pack(spec, EXAMPLE_JOB) as code:
+        shipped: dict[str, Any] = shipped_spec(client, spec, code)[0]["code"]
+    return shipped
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
@@ -116,17 +114,13 @@ def provision_by_hand(
     """What the lifecycle's provision does, by hand: a job stored directly (no state machine
     execution), job-scoped credentials minted at the Cloudflare simulator, a generation with the
     agent token's hash, and a rent whose env is `build_host_env`'s. A `code` archive
-    (`example_code`) is copied into the job's prefix, as the lifecycle's `place_code` does."""
+    (`example_code`) is copied into the job's prefix with the lifecycle's own `CodeBucket`, as its
+    `place_code` does."""
     spec = parse_job(tiny_spec(run=run, **spec_overrides))
     store = JobStore(stack.table_name())
     now = time.time()
     job, event = new_job(spec, job_id=new_job_id(spec.name), now=now, submitted_by="e2e")
     store.create_job(job, event)
-    if spec.code is not None and spec.code.archive is not None:
-        bucket = stack.root / "s3" / R2_BUCKET
-        name = f"{spec.code.archive.sha256}.tar.gz"
-        (bucket / "jobs" / job.job_id / "code").mkdir(parents=True)
-        shutil.copy(bucket / "code" / name, bucket / "jobs" / job.job_id / "code" / name)
     account = CloudflareAccount(
         account_id="local-account",
         api_token="local-api-token",
@@ -139,6 +133,15 @@ def provision_by_hand(
     credentials = mint_job_credentials(
         cloudflare, account, job.job_id, 1, ttl_s=ttl_s, endpoint=stack.s3_url
     )
+    if spec.code is not None and spec.code.archive is not None:
+        code = CodeBucket(
+            endpoint=stack.s3_url,
+            bucket=R2_BUCKET,
+            mint=lambda prefix, objects, permission, ttl: cloudflare.mint_temp_credentials(
+                R2_BUCKET, CLOUDFLARE_PARENT_KEY, prefix, ttl, permission, objects=objects
+            ),
+        )
+        code.copy_to_job(spec.code.archive.sha256, job.job_id, spec.code.archive.size_bytes)
     token = new_agent_token()
     lease_expires_at = now + spec.policy.lease_window_s
     env = build_host_env(
