@@ -73,6 +73,7 @@ def _function_name(arn: str) -> str:
 
 
 def measure(quick: bool) -> dict[str, Any]:
+    from tether_cli.local_ship import SHIPPER
     from tether_local.demo import SIGNED, demo_stack_config, run_scenario
 
     scenarios = ["dead-twice"] if quick else ["dead-twice", "hung-gpu"]
@@ -94,7 +95,9 @@ def measure(quick: bool) -> dict[str, Any]:
         idle = list(recorder.invocations)
         summaries = []
         for name in scenarios:
-            summaries.append(run_scenario(name, stack=stack, timeline=recorder.timeline))
+            summaries.append(
+                run_scenario(name, stack=stack, shipper=SHIPPER, timeline=recorder.timeline)
+            )
         busy_end = recorder.mark()
         # A user's queries: status of a job, the job list.
         job_id = summaries[0].job_id

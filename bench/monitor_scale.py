@@ -168,8 +168,9 @@ def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, in
     from functions.domain.labels import instance_label
 
     # A budget no job nears in the benchmark's minutes: the incidents are the ones planted here.
-    example = load_job_file(ROOT / "examples" / "tiny-cpu.yaml").model_dump()
-    spec = parse_job({**example, "budget_usd": 1000.0})
+    # Its code.dir left out: the API stores only specs whose code is an uploaded archive.
+    example = load_job_file(ROOT / "examples" / "tiny-cpu" / "job.yaml").model_dump()
+    spec = parse_job({**example, "budget_usd": 1000.0, "code": None})
     vast = VastClient(
         vast_sim.api_key,
         base_url=VAST_BASE,

@@ -127,6 +127,7 @@ def milestones(stack: Any, recorder: StackRecorder, job_id: str) -> list[Milesto
 
 
 def measure(quick: bool) -> dict[str, Any]:
+    from tether_cli.local_ship import SHIPPER
     from tether_local.demo import DEMO_POLICY, MONITOR_INTERVAL_S, demo_stack_config, run_scenario
 
     register_frozen()
@@ -138,7 +139,7 @@ def measure(quick: bool) -> dict[str, Any]:
     summaries = []
     with recorded_stack(config) as (stack, recorder):
         for name in names:
-            summary = run_scenario(name, stack=stack, timeline=recorder.timeline)
+            summary = run_scenario(name, stack=stack, shipper=SHIPPER, timeline=recorder.timeline)
             summaries.append(summary.model_dump(mode="json"))
             for m in milestones(stack, recorder, summary.job_id):
                 incidents.append(

@@ -56,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import_local("demo")
+    from tether_cli.local_ship import SHIPPER
     from tether_local.demo import SCENARIOS, DemoError, run_scenario
 
     if args.scenario not in SCENARIOS:
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     timeline = timeline_printer(output.console(sys.stderr if args.json else out))
     try:
         with _quiet_functions():
-            summary = run_scenario(args.scenario, timeline=timeline)
+            summary = run_scenario(args.scenario, shipper=SHIPPER, timeline=timeline)
     except DemoError as exc:
         raise CliError(f"demo: {exc}", EXIT_FAILURE) from None
     if args.json:

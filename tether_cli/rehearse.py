@@ -2,6 +2,11 @@
 steps you choose (`--kill-at-step 40,120`) or at random (`--kills N --seed S`), judged against an
 uninterrupted run of the same command (`tether_local.demo.rehearse`, docs/rehearse.md).
 
+A spec with `code.dir` is packed once, as `tether submit` packs it (.gitignore and .tetherignore
+honoured; a directory that cannot ship exits 2): the uninterrupted run runs in that archive
+extracted, and the rehearsal's hosts download the same archive, so both run exactly the code a
+real submit would ship.
+
 `--env NAME=VALUE` (repeatable) sets a variable of the job's `env` for the rehearsal only: point
 a large model's script at a small variant (`--env MODEL=tiny-llama`) without editing the spec.
 Prints a table of the kills (the step asked, the step the host was known to have reached, the
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -93,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     env = parse_env(args.env)
     spec = load_job(args.job)
     import_local("rehearse")
+    from tether_cli.local_ship import SHIPPER
     from tether_local.demo import DemoError, demo_stack_config
     from tether_local.demo.rehearse import RehearseInputError, prepare, rehearse
     from tether_local.images import UnknownImage, recipe_for
@@ -105,16 +112,20 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     timeline = timeline_printer(output.console(sys.stderr if args.json else out))
     try:
-        plan = prepare(
-            spec,
-            env_overrides=env,
-            kill_at=kill_at,
-            kills=args.kills,
-            seed=args.seed,
-            timeline=timeline,
-        )
-        with _quiet_functions(), LocalStack(demo_stack_config()) as stack:
-            report = rehearse(spec, plan, stack=stack, timeline=timeline)
+        with SHIPPER.pack(spec, Path(args.job)) as code:  # exit 2 when it cannot ship
+            plan = prepare(
+                spec,
+                env_overrides=env,
+                kill_at=kill_at,
+                kills=args.kills,
+                seed=args.seed,
+                code=code,
+                timeline=timeline,
+            )
+            with _quiet_functions(), LocalStack(demo_stack_config()) as stack:
+                report = rehearse(
+                    spec, plan, stack=stack, shipper=SHIPPER, code=code, timeline=timeline
+                )
     except RehearseInputError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     except DemoError as exc:

@@ -9,8 +9,6 @@ host, stack and test worker (built under a lock, like the agent's venv in `tethe
 - `python:3.N`, `python:3.N-slim` (also `3.N.P`, `-bookworm`, …): a fresh venv of THIS machine's
   interpreter, with the standard library and pip only (setuptools removed, as in python:3.12+
   images). The Python version is this machine's, whatever N says.
-- `tether-examples/tiny-cpu:0.1.0` (`examples/tiny-cpu/Dockerfile`): the same plus the example
-  project `examples/tiny-cpu` (standard library only), as its Dockerfile installs it.
 - `pytorch/pytorch:2.N.P-cudaX.Y-cudnnZ-runtime` (`examples/qlora-7b/job.yaml`): THIS
   interpreter's torch (a CPU build, whatever version the tag says) and the Hugging Face stack
   the example's `pip install -r requirements.txt` puts on top of the image (transformers, peft,
@@ -45,7 +43,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.synth import BUILD, ROOT, source_hash
+from infra.synth import BUILD, source_hash
 
 IMAGES = BUILD / "local-images"
 _PURELIB = "import sysconfig; print(sysconfig.get_path('purelib'))"
@@ -90,12 +88,6 @@ class StandIn:
 
 
 PYTHON_SLIM = Recipe("python-slim", "python:3.N[.P][-slim][-<debian release>]")
-TINY_CPU_IMAGE = "tether-examples/tiny-cpu:0.1.0"
-TINY_CPU = Recipe(
-    "tiny-cpu",
-    TINY_CPU_IMAGE,
-    projects=(ROOT / "examples" / "tiny-cpu",),
-)
 PYTORCH_HF = Recipe(
     "pytorch-hf",
     "pytorch/pytorch:2.N.P-cudaX.Y-cudnnZ-runtime",
@@ -111,7 +103,6 @@ CATALOGUE: tuple[tuple[re.Pattern[str], Recipe], ...] = (
         ),
         PYTHON_SLIM,
     ),
-    (re.compile(r"^(?:docker\.io/)?" + re.escape(TINY_CPU_IMAGE) + "$"), TINY_CPU),
     (
         re.compile(r"^(?:docker\.io/)?pytorch/pytorch:2\.\d+\.\d+-cuda\d+\.\d+-cudnn\d+-runtime$"),
         PYTORCH_HF,
@@ -273,8 +264,6 @@ __all__ = [
     "CATALOGUE",
     "PYTHON_SLIM",
     "PYTORCH_HF",
-    "TINY_CPU",
-    "TINY_CPU_IMAGE",
     "ImageError",
     "Recipe",
     "StandIn",

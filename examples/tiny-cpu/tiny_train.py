@@ -1,6 +1,6 @@
-"""A tiny deterministic training script: the demo's job (examples/tiny-cpu.yaml).
+"""A tiny deterministic training script: the demo's job (examples/tiny-cpu/job.yaml).
 
-    python -m tiny_train --steps N --checkpoint-every K
+    python tiny_train.py --steps N --checkpoint-every K
 
 Linear regression by SGD with momentum on plain Python floats, batches drawn from
 `random.Random(seed)`: the standard library only, so it runs on a stock `python:3.12-slim`.

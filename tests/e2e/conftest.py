@@ -4,6 +4,10 @@ One stack per test module (moto is process-wide, so one per xdist worker at a ti
 works on its own job, so tests do not depend on each other's leftovers. `provision_by_hand` does
 what the lifecycle's provision does (mint the generation's keys, store the generation, rent with
 the host environment) for the tests that must run before, or without, the real lifecycle.
+
+The example job (`examples/tiny-cpu/job.yaml`) ships its folder as its code: `tiny_spec()` is
+the example without `code` (a command that needs no script), and `example_code(stack.api_url)` packs
+and uploads the folder as `tether submit` does and gives the `code` to post with it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pytest
 import yaml
 
 from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, mint_job_credentials
+from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.store import JobStore
 from functions.adapters.vast import OfferGone, VastClient
 from functions.domain.agent_token import hash_token, new_agent_token
@@ -27,6 +32,7 @@ from functions.domain.jobspec import JobSpec, parse_job
 from functions.domain.labels import instance_label
 from functions.domain.onstart import build_host_env, build_onstart
 from tests.paths import ROOT
+from tether_cli.local_ship import SHIPPER, local_api, shipped_spec
 from tether_local.hosts import LocalHost
 from tether_local.stack import CLOUDFLARE_PARENT_KEY, R2_BUCKET, LocalStack, LocalStackConfig
 
@@ -35,12 +41,27 @@ SIGNED = {
     "execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=0"
 }
 T = TypeVar("T")
+EXAMPLE_DIR = ROOT / "examples" / "tiny-cpu"
+EXAMPLE_JOB = EXAMPLE_DIR / "job.yaml"
 
 
 def tiny_spec(**overrides: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+    """The example job without its `code` (the API takes an archive, not a directory), with
+    `overrides`; pass `code=example_code(stack.api_url)` to run its script."""
+    spec: dict[str, Any] = yaml.safe_load(EXAMPLE_JOB.read_text())
+    del spec["code"]
     spec.update(overrides)
     return spec
+
+
+def example_code(api_url: str) -> dict[str, Any]:
+    """The example's folder packed and uploaded to the stack at `api_url` as `tether submit`
+    does (the upload skipped when the archive is there already): the `code` (`{dir, archive}`)
+    to submit with; the command runs in that folder, extracted."""
+    spec = parse_job(yaml.safe_load(EXAMPLE_JOB.read_text()))
+    with local_api(api_url) as client, SHIPPER.pack(spec, EXAMPLE_JOB) as code:
+        shipped: dict[str, Any] = shipped_spec(client, spec, code)[0]["code"]
+    return shipped
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
@@ -92,7 +113,9 @@ def provision_by_hand(
 ) -> HandProvisioned:
     """What the lifecycle's provision does, by hand: a job stored directly (no state machine
     execution), job-scoped credentials minted at the Cloudflare simulator, a generation with the
-    agent token's hash, and a rent whose env is `build_host_env`'s."""
+    agent token's hash, and a rent whose env is `build_host_env`'s. A `code` archive
+    (`example_code`) is copied into the job's prefix with the lifecycle's own `CodeBucket`, as its
+    `place_code` does."""
     spec = parse_job(tiny_spec(run=run, **spec_overrides))
     store = JobStore(stack.table_name())
     now = time.time()
@@ -110,6 +133,15 @@ def provision_by_hand(
     credentials = mint_job_credentials(
         cloudflare, account, job.job_id, 1, ttl_s=ttl_s, endpoint=stack.s3_url
     )
+    if spec.code is not None and spec.code.archive is not None:
+        code = CodeBucket(
+            endpoint=stack.s3_url,
+            bucket=R2_BUCKET,
+            mint=lambda prefix, objects, permission, ttl: cloudflare.mint_temp_credentials(
+                R2_BUCKET, CLOUDFLARE_PARENT_KEY, prefix, ttl, permission, objects=objects
+            ),
+        )
+        code.copy_to_job(spec.code.archive.sha256, job.job_id, spec.code.archive.size_bytes)
     token = new_agent_token()
     lease_expires_at = now + spec.policy.lease_window_s
     env = build_host_env(

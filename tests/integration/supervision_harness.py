@@ -154,7 +154,7 @@ class Supervised:
     # jobs ----------------------------------------------------------------------------------
 
     def submit(self, **overrides: Any) -> Job:
-        spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+        spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "job.yaml").read_text())
         for key, value in overrides.items():
             if isinstance(value, dict) and isinstance(spec.get(key), dict):
                 spec[key].update(value)

@@ -1,13 +1,14 @@
 """`tether demo`: a deterministic CPU training job on the local stack, with faults injected.
 
-A scenario submits the tiny standard-library job (`python -m tiny_train` on the image
-`tether-examples/tiny-cpu:0.1.0`, both from `examples/tiny-cpu/`: it checkpoints its full
-state, RNG included) through the real API, lets the real monitor and state machine supervise
-it, injects its faults through the stack's chaos controls, and then judges the run from stored
-state only: DynamoDB (job, generations, timeline), the S3 stand-in (checkpoints and manifests)
-and the Vast simulator's ledger (`tether_local.invariants`). Invariant 8 compares the weights of
-the highest verified checkpoint with an uninterrupted reference run of the same command to the
-same step, run directly (no stack) on the same image stand-in, in a temporary directory.
+A scenario submits the tiny standard-library job (`examples/tiny-cpu/job.yaml`:
+`python tiny_train.py` on the stock `python:3.12-slim`, its folder shipped as the job's code; it
+checkpoints its full state, RNG included) through the real API as `tether submit` does, lets
+the real monitor and state machine supervise it, injects its faults through the stack's chaos
+controls, and then judges the run from stored state only: DynamoDB (job, generations,
+timeline), the S3 stand-in (checkpoints and manifests) and the Vast simulator's ledger
+(`tether_local.invariants`). Invariant 8 compares the weights of the highest verified checkpoint
+with an uninterrupted reference run of the same command to the same step, run directly (no
+stack) on the same image stand-in, from the example's folder.
 
 Timers. Everything runs on real time (agents compare leases with the wall clock), so the demo's
 job uses second-scale timers: a 1 s heartbeat, a 6 s heartbeat timeout, 3 s of GPU
@@ -27,12 +28,13 @@ crash-loop, killed-during-upload, killed-during-restore, forged-manifest, heartb
 (`demo_stack_config()`) to share one start-up.
 
 Modules: `job` (the training command, its spec and the stack's configuration), `run` (one run's
-polling and bookkeeping), `scenarios` (the catalogue), `flood` (the junk heartbeats of
-`heartbeat-flood`), `driver` (`run_scenario`), `evidence`
-(stored state, checkpoints verified with the agent's own manifest rules), `summary` (the
-verdict), and `rehearse` (`tether rehearse`: a user's own job on the same machinery, imported
-from its module). The names below are the demo's public face: the CLI, the tests and the
-benchmarks use only these.
+polling and bookkeeping), `submit` (the `CodeShipper` the caller passes: `tether submit`'s own
+packing, upload and submit, from the CLI above), `scenarios` (the catalogue), `flood` (the junk
+heartbeats of `heartbeat-flood`), `driver` (`run_scenario`), `evidence` (stored state,
+checkpoints verified with the agent's own manifest rules), `summary` (the verdict), and
+`rehearse` (`tether rehearse`: a user's own job on the same machinery, imported from its
+module). The names below are the demo's public face: the CLI, the tests and the benchmarks use
+only these.
 """
 
 from tether_local.demo.driver import run_scenario
@@ -47,6 +49,7 @@ from tether_local.demo.job import (
 )
 from tether_local.demo.run import DemoError, Scenario
 from tether_local.demo.scenarios import DEFAULT_SCENARIO, MID_INTERVAL_S, SCENARIOS
+from tether_local.demo.submit import CodeShipper, PackedCode
 from tether_local.demo.summary import DemoSummary, reference_weights_sha256
 
 __all__ = [
@@ -57,10 +60,12 @@ __all__ = [
     "MONITOR_INTERVAL_S",
     "SCENARIOS",
     "SIGNED",
+    "CodeShipper",
     "DemoError",
     "DemoSummary",
     "Flood",
     "FloodReport",
+    "PackedCode",
     "Scenario",
     "TrainArgs",
     "demo_job",

@@ -1,9 +1,10 @@
 """The demo's job: the tiny training command, its spec with second-scale timers, and the
 configuration of the stack it runs on (see the package docstring for why those timers are safe).
 
-The job is `examples/tiny-cpu.yaml`: `python -m tiny_train …` on the image
-`tether-examples/tiny-cpu:0.1.0` (`examples/tiny-cpu/`: the script as a small project plus the
-Dockerfile that builds the image). Locally that image is a stand-in (`tether_local.images`)."""
+The job is `examples/tiny-cpu/job.yaml`: `python tiny_train.py …` on the stock image
+`python:3.12-slim` (locally its stand-in, `tether_local.images`: the standard library and pip),
+in its own folder shipped as the job's code (`code: {dir: .}`, packed and uploaded as
+`tether submit` does: `tether_local.demo.submit`)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from functions import settings as function_settings
 from tether_local.stack import LocalStackConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE_JOB = ROOT / "examples" / "tiny-cpu.yaml"
-TRAIN_MODULE = "tiny_train"  # examples/tiny-cpu/tiny_train.py, installed in the job's image
+EXAMPLE_DIR = ROOT / "examples" / "tiny-cpu"
+EXAMPLE_JOB = EXAMPLE_DIR / "job.yaml"  # its code.dir is EXAMPLE_DIR
+TRAIN_SCRIPT = "tiny_train.py"  # in the job's code, the command's working directory
 WEIGHTS_FILE = "weights.json"  # in each of its checkpoints; final_sha256.txt is its sha256
 MONITOR_INTERVAL_S = 1.0
 PULSE_MAX_AGE_S = 4.0
@@ -52,7 +54,7 @@ class TrainArgs:
 
     def argv(self, *, steps: int | None = None) -> list[str]:
         return [
-            "-m", TRAIN_MODULE,
+            TRAIN_SCRIPT,
             "--steps", str(steps if steps is not None else self.steps),
             "--checkpoint-every", str(self.checkpoint_every),
             "--seed", str(self.seed),
@@ -69,14 +71,15 @@ class TrainArgs:
 
 @cache
 def demo_image() -> str:
-    """The image of the demo's job (examples/tiny-cpu.yaml)."""
+    """The image of the demo's job (examples/tiny-cpu/job.yaml)."""
     spec: dict[str, Any] = yaml.safe_load(EXAMPLE_JOB.read_text())
     return str(spec["image"])
 
 
 def demo_job(train: TrainArgs, **overrides: Any) -> dict[str, Any]:
-    """examples/tiny-cpu.yaml with the scenario's command, second-scale timers and overrides
-    (a mapping value merges into the section of that name)."""
+    """examples/tiny-cpu/job.yaml with the scenario's command, second-scale timers and
+    overrides (a mapping value merges into the section of that name). Its `code.dir` is
+    relative to `EXAMPLE_JOB`'s folder: submit it with `tether_local.demo.submit`."""
     spec: dict[str, Any] = yaml.safe_load(EXAMPLE_JOB.read_text())
     spec["name"] = "demo"
     spec["run"] = train.command()
@@ -111,9 +114,11 @@ def demo_stack_config(root: Path | None = None) -> LocalStackConfig:
 
 __all__ = [
     "DEMO_POLICY",
+    "EXAMPLE_DIR",
+    "EXAMPLE_JOB",
     "MONITOR_INTERVAL_S",
     "SIGNED",
-    "TRAIN_MODULE",
+    "TRAIN_SCRIPT",
     "WEIGHTS_FILE",
     "TrainArgs",
     "demo_image",

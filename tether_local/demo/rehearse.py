@@ -3,9 +3,13 @@ judged against an uninterrupted run of the same command (docs/rehearse.md).
 
 1. The reference: the job's `run` command, run once directly (no stack) in the stand-in of the
    job's `image`, with the job's `env` (and the rehearsal's overrides), the hooks on PYTHONPATH
-   and `TETHER_CHECKPOINT_DIR` in a temporary directory, as the demo's reference run does. Its
-   highest marked checkpoint is the uninterrupted result; its step is where the run ends.
-2. The rehearsal: the same spec submitted through the local stack's real API, with the demo's
+   and `TETHER_CHECKPOINT_DIR` in a temporary directory, as the demo's reference run does. A job
+   with `code.dir` runs in that directory as `tether submit` packs it (the caller's
+   `CodeShipper`), extracted by the agent's own code: what .gitignore or .tetherignore leave out
+   is missing here as it is on a host, so a script that needs it fails now, not after the kills.
+   Its highest marked checkpoint is the uninterrupted result; its step is where the run ends.
+2. The rehearsal: the same spec submitted through the local stack's real API, its code the same
+   archive uploaded as `tether submit` uploads it (the `CodeShipper`), with the demo's
    second-scale timers (`DEMO_POLICY`: a 1 s heartbeat) and room for every kill
    (`max_replacements_dead`). Each kill waits until the live generation reports a step at or
    past the one asked for, then destroys its host (disk wiped); the next kill waits for the
@@ -31,18 +35,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict
 from tether_agent.checkpoints import MANIFEST_NAME, Manifest
+from tether_agent.code_archive import extract_safely
+from tether_agent.job_code import CodeUnavailable
 from tether_agent.training_env import HOOKS_DIR
 
 from functions.adapters.store import JobView
 from functions.domain.job import JobState, is_terminal
-from functions.domain.jobspec import JobSpec
+from functions.domain.jobspec import JobSpec, SpecError, parse_job
 from tether_local import invariants
 from tether_local.demo.evidence import checkpoint_facts, live_instances, s3_root
-from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, SIGNED, TrainArgs
+from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, MonitorClock, Scenario
+from tether_local.demo.submit import CodeShipper, PackedCode
 from tether_local.demo.timeline import Timeline, quiet
 from tether_local.hosts import SYSTEM_PATH
 from tether_local.images import stand_in
@@ -123,16 +129,29 @@ def training_env(spec: JobSpec, overrides: Mapping[str, str]) -> dict[str, str]:
 
 
 def reference_run(
-    spec: JobSpec, env: Mapping[str, str], into: Path, timeout_s: float
+    spec: JobSpec,
+    env: Mapping[str, str],
+    into: Path,
+    timeout_s: float,
+    code: PackedCode | None = None,
 ) -> tuple[int, dict[str, str]]:
-    """Run the job's command uninterrupted in its image's stand-in; its final marked checkpoint
-    (step, relative path → sha256). DemoError if it fails or marks no checkpoint."""
+    """Run the job's command uninterrupted in its image's stand-in (in `code`, extracted, when
+    the job ships one); its final marked checkpoint (step, relative path → sha256). DemoError if
+    it fails or marks no checkpoint."""
     image = stand_in(spec.image)
     marker = spec.checkpoint.marker
     checkpoints = into / "checkpoints"
     checkpoints.mkdir(parents=True)
     work = into / "work"
     work.mkdir()
+    cwd, code_env = work, {}
+    if code is not None:
+        cwd = work / "code"  # where the agent puts it: $TETHER_WORK_DIR/code
+        try:
+            extract_safely(code.path, cwd)
+        except CodeUnavailable as exc:
+            raise DemoError(str(exc)) from None
+        code_env = {"TETHER_CODE_DIR": str(cwd)}
     full_env = {
         "PATH": f"{image.bin}:{SYSTEM_PATH}",
         "HOME": str(work),
@@ -142,12 +161,13 @@ def reference_run(
         "PYTHONPATH": str(HOOKS_DIR),
         "TETHER_CHECKPOINT_DIR": str(checkpoints),
         "TETHER_MARKER": marker,
+        **code_env,
     }
     try:
         done = subprocess.run(
             shlex.split(spec.run),
             env=full_env,
-            cwd=work,
+            cwd=cwd,
             capture_output=True,
             text=True,
             check=False,
@@ -224,15 +244,17 @@ def prepare(
     kill_at: Sequence[int] | None = None,
     kills: int | None = None,
     seed: int = 0,
+    code: PackedCode | None = None,
     timeline: Timeline = quiet,
 ) -> Plan:
-    """The uninterrupted reference run and the kills. RehearseInputError for a kill that does not
-    fit the run, DemoError when the reference run fails."""
+    """The uninterrupted reference run (in `code`, the job's packed `code.dir`, when it has one:
+    `CodeShipper.pack`) and the kills. RehearseInputError for a kill that does not fit the run,
+    DemoError when the reference run fails."""
     env = training_env(spec, env_overrides or {})
     started = time.time()
     timeline(0.0, "rehearse", f"uninterrupted reference run: {spec.run}")
     with tempfile.TemporaryDirectory(prefix="tether-rehearse-") as tmp:
-        last_step, reference = reference_run(spec, env, Path(tmp), REFERENCE_TIMEOUT_S)
+        last_step, reference = reference_run(spec, env, Path(tmp), REFERENCE_TIMEOUT_S, code)
     took = time.time() - started
     timeline(took, "rehearse", f"the uninterrupted run ended at step {last_step} in {took:.1f} s")
     steps = kill_steps(at=kill_at, count=kills, seed=seed, last_step=last_step)
@@ -242,10 +264,17 @@ def prepare(
 
 
 def rehearse(
-    spec: JobSpec, plan: Plan, *, stack: LocalStack, timeline: Timeline = quiet
+    spec: JobSpec,
+    plan: Plan,
+    *,
+    stack: LocalStack,
+    shipper: CodeShipper,
+    code: PackedCode | None = None,
+    timeline: Timeline = quiet,
 ) -> RehearseReport:
-    """Rehearse `spec` on `stack` (made with `demo_stack_config()`) with `plan`'s kills. DemoError
-    when the rehearsal cannot be driven to its end."""
+    """Rehearse `spec` on `stack` (made with `demo_stack_config()`) with `plan`'s kills, its code
+    `code` (the archive the reference ran in, submitted by `shipper`). DemoError when the
+    rehearsal cannot be driven to its end."""
     steps = plan.steps
     wait_s = WAIT_BASE_S + 4 * plan.reference_s
     scenario = Scenario(
@@ -259,16 +288,12 @@ def rehearse(
     run.clock = MonitorClock(stack, MONITOR_INTERVAL_S)
     asked: list[tuple[int, int]] = []  # (step asked, generation killed)
     try:
-        created = httpx.post(
-            stack.api_url + "/jobs",
-            json=rehearsal_spec(spec, plan.env, len(steps)),
-            headers=SIGNED,
-            timeout=60,
-        )
-        if created.status_code != 201:
-            raise DemoError(f"submit refused: {created.status_code} {created.text[:300]}")
-        run.job_id = str(created.json()["job_id"])
-        run.say(f"submitted job {run.job_id}: {spec.run}; kills at steps {steps}")
+        rehearsed = parse_job(rehearsal_spec(spec, plan.env, len(steps)))
+    except SpecError as exc:
+        raise DemoError(f"the rehearsal's spec is invalid: {exc}") from None
+    try:
+        run.job_id, shipped = shipper.submit(stack.api_url, rehearsed, code)
+        run.say(f"submitted job {run.job_id}: {spec.run}; {shipped}; kills at steps {steps}")
         run.start_monitor()
         after = 0
         for step in steps:

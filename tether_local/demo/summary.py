@@ -1,7 +1,8 @@
 """The demo's verdict: the summary it prints, and how it is reached from the evidence
 (`tether_local.invariants` checks DESIGN §6 on it). Invariant 8 compares the weights of the
 highest verified checkpoint with an uninterrupted reference run of the same command to the same
-step, run directly (no stack) in the job image's stand-in, in a temporary directory."""
+step, run directly (no stack) in the job image's stand-in, in the example's folder (the code
+the job ships), its checkpoints in a temporary directory."""
 
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ from tether_local.demo.evidence import (
     restore_candidates,
     s3_root,
 )
-from tether_local.demo.job import MONITOR_INTERVAL_S, WEIGHTS_FILE, TrainArgs, demo_image
+from tether_local.demo.job import (
+    EXAMPLE_DIR,
+    MONITOR_INTERVAL_S,
+    WEIGHTS_FILE,
+    TrainArgs,
+    demo_image,
+)
 from tether_local.demo.run import DemoError, DemoRun
 from tether_local.hosts import SYSTEM_PATH
 from tether_local.images import stand_in
@@ -65,8 +72,9 @@ class DemoSummary(BaseModel):
 @cache
 def reference_weights_sha256(train: TrainArgs, step: int) -> str:
     """The weights of an uninterrupted run of the same command, stopped at `step`: the script
-    run directly in the job image's stand-in (no stack, no sleeps: they do not change the
-    arithmetic), with the hooks on PYTHONPATH as the agent puts them."""
+    run directly in the job image's stand-in from the example's folder, as the host runs it in
+    the extracted code (no stack, no sleeps: they do not change the arithmetic), with the hooks
+    on PYTHONPATH as the agent puts them."""
     image = stand_in(demo_image())
     with tempfile.TemporaryDirectory(prefix="tether-reference-") as tmp:
         env = {
@@ -78,6 +86,7 @@ def reference_weights_sha256(train: TrainArgs, step: int) -> str:
         done = subprocess.run(
             [str(image.python), *train.argv(steps=step), "--checkpoint-dir", tmp],
             env=env,
+            cwd=EXAMPLE_DIR,
             capture_output=True,
             text=True,
             check=False,

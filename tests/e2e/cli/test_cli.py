@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import tiny_spec, wait_for
+from tests.e2e.conftest import EXAMPLE_DIR, tiny_spec, wait_for
 from tether_cli import api_client
 from tether_cli.main import main
 from tether_local.stack import LocalStack
@@ -31,9 +31,10 @@ def test_cli_submits_watches_and_reads_the_log(
 ) -> None:
     monkeypatch.setenv(api_client.LOCAL_STATE_ENV, str(tmp_path / "local-stack.json"))
     api_client.write_local_state(stack.api_url)
-    run = "python -m tiny_train --steps 20 --checkpoint-every 10"
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec(name="cli-e2e", run=run)))
+    run = "python tiny_train.py --steps 20 --checkpoint-every 10"
+    spec = tmp_path / "job.yaml"  # its code: the example's folder, shipped by `tether submit`
+    shipped = {"dir": str(EXAMPLE_DIR)}
+    spec.write_text(yaml.safe_dump(tiny_spec(name="cli-e2e", run=run, code=shipped)))
     code, out, err = cli(capsys, "submit", str(spec), "--local", "--json")
     assert code == 0, err
     job_id = json.loads(out)["job_id"]
@@ -51,7 +52,8 @@ def test_cli_submits_watches_and_reads_the_log(
     assert job_id in [j["job_id"] for j in json.loads(out)["jobs"]]
     code, out, err = cli(capsys, "logs", job_id, "--local", "--follow", "--interval", "0.2")
     assert code == 0, err
-    assert out.startswith("[tether] generation 1 on instance ")
+    assert out.startswith("[tether] code: archive ")  # fetched before anything ran
+    assert "\n[tether] generation 1 on instance " in out
     assert out.endswith("[tether] training exited with 0\n")
     code, out, err = cli(capsys, "status", job_id, "--local")
     assert code == 0 and "state     FINISHED" in out

@@ -10,7 +10,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from functions.domain import agent_env
-from tests.e2e.conftest import api, s3_keys, tiny_spec, wait_for
+from tests.e2e.conftest import api, example_code, s3_keys, tiny_spec, wait_for
 from tether_local.stack import LocalStack
 
 pytestmark = pytest.mark.slow
@@ -19,8 +19,9 @@ TERMINAL = {"FINISHED", "FAILED", "CANCELLED", "OVER_BUDGET"}
 
 
 def test_submitted_job_is_provisioned_trains_and_finishes(stack: LocalStack) -> None:
-    run = "python -m tiny_train --steps 30 --checkpoint-every 10"
-    created = api(stack, "POST", "/jobs", json=tiny_spec(name="end-to-end", run=run))
+    run = "python tiny_train.py --steps 30 --checkpoint-every 10"
+    spec = tiny_spec(name="end-to-end", run=run, code=example_code(stack.api_url))
+    created = api(stack, "POST", "/jobs", json=spec)
     assert created.status_code == 201, created.text
     job_id = created.json()["job_id"]
 

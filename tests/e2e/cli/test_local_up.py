@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import SIGNED, tiny_spec
+from tests.e2e.conftest import SIGNED, example_code, tiny_spec
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
-TRAIN = "python -m tiny_train --steps 150 --checkpoint-every 50 --step-seconds 0.02"
+TRAIN = "python tiny_train.py --steps 150 --checkpoint-every 50 --step-seconds 0.02"
 
 
 class Terminal:
@@ -92,9 +92,8 @@ def test_local_up_shows_the_timeline_and_logs_the_functions_to_files(tmp_path: P
         terminal.wait_for("serving", timeout_s=180)
         api = terminal.wait_for("API: ", 1).split()[1]
         logs = Path(terminal.wait_for("Logs: ", 1).split()[1]).parent
-        created = httpx.post(
-            f"{api}/jobs", json=tiny_spec(name="watched", run=TRAIN), headers=SIGNED, timeout=60
-        )
+        spec = tiny_spec(name="watched", run=TRAIN, code=example_code(api))
+        created = httpx.post(f"{api}/jobs", json=spec, headers=SIGNED, timeout=60)
         assert created.status_code == 201, created.text
         job_id = created.json()["job_id"]
         for kind in ("submitted", "rented", "generation 1 training", "job ended FINISHED"):

@@ -13,6 +13,7 @@ import pytest
 
 from functions.adapters.store import JobStore
 from functions.domain.job import Generation
+from tether_cli.local_ship import SHIPPER
 from tether_local.demo import MONITOR_INTERVAL_S, DemoSummary, demo_stack_config, run_scenario
 from tether_local.stack import R2_BUCKET, LocalStack
 
@@ -56,7 +57,7 @@ def _billed_one_at_a_time(stack: LocalStack, instance_ids: list[int]) -> None:
 def test_killed_during_upload_restores_the_previous_complete_checkpoint(
     demo_stack: LocalStack,
 ) -> None:
-    summary = run_scenario("killed-during-upload", stack=demo_stack)
+    summary = run_scenario("killed-during-upload", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.scenario_checks == {
         "killed_mid_upload": True,
@@ -79,7 +80,7 @@ def test_killed_during_upload_restores_the_previous_complete_checkpoint(
 def test_killed_during_restore_the_third_generation_restores_and_finishes(
     demo_stack: LocalStack,
 ) -> None:
-    summary = run_scenario("killed-during-restore", stack=demo_stack)
+    summary = run_scenario("killed-during-restore", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.scenario_checks == {
         "killed_mid_restore": True,

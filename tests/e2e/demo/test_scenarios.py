@@ -9,6 +9,7 @@ import pytest
 
 from functions.adapters.store import JobStore
 from tests.paths import ROOT
+from tether_cli.local_ship import SHIPPER
 from tether_cli.main import main
 from tether_local.demo import DemoSummary, demo_stack_config, run_scenario
 from tether_local.stack import LocalStack
@@ -34,7 +35,7 @@ def _generations(stack: LocalStack, job_id: str) -> list[int]:
 
 
 def test_dead_twice_resumes_twice_and_ends_identical(demo_stack: LocalStack) -> None:
-    summary = run_scenario("dead-twice", stack=demo_stack)
+    summary = run_scenario("dead-twice", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.identical_to_uninterrupted and summary.compared_step == 300
     assert [i.kind for i in summary.incidents] == ["dead", "dead"]
@@ -64,7 +65,7 @@ def test_zombie_is_superseded_never_billed_and_its_checkpoints_never_restored(
     """The zombie's key (still live) is refused (403) in g2's prefix and the job root; a
     complete checkpoint it plants in its own prefix at step 99,950 is never restored: g3
     restores g2's latest recorded one."""
-    summary = run_scenario("zombie", stack=demo_stack)
+    summary = run_scenario("zombie", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.scenario_checks == {
         "zombie_stopped_itself": True,
@@ -83,7 +84,7 @@ def test_zombie_is_superseded_never_billed_and_its_checkpoints_never_restored(
 def test_forged_manifests_are_skipped_and_the_real_checkpoint_restored(
     demo_stack: LocalStack,
 ) -> None:
-    summary = run_scenario("forged-manifest", stack=demo_stack)
+    summary = run_scenario("forged-manifest", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.scenario_checks == {
         "crafted_manifests_recorded": True,
@@ -105,14 +106,14 @@ def test_forged_manifests_are_skipped_and_the_real_checkpoint_restored(
 
 
 def test_hung_gpu_is_replaced(demo_stack: LocalStack) -> None:
-    summary = run_scenario("hung-gpu", stack=demo_stack)
+    summary = run_scenario("hung-gpu", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.identical_to_uninterrupted
     assert summary.incidents[0].detected_after_s is not None
 
 
 def test_hung_gpu_through_the_real_nvml_probe_is_replaced(demo_stack: LocalStack) -> None:
-    summary = run_scenario("hung-gpu-real-probe", stack=demo_stack)
+    summary = run_scenario("hung-gpu-real-probe", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.scenario_checks == {
         "probed_through_nvml": True,
@@ -127,13 +128,13 @@ def test_hung_gpu_through_the_real_nvml_probe_is_replaced(demo_stack: LocalStack
 
 
 def test_no_progress_with_idle_gpu_is_replaced(demo_stack: LocalStack) -> None:
-    summary = run_scenario("no-progress", stack=demo_stack)
+    summary = run_scenario("no-progress", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert _generations(demo_stack, summary.job_id) == [1, 2]
 
 
 def test_supervisor_dead_host_stops_itself_within_the_lease(demo_stack: LocalStack) -> None:
-    summary = run_scenario("supervisor-dead", stack=demo_stack)
+    summary = run_scenario("supervisor-dead", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.scenario_checks["host_stopped_itself"]
     assert summary.scenario_checks["no_gpu_billing_after_stop"]
@@ -144,7 +145,7 @@ def test_monitor_crash_renews_no_lease_and_the_host_stops_itself(demo_stack: Loc
     """Reproduction (issue 13, Why 1): a monitor failing after its first step wrote its pulse
     first, so leases went on being renewed and the host never stopped. Now nothing is renewed,
     the host stops itself within its lease, and the job resumes when the monitor is fixed."""
-    summary = run_scenario("monitor-crash", stack=demo_stack)
+    summary = run_scenario("monitor-crash", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.scenario_checks == {
         "monitor_failed_while_broken": True,
@@ -157,14 +158,14 @@ def test_monitor_crash_renews_no_lease_and_the_host_stops_itself(demo_stack: Loc
 
 
 def test_over_budget_stops_within_one_interval(demo_stack: LocalStack) -> None:
-    summary = run_scenario("over-budget", stack=demo_stack)
+    summary = run_scenario("over-budget", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.final_state == "OVER_BUDGET"
     assert summary.identical_to_uninterrupted  # the last checkpoint equals the reference's
 
 
 def test_vast_flaky_api_still_replaces_once(demo_stack: LocalStack) -> None:
-    summary = run_scenario("vast-flaky", stack=demo_stack)
+    summary = run_scenario("vast-flaky", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert _generations(demo_stack, summary.job_id) == [1, 2]
     assert not demo_stack.vast.pending_faults()
@@ -173,7 +174,7 @@ def test_vast_flaky_api_still_replaces_once(demo_stack: LocalStack) -> None:
 def test_vast_outage_during_stop_is_retried_and_the_host_destroyed_after_recovery(
     demo_stack: LocalStack,
 ) -> None:
-    summary = run_scenario("vast-outage-during-stop", stack=demo_stack)
+    summary = run_scenario("vast-outage-during-stop", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert summary.final_state == "CANCELLED"
     assert summary.scenario_checks == {
@@ -196,7 +197,7 @@ def test_vast_outage_during_stop_is_retried_and_the_host_destroyed_after_recover
 
 
 def test_crash_loop_fails_after_max_restarts(demo_stack: LocalStack) -> None:
-    summary = run_scenario("crash-loop", stack=demo_stack)
+    summary = run_scenario("crash-loop", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     job = JobStore(demo_stack.table_name()).get_job(summary.job_id)
     assert job is not None and job.state.value == "FAILED" and job.restarts == 2
@@ -208,7 +209,7 @@ def test_heartbeat_flood_is_refused_and_replaces_no_host(demo_stack: LocalStack)
     """Junk heartbeats at three times the heartbeat route's throttle for 10 s (issue 13, Why 7):
     every junk request a 4xx (429 past the bucket, as API Gateway answers), nothing stored, the
     agent's heartbeats never stopped for a heartbeat timeout, generation 1 trains to the end."""
-    summary = run_scenario("heartbeat-flood", stack=demo_stack)
+    summary = run_scenario("heartbeat-flood", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert set(summary.scenario_checks) == {
         "junk_never_accepted",

@@ -20,7 +20,7 @@ from tests.e2e.conftest import (
     wait_for,
 )
 from tether_local.hosts import SYSTEM_PATH
-from tether_local.images import TINY_CPU_IMAGE, stand_in
+from tether_local.images import stand_in
 from tether_local.stack import LocalStack
 
 pytestmark = pytest.mark.slow
@@ -51,8 +51,8 @@ def _ended(stack: LocalStack, job_id: str) -> Any:
         ),
         # What this machine's interpreter has is not the image's.
         ("python:3.12-slim", "python -c 'import moto'", "No module named 'moto'"),
-        # An image that carries packages carries those only.
-        (TINY_CPU_IMAGE, "python -c 'import pydantic'", "No module named 'pydantic'"),
+        # The demo's script comes with its code (`code.dir`), never with the image.
+        ("python:3.12-slim", "python -c 'import tiny_train'", "No module named 'tiny_train'"),
     ],
 )
 def test_a_job_importing_what_only_the_agent_had_fails_as_on_a_real_host(
@@ -77,7 +77,7 @@ def test_the_training_command_runs_on_the_images_interpreter(stack: LocalStack) 
         "'found': {m: u.find_spec(m) is not None for m in "
         "('tiny_train', 'tether_hooks', 'moto', 'boto3', 'tether_agent')}}))"
     )
-    job = provision_by_hand(stack, f"python -c {shlex.quote(probe)}", image=TINY_CPU_IMAGE)
+    job = provision_by_hand(stack, f"python -c {shlex.quote(probe)}", image="python:3.12-slim")
     host = job.host(stack)
 
     last = _ended(stack, job.job_id)
@@ -85,7 +85,7 @@ def test_the_training_command_runs_on_the_images_interpreter(stack: LocalStack) 
     assert last.phase == "finished", host.log_text()[-2000:]
     line = next(x for x in host.log_text().splitlines() if x.startswith("IMAGE-ENV "))
     seen = json.loads(line.removeprefix("IMAGE-ENV "))
-    image = stand_in(TINY_CPU_IMAGE)
+    image = stand_in("python:3.12-slim")
     assert Path(seen["prefix"]) == image.root
     assert seen["path"] == f"{image.bin}:{SYSTEM_PATH}"
     assert seen["venv"] is None
@@ -94,7 +94,7 @@ def test_the_training_command_runs_on_the_images_interpreter(stack: LocalStack) 
     assert hooks.parts[-2:] == ("tether_agent", "_hooks")
     assert sorted(p.name for p in hooks.glob("*.py")) == ["tether_hooks.py"]
     assert seen["found"] == {
-        "tiny_train": True,
+        "tiny_train": False,  # the example's script comes with its code, not the image
         "tether_hooks": True,
         "moto": False,
         "boto3": False,

@@ -18,6 +18,7 @@ from functions.domain import agent_env
 from tests.e2e.conftest import (
     SIGNED,
     api,
+    example_code,
     provision_by_hand,
     s3_keys,
     stored_heartbeat,
@@ -28,7 +29,7 @@ from tether_local.stack import R2_BUCKET, LocalStack
 
 pytestmark = pytest.mark.slow
 
-TRAIN = "python -m tiny_train --steps 30 --checkpoint-every 10"
+TRAIN = "python tiny_train.py --steps 30 --checkpoint-every 10"  # in the example's code
 HOLD = "sleep 600"  # a training command that just runs, for chaos tests
 CONCURRENCY = 16
 
@@ -74,7 +75,8 @@ def _error_code(call: object) -> str:
 
 
 def test_post_jobs_over_http_reaches_the_handler(stack: LocalStack) -> None:
-    created = api(stack, "POST", "/jobs", json=tiny_spec(name="over-http"))
+    spec = tiny_spec(name="over-http", code=example_code(stack.api_url))
+    created = api(stack, "POST", "/jobs", json=spec)
     assert created.status_code == 201, created.text
     job_id = created.json()["job_id"]
     assert created.json()["submitted_by"] == "arn:aws:iam::123456789012:user/AKIDLOCALTEST"
@@ -104,7 +106,7 @@ def test_front_refuses_unsigned_user_routes_and_names_bad_fields(stack: LocalSta
 
 
 def test_rented_host_runs_the_agent_which_heartbeats_and_uploads(stack: LocalStack) -> None:
-    job = provision_by_hand(stack, TRAIN)
+    job = provision_by_hand(stack, TRAIN, code=example_code(stack.api_url))
     host = job.host(stack)
     assert host.state in ("booting", "running")
 
@@ -119,8 +121,11 @@ def test_rented_host_runs_the_agent_which_heartbeats_and_uploads(stack: LocalSta
     manifests = [k for k in keys if k.endswith("/manifest.json")]
     assert len(manifests) == 3, keys  # steps 10, 20, 30, each complete with its manifest
     assert all(k.startswith(f"jobs/{job.job_id}/g1/checkpoints/") for k in manifests)
-    # everything the generation wrote is under its own prefix, its log segments too
-    assert keys and all(k.startswith(f"jobs/{job.job_id}/g1/") for k in keys), keys
+    # everything the generation wrote is under its own prefix, its log segments too (the code
+    # archive is the job's, placed before any generation)
+    code = f"jobs/{job.job_id}/code/"
+    written = [k for k in keys if not k.startswith(code)]
+    assert written and all(k.startswith(f"jobs/{job.job_id}/g1/") for k in written), keys
     # The agent ran from the wheel-built venv, in the host's own disk directory.
     assert (host.disk / "workspace" / "checkpoints").is_dir()
     assert "tether-agent" in host.log_text() or host.log_text() == ""
@@ -357,7 +362,8 @@ WRITE_RESULT = (
 
 def test_outputs_are_uploaded_and_outlive_the_destroyed_host(stack: LocalStack) -> None:
     assert stack.hosts is not None
-    job = provision_by_hand(stack, f"{TRAIN} && {WRITE_RESULT}", outputs={})
+    code = example_code(stack.api_url)
+    job = provision_by_hand(stack, f"{TRAIN} && {WRITE_RESULT}", outputs={}, code=code)
     host = job.host(stack)
     finished = wait_for(
         "the agent's 'finished' heartbeat with outputs",

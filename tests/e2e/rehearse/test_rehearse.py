@@ -18,6 +18,7 @@ from tether_cli.main import main
 pytestmark = pytest.mark.slow
 
 BROKEN = Path(__file__).with_name("forgets_rng.py")
+EXAMPLE = ROOT / "examples" / "tiny-cpu"
 
 
 @pytest.fixture
@@ -56,7 +57,9 @@ def _cmdline(process: psutil.Process) -> list[str]:
 
 
 def _spec(tmp_path: Path, **changes: Any) -> Path:
-    spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+    """The example's spec written to tmp_path/job.yaml with `changes`: its `code.dir` (".")
+    is then tmp_path, unless `changes` say otherwise."""
+    spec = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
     spec.update(changes)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -99,10 +102,14 @@ def test_a_script_that_does_not_restore_its_rng_is_not_identical(
 def test_the_tiny_cpu_example_resumes_identically(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], running_before: set[int]
 ) -> None:
-    example = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
-    assert example["run"] == "python -m tiny_train --steps 400 --checkpoint-every 20"
-    # slow enough to kill; the seed makes its command line this test's own
-    spec = _spec(tmp_path, run=example["run"] + " --step-seconds 0.02 --seed 4242")
+    example = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    assert example["run"] == "python tiny_train.py --steps 400 --checkpoint-every 20"
+    assert example["image"] == "python:3.12-slim" and example["code"] == {"dir": "."}
+    # Its code: the example's folder, packed as `tether submit` packs it; the uninterrupted run
+    # runs in that archive extracted, the rehearsal's hosts download it. Slow enough to kill;
+    # the seed makes its command line this test's own.
+    run = example["run"] + " --step-seconds 0.02 --seed 4242"
+    spec = _spec(tmp_path, run=run, code={"dir": str(EXAMPLE)})
     code = main(["rehearse", str(spec), "--kills", "2", "--seed", "7"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -129,6 +136,7 @@ def test_the_tiny_cpu_example_resumes_identically(
         (["--env", "STEP SECONDS"], {}, "--env: 'STEP SECONDS' is not NAME=VALUE"),
         ([], {"budget_usd": -1}, "budget_usd"),
         ([], {"image": "nobody/unknown:1"}, "image: image 'nobody/unknown:1' cannot be pulled"),
+        ([], {"code": {"dir": "no-such-dir"}}, "no-such-dir is not a directory"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field(

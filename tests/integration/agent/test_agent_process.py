@@ -23,7 +23,8 @@ from tests.integration.agent.conftest import (
     recorded,
     start_agent,
 )
-from tether_local.images import TINY_CPU_IMAGE, stand_in
+from tests.paths import ROOT
+from tether_local.images import stand_in
 from tether_local.s3server import S3Server
 
 
@@ -233,8 +234,9 @@ def test_gpu_probe_hang_reported_in_heartbeat(
 def test_interrupted_and_resumed_equals_uninterrupted(
     tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
 ) -> None:
-    python = str(stand_in(TINY_CPU_IMAGE).python)  # the demo image: tiny_train
-    tiny = [python, "-m", "tiny_train", "--steps", "60", "--checkpoint-every", "10"]
+    python = str(stand_in("python:3.12-slim").python)  # the demo's image
+    script = str(ROOT / "examples" / "tiny-cpu" / "tiny_train.py")
+    tiny = [python, script, "--steps", "60", "--checkpoint-every", "10"]
     straight = tmp_path / "straight"
     env0 = agent_env(straight, s3_server, create_bucket(s3_server, bucket + "x"), control_plane)
     assert finish(start_agent(env0, tiny))[0] == 0

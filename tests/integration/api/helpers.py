@@ -13,7 +13,10 @@ from functions.domain.job import Generation, JobState, TimelineEvent
 from tests.paths import ROOT
 
 TOKEN = "tok-" + "a" * 40
-SPEC: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+# The example without its `code.dir`: the API takes the archive `tether submit` packs from it
+# (tests that need code pass `code=`).
+SPEC: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "job.yaml").read_text())
+del SPEC["code"]
 
 
 def spec(**overrides: Any) -> dict[str, Any]:

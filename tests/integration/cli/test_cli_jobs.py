@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+import yaml
 from moto import mock_aws
 
 from functions.adapters import factory
@@ -42,7 +43,8 @@ from tether_cli.main import main
 from tether_cli.output import CliError
 from tether_local.apigw import LocalLambdaContext, http_api_event
 
-EXAMPLE = str(ROOT / "examples" / "tiny-cpu.yaml")
+# The example without its code.dir: this backend has no code bucket (tests/e2e ship code).
+EXAMPLE = str(ROOT / "tests" / "fixtures" / "tiny-cpu-no-code.yaml")
 TABLE = "tether-cli-test"
 API_URL = "https://cliapi.execute-api.us-east-1.amazonaws.com/"
 R2_HOST = "r2.test"
@@ -237,6 +239,12 @@ def test_resubmitting_with_the_same_key_is_reported_not_duplicated(backend, caps
     assert code == 0
     assert f"already submitted (same Idempotency-Key): {first}" in out
     assert backend.job_ids() == [first]
+
+
+def test_the_fixture_is_the_example_without_its_code() -> None:
+    example = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "job.yaml").read_text())
+    assert example.pop("code") == {"dir": "."}
+    assert yaml.safe_load(Path(EXAMPLE).read_text()) == example
 
 
 def test_an_invalid_spec_is_refused_before_anything_is_sent(backend, capsys, tmp_path) -> None:

@@ -47,7 +47,7 @@ def test_no_dev_or_local_package_is_installed(bare_tether: Path) -> None:
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("example", ["tiny-cpu.yaml", "qlora-7b/job.yaml"])
+@pytest.mark.parametrize("example", ["tiny-cpu/job.yaml", "qlora-7b/job.yaml"])
 def test_validate_and_plan_work_without_extras(bare_tether: Path, example: str) -> None:
     job = str(EXAMPLES / example)
     validated = run(bare_tether, "validate", job)
@@ -69,7 +69,11 @@ def test_every_user_command_builds_its_parser(bare_tether: Path) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["demo"], ["local", "up", "--port", "0"], ["rehearse", str(EXAMPLES / "tiny-cpu.yaml")]],
+    [
+        ["demo"],
+        ["local", "up", "--port", "0"],
+        ["rehearse", str(EXAMPLES / "tiny-cpu" / "job.yaml")],
+    ],
 )
 def test_local_stack_commands_name_the_missing_extra(bare_tether: Path, command: list[str]) -> None:
     done = run(bare_tether, *command)

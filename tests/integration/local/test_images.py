@@ -1,6 +1,6 @@
 """Image stand-ins hold exactly what their recipe says: built from this interpreter, with the
-standard library, pip and the recipe's distributions and projects, and nothing of the dev or
-agent environments (tether_local.images)."""
+standard library, pip and the recipe's distributions, and nothing of the dev or agent
+environments (tether_local.images)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,9 @@ import pytest
 
 from tests.paths import ROOT
 from tether_local import images
-from tether_local.images import (
-    PYTORCH_HF,
-    TINY_CPU_IMAGE,
-    ImageError,
-    Recipe,
-    StandIn,
-    stand_in,
-)
+from tether_local.images import PYTORCH_HF, ImageError, Recipe, StandIn, stand_in
 
-# Installed here (the dev venv, and the agent's venv) but in neither image.
+# Installed here (the dev venv, and the agent's venv) but in no image.
 NOT_IN_ANY_IMAGE = ("boto3", "httpx", "pydantic", "watchdog", "yaml", "tether_agent", "pytest")
 
 
@@ -64,21 +57,6 @@ def test_python_slim_holds_the_standard_library_and_pip_only() -> None:
         **dict.fromkeys(NOT_IN_ANY_IMAGE, False),
     }
     assert _inside(image, "import json, sys; print(json.dumps(sys.prefix))") == str(image.root)
-
-
-def test_the_demo_image_holds_the_example_project_only() -> None:
-    image = stand_in(TINY_CPU_IMAGE)
-    assert _distributions(image) == ["pip", "tiny-cpu-train"]
-    assert _importable(image, ("tiny_train", "numpy", *NOT_IN_ANY_IMAGE)) == {
-        "tiny_train": True,
-        "numpy": False,  # the example needs the standard library only
-        **dict.fromkeys(NOT_IN_ANY_IMAGE, False),
-    }
-    origin = _inside(
-        image,
-        "import json, importlib.util as u; print(json.dumps(u.find_spec('tiny_train').origin))",
-    )
-    assert Path(str(origin)).is_relative_to(image.root)  # installed, not the source tree
 
 
 @pytest.mark.parametrize("image", ["python:3.11-slim", "python:3.12-slim", "python:3.13"])

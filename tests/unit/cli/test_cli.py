@@ -17,7 +17,7 @@ from tether_cli import main as cli_main
 from tether_cli.main import main
 
 QLORA = str(ROOT / "examples" / "qlora-7b" / "job.yaml")
-TINY = str(ROOT / "examples" / "tiny-cpu.yaml")
+TINY = str(ROOT / "examples" / "tiny-cpu" / "job.yaml")
 OFFERS = str(ROOT / "tests" / "fixtures" / "offers_small.json")
 
 
@@ -42,11 +42,9 @@ def test_validate_examples(capsys, job):
     assert code == 0
     first, *rest = out.strip().splitlines()
     assert first.startswith(f"OK {job}: job ")
-    if job == TINY:
-        assert rest == []
-    else:  # `code: {dir: .}`: a second line says what submit would ship, the spec's folder
-        (shipped,) = rest
-        assert shipped.startswith(f"code: {Path(job).parent} would ship 4 files, ")
+    (shipped,) = rest  # `code: {dir: .}`: a second line says what submit would ship, the folder
+    files = 3 if job == TINY else 4
+    assert shipped.startswith(f"code: {Path(job).parent} would ship {files} files, ")
     assert err == ""
 
 
@@ -397,7 +395,7 @@ def test_startup_min_reaches_the_recommended_interval(capsys) -> None:
         code, out, _ = run(
             capsys,
             "plan",
-            str(ROOT / "examples" / "tiny-cpu.yaml"),
+            str(ROOT / "examples" / "tiny-cpu" / "job.yaml"),
             "--offers",
             str(ROOT / "tests" / "fixtures" / "offers_small.json"),
             "--startup-min",

@@ -14,7 +14,7 @@ import pytest
 from tests.paths import ROOT
 from tether_cli.main import main
 
-TINY = (ROOT / "examples" / "tiny-cpu.yaml").read_text()
+TINY = (ROOT / "examples" / "tiny-cpu" / "job.yaml").read_text()
 
 
 def laughs(levels: int = 9) -> str:

@@ -87,7 +87,7 @@ def test_a_value_is_never_an_argument(ssm, monkeypatch, capsys) -> None:
 
 
 def test_validate_warns_on_token_like_env_but_passes(tmp_path: Path, capsys) -> None:
-    spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "job.yaml").read_text())
     spec["env"] = {"HF_TOKEN": VALUE, "MODEL": "meta-llama/Llama-2-7b-hf"}
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(spec))

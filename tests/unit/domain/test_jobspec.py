@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from functions.domain.jobspec import JobSpec, SpecError, load_job_file, parse_job
 from tests.paths import ROOT
 
-# A spec beside the examples (`examples/tiny-cpu.yaml`) or in its example's folder
-# (`examples/qlora-7b/job.yaml`, whose code is that folder).
+# A spec file in examples/, or a project folder with its job.yaml (its code is that folder).
 EXAMPLES = sorted([*(ROOT / "examples").glob("*.yaml"), *(ROOT / "examples").glob("*/job.yaml")])
 
 
@@ -67,7 +66,7 @@ def test_examples_validate(path):
 
 
 def test_there_are_two_examples():
-    assert {_example_id(p) for p in EXAMPLES} >= {"qlora-7b/job.yaml", "tiny-cpu.yaml"}
+    assert {_example_id(p) for p in EXAMPLES} >= {"qlora-7b/job.yaml", "tiny-cpu/job.yaml"}
 
 
 # (dotted field to change, new value, path reported, fragment of the reason)

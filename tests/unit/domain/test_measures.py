@@ -26,7 +26,7 @@ from functions.domain.recovery import Resumed
 from tests.paths import ROOT
 
 NOW = 1_800_000_000.0
-SPEC = load_job_file(ROOT / "examples" / "tiny-cpu.yaml")
+SPEC = load_job_file(ROOT / "examples" / "tiny-cpu" / "job.yaml")
 GPU = GpuProbe(available=True, utilization_pct=90.0)
 
 

@@ -11,7 +11,7 @@ from functions.domain.secrets import looks_like_token, secret_name_of, token_war
 from tests.paths import ROOT
 from tests.unit.domain.test_onstart import storage
 
-EXAMPLE = yaml.safe_load((ROOT / "examples" / "tiny-cpu.yaml").read_text())
+EXAMPLE = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "job.yaml").read_text())
 
 
 def spec_dict(**overrides: object) -> dict[str, object]:
