@@ -160,6 +160,8 @@ def print_report(console: Console, report: Any) -> None:
     )
     for line in report.differences:
         console.print(Text(f"  {line}"))
+    for line in report.not_compared:
+        console.print(Text(f"  not compared: {line}"))
     if report.identical:
         console.print(
             Text("final checkpoint: identical to an uninterrupted run", style="bold green")

@@ -62,8 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--step-seconds",
         type=float,
-        default=0.0,
-        help="pause after each step (tiny mode: time to kill a host mid-run in a rehearsal)",
+        default=float(os.environ.get("QLORA_STEP_SECONDS") or 0),
+        help="pause after each step, for a rehearsal to kill a host mid-run "
+        "(default: $QLORA_STEP_SECONDS, else 0)",
     )
     return parser.parse_args(argv)
 
@@ -200,6 +201,25 @@ def with_lora(model: Any, args: argparse.Namespace, quantized: bool) -> Any:
 # --- training -----------------------------------------------------------------------------------
 
 
+def saved_step(checkpoint: str | None) -> int | None:
+    """The step a Trainer checkpoint was saved at (its trainer_state.json), if it says."""
+    if checkpoint is None:
+        return None
+    try:
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    step = state.get("global_step")
+    return step if isinstance(step, int) else None
+
+
+def load_adapter_weights(model: Any, checkpoint: Path) -> None:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(str(checkpoint / "adapter_model.safetensors")))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tiny = tiny_mode()
@@ -267,7 +287,15 @@ def main(argv: list[str] | None = None) -> int:
         f"train.py: {'tiny' if tiny else args.model}, HF_TOKEN {'set' if token else 'not set'}, "
         f"resuming from {resume or 'nothing'}"
     )
-    trainer.train(resume_from_checkpoint=resume)
+    done = saved_step(resume)
+    if resume is not None and done is not None and done >= args.max_steps:
+        # The run had ended (the host went after the final checkpoint, before the result was
+        # kept): the Trainer, resumed at max_steps, would train one step more. Take the final
+        # checkpoint's adapter as it is, so the result is the uninterrupted run's.
+        load_adapter_weights(model, Path(resume))
+        trainer.state.global_step = done
+    else:
+        trainer.train(resume_from_checkpoint=resume)
     # The adapter (adapter_model.safetensors + adapter_config.json), outside the checkpoints:
     # the job's result, uploaded by the agent once this exits. After a SIGTERM it is the adapter
     # at the step training stopped at (the final checkpoint holds the same).

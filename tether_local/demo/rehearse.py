@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import random
-import shlex
 import subprocess
 import tempfile
 import time
@@ -39,11 +39,12 @@ from pydantic import BaseModel, ConfigDict
 from tether_agent.checkpoints import MANIFEST_NAME, Manifest
 from tether_agent.code_archive import extract_safely
 from tether_agent.job_code import CodeUnavailable
-from tether_agent.training_env import HOOKS_DIR
+from tether_agent.training_env import training_env as agent_training_env
 
 from functions.adapters.store import JobView
 from functions.domain.job import JobState, is_terminal
 from functions.domain.jobspec import JobSpec, SpecError, parse_job
+from functions.domain.secrets import parameter_name
 from tether_local import invariants
 from tether_local.demo.evidence import checkpoint_facts, live_instances, s3_root
 from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
@@ -85,9 +86,22 @@ class RehearseReport(BaseModel):
     compared_step: int | None
     identical: bool
     differences: list[str]
+    not_compared: list[str]  # "path: why" for each reference file left out (`NOT_COMPARED`)
     kills: list[KillReport]
     reference_s: float
     wall_s: float
+
+
+# Files that record where the run ran, not what it learned: they differ between any two runs
+# in different directories, so they are named in the report instead of compared.
+NOT_COMPARED = {
+    "training_args.bin": "Hugging Face's pickled TrainingArguments, with the run's own output_dir",
+}
+
+
+def not_compared(path: str) -> str | None:
+    """Why the checkpoint file `path` is not compared, or None when it is."""
+    return NOT_COMPARED.get(PurePosixPath(path).name)
 
 
 def kill_steps(
@@ -128,6 +142,22 @@ def training_env(spec: JobSpec, overrides: Mapping[str, str]) -> dict[str, str]:
     return {**spec.env, **overrides}
 
 
+def rehearsal_secrets(spec: JobSpec) -> dict[str, str]:
+    """A value for each secret the spec names: this machine's environment variable of that name
+    when set, else a placeholder (a script that needs the real token only for downloads runs
+    its small variant without it). They stay on this machine: the reference run's environment
+    and the local stack's own parameter store."""
+    return {name: os.environ.get(name) or f"rehearsal-placeholder-{name}" for name in spec.secrets}
+
+
+def _secrets_said(spec: JobSpec) -> str:
+    said = [
+        f"{n} ({'from this environment' if n in os.environ else 'a placeholder'})"
+        for n in spec.secrets
+    ]
+    return "secrets " + ", ".join(said)
+
+
 def reference_run(
     spec: JobSpec,
     env: Mapping[str, str],
@@ -144,28 +174,28 @@ def reference_run(
     checkpoints.mkdir(parents=True)
     work = into / "work"
     work.mkdir()
-    cwd, code_env = work, {}
+    cwd = work
     if code is not None:
         cwd = work / "code"  # where the agent puts it: $TETHER_WORK_DIR/code
         try:
             extract_safely(code.path, cwd)
         except CodeUnavailable as exc:
             raise DemoError(str(exc)) from None
-        code_env = {"TETHER_CODE_DIR": str(cwd)}
-    full_env = {
-        "PATH": f"{image.bin}:{SYSTEM_PATH}",
-        "HOME": str(work),
-        "LANG": "C.UTF-8",
-        "PYTHONUNBUFFERED": "1",
-        **env,
-        "PYTHONPATH": str(HOOKS_DIR),
-        "TETHER_CHECKPOINT_DIR": str(checkpoints),
-        "TETHER_MARKER": marker,
-        **code_env,
-    }
+    outputs = into / "outputs" if spec.outputs is not None else None
+    if outputs is not None:
+        outputs.mkdir()
+    base = {"PATH": f"{image.bin}:{SYSTEM_PATH}", "HOME": str(work), "LANG": "C.UTF-8"}
+    full_env = agent_training_env(  # the agent's own function: the same variables as on a host
+        {**base, "PYTHONUNBUFFERED": "1", **env},
+        checkpoint_dir=checkpoints,
+        marker=marker,
+        progress_file=work / "progress.json",
+        code_dir=cwd if code is not None else None,
+        outputs_dir=outputs,
+    )
     try:
         done = subprocess.run(
-            shlex.split(spec.run),
+            ["bash", "-c", spec.run],  # as the agent runs it (`bash -c "$TETHER_RUN"`)
             env=full_env,
             cwd=cwd,
             capture_output=True,
@@ -254,7 +284,10 @@ def prepare(
     started = time.time()
     timeline(0.0, "rehearse", f"uninterrupted reference run: {spec.run}")
     with tempfile.TemporaryDirectory(prefix="tether-rehearse-") as tmp:
-        last_step, reference = reference_run(spec, env, Path(tmp), REFERENCE_TIMEOUT_S, code)
+        with_secrets = {**env, **rehearsal_secrets(spec)}  # as the agent adds them
+        last_step, reference = reference_run(
+            spec, with_secrets, Path(tmp), REFERENCE_TIMEOUT_S, code
+        )
     took = time.time() - started
     timeline(took, "rehearse", f"the uninterrupted run ended at step {last_step} in {took:.1f} s")
     steps = kill_steps(at=kill_at, count=kills, seed=seed, last_step=last_step)
@@ -291,6 +324,13 @@ def rehearse(
         rehearsed = parse_job(rehearsal_spec(spec, plan.env, len(steps)))
     except SpecError as exc:
         raise DemoError(f"the rehearsal's spec is invalid: {exc}") from None
+    ssm = stack.aws.client("ssm")
+    for name, value in rehearsal_secrets(spec).items():  # the local stack's store, not yours
+        ssm.put_parameter(
+            Name=parameter_name(name), Value=value, Type="SecureString", Overwrite=True
+        )
+    if spec.secrets:
+        run.say(_secrets_said(spec))
     try:
         run.job_id, shipped = shipper.submit(stack.api_url, rehearsed, code)
         run.say(f"submitted job {run.job_id}: {spec.run}; {shipped}; kills at steps {steps}")
@@ -378,6 +418,7 @@ def _report(
         compared_step=best.step if best is not None else None,
         identical=identical,
         differences=differences,
+        not_compared=[f"{p}: {why}" for p in sorted(plan.reference) if (why := not_compared(p))],
         kills=kills,
         reference_s=plan.reference_s,
         wall_s=round(time.time() - run.started_at, 1),
@@ -385,13 +426,15 @@ def _report(
 
 
 def _compare_files(directory: Path, reference: Mapping[str, str], marker: str) -> list[str]:
-    """Every file the uploaded checkpoint's manifest lists, by sha256, against the reference."""
+    """Every file the uploaded checkpoint's manifest lists, by sha256, against the reference
+    (but those in `NOT_COMPARED`)."""
     manifest = Manifest.model_validate_json((directory / MANIFEST_NAME).read_bytes())
     ours = {
         e.path: _sha256((directory / e.path).read_bytes())
         for e in manifest.files
-        if PurePosixPath(e.path).name != marker
+        if PurePosixPath(e.path).name != marker and not_compared(e.path) is None
     }
+    reference = {p: h for p, h in reference.items() if not_compared(p) is None}
     found = [f"{p}: only in the uninterrupted run" for p in sorted(set(reference) - set(ours))]
     found += [f"{p}: only in the rehearsal" for p in sorted(set(ours) - set(reference))]
     found += [
@@ -409,6 +452,7 @@ __all__ = [
     "RehearseInputError",
     "RehearseReport",
     "kill_steps",
+    "not_compared",
     "prepare",
     "rehearse",
 ]

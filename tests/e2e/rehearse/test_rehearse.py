@@ -121,6 +121,33 @@ def test_the_tiny_cpu_example_resumes_identically(
     assert _left_running("--seed 4242", running_before) == []
 
 
+def test_the_qlora_example_in_its_tiny_mode_resumes_identically(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], running_before: set[int]
+) -> None:
+    """The example users copy, rehearsed the way its README says: its small variant through
+    `--env`, its secret a placeholder, its `pip install … && python train.py` run by bash as on
+    a host. HF's training_args.bin (the run's own paths) is named, not compared."""
+    qlora = ROOT / "examples" / "qlora-7b"
+    example = yaml.safe_load((qlora / "job.yaml").read_text())
+    assert example["secrets"] == ["HF_TOKEN"] and example["code"] == {"dir": "."}
+    run = example["run"] + " --seed 4243"  # this test's own command line
+    spec = _spec(tmp_path, **{**example, "run": run, "code": {"dir": str(qlora)}})
+    tiny = ["--env", "QLORA_TINY=1", "--env", "QLORA_STEP_SECONDS=0.15"]  # as the README says
+    argv = ["rehearse", str(spec), "--kill-at-step", "15", *tiny, "--json"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    report = json.loads(out)
+    assert report["identical"] and report["differences"] == [], report
+    assert report["reference_step"] == report["compared_step"] == 40
+    assert report["not_compared"] == [
+        "training_args.bin: Hugging Face's pickled TrainingArguments, with the run's own output_dir"
+    ]
+    assert report["kills"][0]["resumed_step"] is not None, report["kills"]
+    assert "secrets HF_TOKEN (a placeholder)" in err
+    assert _left_running("--seed 4243", running_before) == []
+
+
 @pytest.mark.parametrize(
     ("args", "changes", "message"),
     [

@@ -98,3 +98,22 @@ def test_sigterm_saves_a_marked_final_checkpoint_and_the_resumed_run_ends_identi
     for name in ADAPTER:
         expected = (tmp_path / "straight" / "outputs" / name).read_bytes()
         assert (stopped_dir / "outputs" / name).read_bytes() == expected, name
+
+
+def test_resumed_from_the_final_checkpoint_the_adapter_is_the_uninterrupted_runs(
+    tmp_path: Path,
+) -> None:
+    """A host lost after the final checkpoint but before the result was kept: the replacement
+    restores checkpoint-40 (max_steps). The Trainer resumed there would run a 41st step and
+    save another adapter; the script keeps the checkpoint's (found by `tether rehearse`)."""
+    run_dir = tmp_path / "run"
+    _finish(_train(run_dir))
+    expected = {name: (run_dir / "outputs" / name).read_bytes() for name in ADAPTER}
+    for name in ADAPTER:
+        (run_dir / "outputs" / name).unlink()  # the replacement's disk has no outputs
+    resumed = _finish(_train(run_dir))  # the newest marked checkpoint is checkpoint-40
+    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-40'}" in resumed
+    assert "adapter at step 40 saved" in resumed
+    assert not (run_dir / "checkpoints" / "checkpoint-41").exists()
+    for name in ADAPTER:
+        assert (run_dir / "outputs" / name).read_bytes() == expected[name], name

@@ -1,13 +1,20 @@
 """`tether rehearse`'s kill steps: those asked for must fit the run, random ones are distinct,
-before the end, and the same for the same seed; `--env` and `--kill-at-step` parsing."""
+before the end, and the same for the same seed; `--env` and `--kill-at-step` parsing; which
+files are compared; where the rehearsal's secrets come from."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 
+from functions.domain.jobspec import parse_job
+from tests.paths import EXAMPLES
 from tether_cli.output import CliError
 from tether_cli.rehearse import parse_env, parse_steps
+from tether_local.demo import rehearse
 from tether_local.demo.rehearse import RehearseInputError, kill_steps
+
+_TINY = yaml.safe_load((EXAMPLES / "tiny-cpu" / "job.yaml").read_text())
 
 
 def test_steps_asked_for_are_kept() -> None:
@@ -72,3 +79,22 @@ def test_cli_parsing() -> None:
         parse_env(["=x"])
     with pytest.raises(CliError, match="--kill-at-step: '' is not a step number"):
         parse_steps("40,")
+
+
+def test_only_files_that_record_the_runs_paths_are_left_out_of_the_comparison() -> None:
+    assert rehearse.not_compared("training_args.bin") is not None
+    assert rehearse.not_compared("sub/training_args.bin") is not None
+    for compared in ("adapter_model.safetensors", "optimizer.pt", "rng_state.pth", "state.json"):
+        assert rehearse.not_compared(compared) is None
+
+
+def test_the_rehearsals_secrets_come_from_this_environment_or_are_placeholders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = parse_job({**_TINY, "secrets": ["HF_TOKEN", "WANDB_API_KEY"]})
+    monkeypatch.setenv("HF_TOKEN", "hf_local_value_1234")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert rehearse.rehearsal_secrets(spec) == {
+        "HF_TOKEN": "hf_local_value_1234",
+        "WANDB_API_KEY": "rehearsal-placeholder-WANDB_API_KEY",
+    }
