@@ -29,12 +29,13 @@ crash-loop, killed-during-upload, killed-during-restore, forged-manifest, heartb
 
 Modules: `job` (the training command, its spec and the stack's configuration), `run` (one run's
 polling and bookkeeping), `submit` (the `CodeShipper` the caller passes: `tether submit`'s own
-packing, upload and submit, from the CLI above), `scenarios` (the catalogue), `flood` (the junk
-heartbeats of `heartbeat-flood`), `driver` (`run_scenario`), `evidence` (stored state,
-checkpoints verified with the agent's own manifest rules), `summary` (the verdict), and
-`rehearse` (`tether rehearse`: a user's own job on the same machinery, imported from its
-module). The names below are the demo's public face: the CLI, the tests and the benchmarks use
-only these.
+packing, upload and submit, from the CLI above), `scenarios` (the catalogue), the drivers of its
+faults by family (`host_faults`, `service_faults`, `transfer_kills`, `hostile_hosts`,
+`monitor_faults`, with `storage_attacks`), `flood` (the junk heartbeats of `heartbeat-flood`),
+`driver` (`run_scenario`), `evidence` (stored state, checkpoints verified with the agent's own
+manifest rules), `summary` (the verdict), and `rehearse` (`tether rehearse`: a user's own job on
+the same machinery, imported from its module). The names below are the demo's public face: the
+CLI, the tests and the benchmarks use only these.
 """
 
 from tether_local.demo.driver import run_scenario
