@@ -16,22 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from functions.adapters.cloudflare import Permission, TempCredentials
+from functions.adapters.r2 import r2_client
 from functions.domain.storage_layout import code_upload_key, job_code_key, job_code_prefix
 
 TTL_S = 900  # Cloudflare's minimum is what every operation here needs at most
 _CHUNK = 1024 * 1024
-_BOTO_CONFIG = Config(
-    signature_version="s3v4",
-    s3={"addressing_style": "path"},
-    retries={"max_attempts": 3, "mode": "standard"},
-    connect_timeout=5,
-    read_timeout=20,
-)
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
 # (prefix or "", exact keys, permission, ttl_s) → credentials
@@ -58,15 +50,7 @@ class CodeBucket:
         self, prefix: str, objects: Sequence[str], permission: Permission
     ) -> tuple[Any, float]:
         creds = self._mint(prefix, objects, permission, TTL_S)
-        client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=creds.access_key_id,
-            aws_secret_access_key=creds.secret_access_key,
-            aws_session_token=creds.session_token,
-            region_name="auto",
-            config=_BOTO_CONFIG,
-        )
+        client = r2_client(self.endpoint, creds, read_timeout=20)
         return client, creds.expires_at
 
     def presign_put(self, sha256: str, expires_s: int) -> tuple[str, str, float]:

@@ -23,13 +23,27 @@ from functions.adapters.cloudflare import TempCredentials
 
 READ_TTL_S = 900  # Cloudflare's default and our minimum TTL
 RENEW_BEFORE_S = 120  # never hand out a URL signed with credentials about to lapse
-_BOTO_CONFIG = Config(
-    signature_version="s3v4",
-    s3={"addressing_style": "path"},
-    retries={"max_attempts": 3, "mode": "standard"},
-    connect_timeout=5,
-    read_timeout=10,
-)
+
+
+def r2_client(endpoint: str, creds: TempCredentials, *, read_timeout: float = 10) -> Any:
+    """An S3 client on R2 signed with Cloudflare temporary credentials (path-style, SigV4)."""
+    config = Config(
+        signature_version="s3v4",
+        s3={"addressing_style": "path"},
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=read_timeout,
+    )
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=creds.access_key_id,
+        aws_secret_access_key=creds.secret_access_key,
+        aws_session_token=creds.session_token,
+        region_name="auto",
+        config=config,
+    )
+
 
 Mint = Callable[[str, int], TempCredentials]  # (prefix, ttl_s) → read-only credentials
 
@@ -64,15 +78,7 @@ class ReadOnlyBucket:
             if cached and cached[1] - RENEW_BEFORE_S > self._clock():
                 return cached
         creds = self._mint(prefix, READ_TTL_S)
-        client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=creds.access_key_id,
-            aws_secret_access_key=creds.secret_access_key,
-            aws_session_token=creds.session_token,
-            region_name="auto",
-            config=_BOTO_CONFIG,
-        )
+        client = r2_client(self.endpoint, creds)
         with self._lock:
             self._clients[prefix] = (client, creds.expires_at)
         return client, creds.expires_at

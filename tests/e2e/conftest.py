@@ -203,6 +203,43 @@ def stored_heartbeat(stack: LocalStack, job_id: str, generation: int = 1) -> Any
     return None if found is None else found.heartbeat
 
 
+def wait_for_first_checkpoint(stack: LocalStack, job_id: str) -> None:
+    """Until generation 1 has reported an uploaded checkpoint (the monitor ticking meanwhile)."""
+
+    def checkpoint_uploaded() -> Any:
+        stack.tick()
+        hb = stored_heartbeat(stack, job_id)
+        return hb is not None and hb.last_checkpoint is not None
+
+    wait_for("generation 1 to upload a checkpoint", checkpoint_uploaded, timeout_s=90)
+
+
+def lose_first_host_and_finish(stack: LocalStack, job_id: str, fetched: str) -> None:
+    """Destroy generation 1's host (its disk, and the code on it, gone) once its log shows
+    `fetched`; the replacement must fetch the code again (`fetched` in its log), restore, and
+    finish the 60-step job."""
+    assert stack.hosts is not None
+    hosts = stack.hosts
+    (first,) = hosts.for_job(job_id)
+    assert fetched in first.log_text(), first.log_text()[-2000:]
+    assert first.disk.exists()
+    hosts.destroy(first.instance_id)
+
+    def finished() -> dict[str, Any] | None:
+        stack.tick()
+        job: dict[str, Any] = api(stack, "GET", f"/jobs/{job_id}").json()
+        return job if job["state"] in {"FINISHED", "FAILED", "OVER_BUDGET"} else None
+
+    job = wait_for("the job to end", finished, timeout_s=120)
+    second = next(h for h in hosts.for_job(job_id) if h.generation == 2)
+    assert job["state"] == "FINISHED", second.log_text()[-3000:]
+    assert not first.disk.exists()
+    assert fetched in second.log_text()
+    resumed = stored_heartbeat(stack, job_id, generation=2)
+    assert resumed.restore is not None and resumed.restore.outcome == "restored"
+    assert resumed.step == 60 and resumed.exit_code == 0
+
+
 def s3_keys(stack: LocalStack, job_id: str) -> list[str]:
     base = stack.root / "s3" / R2_BUCKET
     job_dir = base / "jobs" / job_id

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import api, s3_keys, stored_heartbeat, tiny_spec, wait_for
+from tests.e2e.conftest import (
+    api,
+    lose_first_host_and_finish,
+    s3_keys,
+    tiny_spec,
+    wait_for_first_checkpoint,
+)
 from tests.paths import ROOT
 from tether_cli import code_pack
 from tether_cli.api_client import API_URL_ENV
@@ -61,34 +67,10 @@ def test_the_replacement_host_downloads_the_same_archive_and_finishes(
     sha = archive["sha256"]
     assert f"{sha}.tar.gz" in _uploads(stack)
     assert archive["size_bytes"] < 1024 * 1024  # the 2 MiB of ignored weights stayed home
-    assert stack.hosts is not None
-    hosts = stack.hosts
-
-    def checkpoint_uploaded() -> Any:
-        stack.tick()
-        hb = stored_heartbeat(stack, job_id)
-        return hb is not None and hb.last_checkpoint is not None
-
-    wait_for("generation 1 to upload a checkpoint", checkpoint_uploaded, timeout_s=90)
+    wait_for_first_checkpoint(stack, job_id)
     assert f"jobs/{job_id}/code/{sha}.tar.gz" in s3_keys(stack, job_id)
-    (first,) = hosts.for_job(job_id)
     fetched = f"fetching the job's code: archive jobs/{job_id}/code/{sha}.tar.gz"
-    assert fetched in first.log_text(), first.log_text()[-2000:]
-    hosts.destroy(first.instance_id)  # its disk, and the extracted code on it, are gone
-
-    def finished() -> dict[str, Any] | None:
-        stack.tick()
-        job: dict[str, Any] = api(stack, "GET", f"/jobs/{job_id}").json()
-        return job if job["state"] in {"FINISHED", "FAILED", "OVER_BUDGET"} else None
-
-    job = wait_for("the job to end", finished, timeout_s=120)
-    second = next(h for h in hosts.for_job(job_id) if h.generation == 2)
-    assert job["state"] == "FINISHED", second.log_text()[-3000:]
-    assert not first.disk.exists()
-    assert fetched in second.log_text()
-    resumed = stored_heartbeat(stack, job_id, generation=2)
-    assert resumed.restore is not None and resumed.restore.outcome == "restored"
-    assert resumed.step == 60 and resumed.exit_code == 0
+    lose_first_host_and_finish(stack, job_id, fetched)
 
     # The same tree again: same sha256, the upload is skipped.
     assert main(["submit", str(spec_path)]) == 0

@@ -3,8 +3,6 @@ and every way it cannot be fetched ends the generation before training (exit 14)
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from tether_agent.agent import ExitCode
 from tether_agent.job_code import CodeUnavailable, fetch_git
 from tether_agent.storage_credentials import Credentials, CredentialStore
 
+from tests.gitrepo import git
 from tests.integration.agent.conftest import (
     ACCESS_KEY,
     SECRET_KEY,
@@ -23,39 +22,20 @@ from tests.integration.agent.conftest import (
 )
 from tether_local.s3server import S3Server
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.com",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        env={**os.environ, **GIT_ENV},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
-
 
 @pytest.fixture
 def repo(tmp_path: Path) -> tuple[Path, str, str]:
     """A repository with two commits: (path, first commit, second commit = the branch head)."""
     path = tmp_path / "origin"
     path.mkdir()
-    _git(path, "init", "--quiet", "--initial-branch=main")
+    git(path, "init", "--quiet", "--initial-branch=main")
     (path / "train.py").write_text("print('version one')\n")
-    _git(path, "add", ".")
-    _git(path, "commit", "--quiet", "-m", "one")
-    first = _git(path, "rev-parse", "HEAD")
+    git(path, "add", ".")
+    git(path, "commit", "--quiet", "-m", "one")
+    first = git(path, "rev-parse", "HEAD")
     (path / "train.py").write_text("print('version two')\n")
-    _git(path, "commit", "--quiet", "-am", "two")
-    return path, first, _git(path, "rev-parse", "HEAD")
+    git(path, "commit", "--quiet", "-am", "two")
+    return path, first, git(path, "rev-parse", "HEAD")
 
 
 def test_fetches_the_named_commit_not_the_branch_head(
@@ -65,7 +45,7 @@ def test_fetches_the_named_commit_not_the_branch_head(
     dest = tmp_path / "work" / "code"
     assert fetch_git(f"file://{origin}", first, dest) == dest
     assert (dest / "train.py").read_text() == "print('version one')\n"
-    assert _git(dest, "rev-parse", "HEAD") == first
+    assert git(dest, "rev-parse", "HEAD") == first
     assert sorted(p.name for p in dest.parent.iterdir()) == ["code"]  # no staging left behind
 
 
