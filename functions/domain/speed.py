@@ -48,6 +48,7 @@ class SpeedEstimate(BaseModel):
     hours: float  # expected training hours on the offer
     source: SpeedSource  # spec: as written; prior: from the offer's figures; measured: pace seen
     runs: int = 0  # how many runs a measured pace comes from (0 for spec and prior)
+    basis: str  # a few words for a table column: "dlperf 85.2", "as given"
     detail: str  # one line for people: the figures the hours come from
 
 
@@ -62,6 +63,7 @@ def prior_estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
         return SpeedEstimate(
             hours=job.expected_hours,
             source="spec",
+            basis="as given",
             detail="as given: expected_hours on any host (no reference_gpu)",
         )
     ref = REFERENCE_SPEEDS[job.reference_gpu]
@@ -72,6 +74,7 @@ def prior_estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
         return SpeedEstimate(
             hours=job.expected_hours * ref_speed / offer.dlperf,
             source="prior",
+            basis=f"dlperf {offer.dlperf:.0f}",
             detail=f"prior: dlperf {offer.dlperf:.1f} vs {ref_label} ref {ref_speed:.1f}",
         )
     if offer.total_flops is not None and offer.total_flops > 0 and offer.num_gpus > 0:
@@ -80,10 +83,12 @@ def prior_estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
         return SpeedEstimate(
             hours=job.expected_hours * ref_speed / speed,
             source="prior",
+            basis=f"{speed:.0f} TFLOPS",
             detail=f"prior: {speed:.1f} effective TFLOPS vs {ref_label} ref {ref_speed:.1f}",
         )
     return SpeedEstimate(
         hours=job.expected_hours,
         source="spec",
+        basis="as given (no figure)",
         detail=f"as given: the offer has no dlperf or total_flops; hours on {ref_label}",
     )

@@ -69,6 +69,7 @@ def test_without_reference_gpu_the_hours_are_as_given_on_any_host() -> None:
         hours=2.0,
         source="spec",
         runs=0,
+        basis="as given",
         detail="as given: expected_hours on any host (no reference_gpu)",
     )
 
@@ -176,7 +177,9 @@ def test_without_reference_gpu_the_planner_keeps_its_old_choice() -> None:
 
 def test_a_measured_pace_can_replace_the_prior() -> None:
     def measured(job: JobSpec, offer: Offer) -> SpeedEstimate:
-        return SpeedEstimate(hours=1.0, source="measured", runs=3, detail="measured: 3 runs")
+        return SpeedEstimate(
+            hours=1.0, source="measured", runs=3, basis="3 runs", detail="measured: 3 runs"
+        )
 
     plan = plan_job(speed_job(), offers(0.50), estimate=measured)
     assert [c.expected_hours for c in plan.ranking] == [1.0, 1.0]
