@@ -136,16 +136,40 @@ def _round_usd(value: float) -> float:
     return round(value, 4)
 
 
-def plan_json(plan: Plan, top: int) -> dict[str, Any]:
+def hours_basis(job: JobSpec) -> str:
+    """What the job's `expected_hours` mean, as the plan used them."""
+    if job.reference_gpu is None:
+        return (
+            f"Hours: expected_hours {job.expected_hours:g} as given, on any host (no "
+            "reference_gpu; set one to scale the hours by each host's speed)."
+        )
+    return (
+        f"Hours: expected_hours {job.expected_hours:g} on {job.resources.gpu_count}x "
+        f"{job.reference_gpu}, scaled per offer by its dlperf (else total_flops)."
+    )
+
+
+def plan_json(plan: Plan, top: int, job: JobSpec) -> dict[str, Any]:
     """The `--json` document (its shape is a contract: scripts read it)."""
     naive = plan.naive_choice
     return {
+        "hours_basis": {
+            "expected_hours": job.expected_hours,
+            "reference_gpu": job.reference_gpu,
+            "gpu_count": job.resources.gpu_count,
+        },
         "ranking": [
             {
                 "offer_id": cost.offer.id,
                 "gpu": gpu_label(cost.offer),
                 "usd_per_hour": _round_usd(cost.usd_per_hour),
                 "expected_total_usd": _round_usd(cost.expected_total_usd),
+                "expected_hours": round(cost.expected_hours, 3),
+                "hours_from": {
+                    "source": cost.speed.source,
+                    "runs": cost.speed.runs,
+                    "detail": cost.speed.detail,
+                },
                 "breakdown": {
                     "compute_usd": _round_usd(cost.breakdown.compute_usd),
                     "startup_usd": _round_usd(cost.breakdown.startup_usd),
@@ -179,6 +203,8 @@ def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
             ("location", "left"),
             ("$/h", "right"),
             ("start-up min", "right"),
+            ("hours", "right"),
+            ("from", "left"),
             ("traffic $", "right"),
             ("expected total $", "right"),
         ],
@@ -193,6 +219,8 @@ def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
             cost.offer.geolocation or "?",
             f"{cost.usd_per_hour:.3f}",
             f"{cost.startup_min:.1f}",
+            f"{cost.expected_hours:.2f}",
+            cost.speed.basis,
             f"{cost.breakdown.traffic_usd:.3f}",
             f"{cost.expected_total_usd:.3f}",
         )
@@ -200,6 +228,9 @@ def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
 
     best = plan.ranking[0]
     console.print()
+    console.print(Text(hours_basis(job)))
+    if best.speed.source != "spec":
+        console.print(Text(f"Hours of #1: {best.expected_hours:.2f} ({best.speed.detail})."))
     console.print(Text(_comparison(best, naive)))
     console.print(
         Text(
@@ -263,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
             f"budget_usd {output.usd(job.budget_usd)}: the job would be stopped before it ends"
         )
     if args.json:
-        output.print_json(plan_json(plan, args.top))
+        output.print_json(plan_json(plan, args.top, job))
     else:
         _print_table(job, plan, args.top, source)
     return EXIT_OK

@@ -55,7 +55,8 @@ def summary(job: JobSpec) -> str:
     parts = [f"{res.gpu_count}x {gpus}"]
     if res.min_gpu_ram_gb:
         parts.append(f"≥ {res.min_gpu_ram_gb:g} GB GPU RAM")
-    parts.append(f"{job.expected_hours:g} h expected")
+    on = f" on {job.reference_gpu}" if job.reference_gpu is not None else ""
+    parts.append(f"{job.expected_hours:g} h expected{on}")
     if res.max_usd_per_hour is not None:
         parts.append(f"≤ ${res.max_usd_per_hour:g}/h")
     parts.append(f"budget ${job.budget_usd:g}")

@@ -5,7 +5,9 @@ start-up minutes (image pull, dependency install, model download at the host's m
 per-GB traffic, and the work redone after an interruption. `plan_job` prices every qualifying
 offer with all of it and ranks by the expected total.
 
-For one offer, with `p` = GPU + storage $/h for the job's disk (`Offer.usd_per_hour`):
+For one offer, with `p` = GPU + storage $/h for the job's disk (`Offer.usd_per_hour`) and
+`expected hours` = the job's hours on this offer (`functions.domain.speed`: `expected_hours` scaled
+by the offer's speed against `reference_gpu`, or as given without one):
 
     start-up min     = fixed start-up (job.expected_startup_min, or the override)
                        + download GB × 8000 / inet_down Mbit/s / 60
@@ -39,12 +41,15 @@ replacement host is cheaper than the work it would redo.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from pydantic import BaseModel
 
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
+from functions.domain.speed import SpeedEstimate, prior_estimate
+
+Estimator = Callable[[JobSpec, Offer], SpeedEstimate]
 
 MEAN_OUTAGE_H = 1.0  # the MTTR that turns an uptime share into an MTBF
 RELIABILITY_MIN = 0.01
@@ -87,6 +92,11 @@ class OfferCost(BaseModel):
     usd_per_hour: float
     expected_restarts: float
     checkpoint_interval_min: float  # the interval the costs assume (the job's, or recommended)
+    speed: SpeedEstimate  # the training hours the costs assume, and where they come from
+
+    @property
+    def expected_hours(self) -> float:
+        return self.speed.hours
 
 
 class Plan(BaseModel):
@@ -200,20 +210,30 @@ def recommend_checkpoint_interval(
     return max(interval, checkpoint_cost_min)
 
 
-def cost_offer(job: JobSpec, offer: Offer, *, startup_min: float | None = None) -> OfferCost:
-    """Price `job` on `offer` (see the module docstring). Does not check constraints."""
+def cost_offer(
+    job: JobSpec,
+    offer: Offer,
+    *,
+    startup_min: float | None = None,
+    speed: SpeedEstimate | None = None,
+) -> OfferCost:
+    """Price `job` on `offer` (see the module docstring). Does not check constraints.
+
+    `speed` gives the training hours on this offer; None: the prior from the offer's figures."""
+    speed = prior_estimate(job, offer) if speed is None else speed
+    hours = speed.hours
     price = offer.usd_per_hour(job.resources.min_disk_gb)
     start_min = startup_minutes(job, offer, startup_min=startup_min)
     interval = job.checkpoint.interval_min or recommend_checkpoint_interval(
         job, offer, startup_min=startup_min
     )
-    checkpoints = math.ceil(job.expected_hours * 60 / interval)
+    checkpoints = math.ceil(hours * 60 / interval)
 
-    compute_usd = price * job.expected_hours
+    compute_usd = price * hours
     startup_usd = price * start_min / 60
     download_usd = job.data.download_gb * offer.inet_down_cost
     upload_usd = checkpoints * job.data.upload_gb_per_checkpoint * offer.inet_up_cost
-    restarts = failure_rate_per_hour(offer) * (job.expected_hours + start_min / 60)
+    restarts = failure_rate_per_hour(offer) * (hours + start_min / 60)
     per_restart_usd = startup_usd + download_usd + price * (interval / 2) / 60
     breakdown = CostBreakdown(
         compute_usd=compute_usd,
@@ -237,6 +257,7 @@ def cost_offer(job: JobSpec, offer: Offer, *, startup_min: float | None = None) 
         usd_per_hour=price,
         expected_restarts=restarts,
         checkpoint_interval_min=interval,
+        speed=speed,
     )
 
 
@@ -246,10 +267,13 @@ def plan_job(
     *,
     blocklist: Collection[int] = (),
     startup_min: float | None = None,
+    estimate: Estimator = prior_estimate,
 ) -> Plan:
     """Rank the offers that meet `job` by expected total $ (ties: lower $/h, then lower id).
 
     `blocklist` holds machine ids to avoid (hosts that died or hung on this job before).
+    `estimate` gives the job's training hours on each offer (default: the prior from the offer's
+    published speed; a measured pace can be passed in its place).
     Raises NoQualifyingOffer, with the count each constraint excluded, when none qualifies.
     """
     blocked = frozenset(blocklist)
@@ -262,7 +286,8 @@ def plan_job(
         for name in unmet:
             excluded[name] = excluded.get(name, 0) + 1
         if not unmet:
-            costs.append(cost_offer(job, offer, startup_min=startup_min))
+            speed = estimate(job, offer)
+            costs.append(cost_offer(job, offer, startup_min=startup_min, speed=speed))
     if not costs:
         raise NoQualifyingOffer(excluded, considered)
 

@@ -27,6 +27,7 @@ from pydantic import (
 from functions.domain.code_archive import MAX_ARCHIVE_BYTES, SHA256
 from functions.domain.documents import MAX_JOB_FILE_BYTES, DocumentTooComplex, load_yaml
 from functions.domain.errors import FieldError, field_errors
+from functions.domain.gpu_reference import canonical_gpu_name, unknown_gpu_reason
 from functions.domain.secrets import MAX_SECRETS, secret_name_problem
 
 # Environment names the agent and the onstart script own; a job may not override them.
@@ -325,6 +326,13 @@ class JobSpec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     data: Data = Field(default_factory=Data)
     expected_hours: float = Field(gt=0, le=24 * 90)
+    reference_gpu: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="The GPU model expected_hours are measured on (gpu_count of them); unset, "
+        "expected_hours are hours on any host.",
+    )
     expected_startup_min: float = Field(default=6, ge=0, le=24 * 60)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     outputs: Outputs | None = Field(
@@ -344,6 +352,16 @@ class JobSpec(_Strict):
         if not value.strip():
             raise ValueError("must not be blank")
         return value
+
+    @field_validator("reference_gpu")
+    @classmethod
+    def _known_reference(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        name = canonical_gpu_name(value)
+        if name is None:
+            raise ValueError(unknown_gpu_reason(value))
+        return name
 
     @field_validator("env")
     @classmethod

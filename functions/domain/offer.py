@@ -45,6 +45,8 @@ class Offer(BaseModel):
     rentable: bool | None = None
     rented: bool | None = None
     verification: str | None = None
+    dlperf: float | None = None  # Vast's deep-learning score of the whole machine
+    total_flops: float | None = None  # peak TFLOPS, summed over the GPUs
 
     @model_validator(mode="before")
     @classmethod

@@ -56,6 +56,8 @@ CORPUS: list[tuple[str, str, str, str, dict[str, Any], int, str, str | None]] = 
     ("negative budget", J, "POST", "/jobs", {"body": spec(budget_usd=-1)}, 400, "invalid_request", "budget_usd"),
     ("missing budget", J, "POST", "/jobs", {"body": {k: v for k, v in spec().items() if k != "budget_usd"}}, 400, "invalid_request", "budget_usd"),
     ("bad name", J, "POST", "/jobs", {"body": spec(name="My Job")}, 400, "invalid_request", "name"),
+    ("unknown reference gpu", J, "POST", "/jobs", {"body": spec(reference_gpu="RTX 9999")}, 400, "invalid_request", "reference_gpu"),
+    ("reference gpu not text", J, "POST", "/jobs", {"body": spec(reference_gpu=4090)}, 400, "invalid_request", "reference_gpu"),
     ("reserved env", J, "POST", "/jobs", {"body": spec(env={"AWS_SECRET_ACCESS_KEY": "x"})}, 400, "invalid_request", "env"),
     ("env not a map", J, "POST", "/jobs", {"body": spec(env=["A=1"])}, 400, "invalid_request", "env"),
     ("code by branch", J, "POST", "/jobs", {"body": spec(code={"git": "https://github.com/u/r", "commit": "main"})}, 400, "invalid_request", "code.commit"),

@@ -52,6 +52,7 @@ def test_validate_summary_says_what_the_job_asks_for(capsys):
     _, out, _ = run(capsys, "validate", QLORA)
     assert "'qlora-7b'" in out
     assert "1x RTX 4090 | RTX 3090 | RTX A5000 | +2 more" in out
+    assert "3 h expected on RTX 4090," in out
     assert "budget $5" in out
 
 
@@ -189,10 +190,30 @@ def plan_json(capsys, *extra: str, job: str = QLORA) -> dict[str, Any]:
 
 def test_plan_json_shape(capsys):
     doc = plan_json(capsys)
-    assert set(doc) == {"ranking", "naive_choice", "checkpoint_interval_min"}
+    assert set(doc) == {"hours_basis", "ranking", "naive_choice", "checkpoint_interval_min"}
+    assert doc["hours_basis"] == {
+        "expected_hours": 3,
+        "reference_gpu": "RTX 4090",
+        "gpu_count": 1,
+    }
     assert [r["offer_id"] for r in doc["ranking"]] == [1002, 1003, 1001]
     for row in doc["ranking"]:
-        assert set(row) == {"offer_id", "gpu", "usd_per_hour", "expected_total_usd", "breakdown"}
+        assert set(row) == {
+            "offer_id",
+            "gpu",
+            "usd_per_hour",
+            "expected_total_usd",
+            "expected_hours",
+            "hours_from",
+            "breakdown",
+        }
+        # The small book has no dlperf or total_flops: the job's 3 h on an RTX 4090, as given.
+        assert row["expected_hours"] == 3
+        assert row["hours_from"] == {
+            "source": "spec",
+            "runs": 0,
+            "detail": "as given: the offer has no dlperf or total_flops; hours on 1x RTX 4090",
+        }
         assert set(row["breakdown"]) == {
             "compute_usd",
             "startup_usd",

@@ -1,0 +1,94 @@
+"""How long a job takes on an offer (DESIGN §5): work ÷ the host's speed.
+
+A job states its work as `expected_hours` on `gpu_count` GPUs of its `reference_gpu`. On an offer
+those hours become
+
+    hours = reference hours × reference speed / offer speed
+
+with both speeds in the same figure, the one the offer publishes:
+
+- `dlperf` (preferred): Vast's benchmark of the whole machine, used as the offer reports it. The
+  reference for N GPUs is one reference GPU's dlperf × `effective_gpus(N)`.
+- else `total_flops`: peak TFLOPS summed over the GPUs, which grows exactly with the count while
+  training does not, so the offer's speed is total_flops ÷ num_gpus × `effective_gpus(num_gpus)`,
+  against one reference GPU's TFLOPS × `effective_gpus(N)`.
+
+`effective_gpus(n) = 1 + (n − 1) × MULTI_GPU_EFFICIENCY`: each GPU past the first adds half a GPU.
+That is how Vast's own dlperf grows across the real records (4 and 8 RTX 4090s score 2.3 and
+4.6 times one), and data-parallel training loses a comparable share to communication on hosts
+without NVLink. The planner rents exactly `gpu_count` GPUs, so the constant moves every offer's
+hours alike and does not change the ranking among them.
+
+Without `reference_gpu` the hours are as the spec gives them, on any host (the meaning
+`expected_hours` always had); an offer with neither figure also gets them as given.
+
+The result is a `SpeedEstimate`: the hours, where they came from and from how many runs. Today
+the source is the spec or the prior (`runs` 0); pace measured from heartbeats (per job name,
+GPU model and count) is meant to replace the prior through the same shape, `source="measured"`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from functions.domain.gpu_reference import REFERENCE_SPEEDS
+from functions.domain.jobspec import JobSpec
+from functions.domain.offer import Offer
+
+MULTI_GPU_EFFICIENCY = 0.5  # the share of a GPU each GPU past the first adds
+
+SpeedSource = Literal["spec", "prior", "measured"]
+
+
+class SpeedEstimate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    hours: float  # expected training hours on the offer
+    source: SpeedSource  # spec: as written; prior: from the offer's figures; measured: pace seen
+    runs: int = 0  # how many runs a measured pace comes from (0 for spec and prior)
+    basis: str  # a few words for a table column: "dlperf 85.2", "as given"
+    detail: str  # one line for people: the figures the hours come from
+
+
+def effective_gpus(count: int) -> float:
+    """How many GPUs' worth of speed `count` GPUs give to one training run."""
+    return 1 + (max(count, 1) - 1) * MULTI_GPU_EFFICIENCY
+
+
+def prior_estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
+    """The job's hours on `offer` from the offer's published speed (see the module docstring)."""
+    if job.reference_gpu is None:
+        return SpeedEstimate(
+            hours=job.expected_hours,
+            source="spec",
+            basis="as given",
+            detail="as given: expected_hours on any host (no reference_gpu)",
+        )
+    ref = REFERENCE_SPEEDS[job.reference_gpu]
+    ref_label = f"{job.resources.gpu_count}x {job.reference_gpu}"
+    ref_gpus = effective_gpus(job.resources.gpu_count)
+    if offer.dlperf is not None and offer.dlperf > 0:
+        ref_speed = ref.dlperf * ref_gpus
+        return SpeedEstimate(
+            hours=job.expected_hours * ref_speed / offer.dlperf,
+            source="prior",
+            basis=f"dlperf {offer.dlperf:.0f}",
+            detail=f"prior: dlperf {offer.dlperf:.1f} vs {ref_label} ref {ref_speed:.1f}",
+        )
+    if offer.total_flops is not None and offer.total_flops > 0 and offer.num_gpus > 0:
+        speed = offer.total_flops / offer.num_gpus * effective_gpus(offer.num_gpus)
+        ref_speed = ref.tflops * ref_gpus
+        return SpeedEstimate(
+            hours=job.expected_hours * ref_speed / speed,
+            source="prior",
+            basis=f"{speed:.0f} TFLOPS",
+            detail=f"prior: {speed:.1f} effective TFLOPS vs {ref_label} ref {ref_speed:.1f}",
+        )
+    return SpeedEstimate(
+        hours=job.expected_hours,
+        source="spec",
+        basis="as given (no figure)",
+        detail=f"as given: the offer has no dlperf or total_flops; hours on {ref_label}",
+    )
