@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -50,6 +51,7 @@ from functions.domain.offer import Offer
 from functions.domain.speed import SpeedEstimate, prior_estimate
 
 Estimator = Callable[[JobSpec, Offer], SpeedEstimate]
+OfferMarket = Literal["on-demand", "interruptible"]
 
 MEAN_OUTAGE_H = 1.0  # the MTTR that turns an uptime share into an MTBF
 RELIABILITY_MIN = 0.01
@@ -93,6 +95,8 @@ class OfferCost(BaseModel):
     expected_restarts: float
     checkpoint_interval_min: float  # the interval the costs assume (the job's, or recommended)
     speed: SpeedEstimate  # the training hours the costs assume, and where they come from
+    market: OfferMarket = "on-demand"  # which kind of instance the costs assume
+    bid_usd_per_hour: float | None = None  # interruptible: the bid a rent places (GPU $/h)
 
     @property
     def expected_hours(self) -> float:

@@ -55,6 +55,7 @@ class _Strict(BaseModel):
 
 
 PositiveFloat = Annotated[float, Field(gt=0)]
+Market = Literal["on-demand", "interruptible", "auto"]
 
 
 class Resources(_Strict):
@@ -73,6 +74,23 @@ class Resources(_Strict):
     min_reliability: float = Field(default=0.95, ge=0, le=1)
     min_download_mbps: float = Field(default=100, ge=0, le=100_000)
     max_usd_per_hour: PositiveFloat | None = Field(default=None, le=1000)
+    market: Market = Field(
+        default="on-demand",
+        description="on-demand: hosts that run until destroyed; interruptible: bid instances, "
+        "stopped when outbid; auto: whichever the planner expects to cost less in total.",
+    )
+    bid_margin: float = Field(
+        default=0.1,
+        ge=0,
+        le=2,
+        description="Interruptible: bid this share above the offer's min_bid (0.1 = 10 %).",
+    )
+    outbid_hazard_per_hour: float = Field(
+        default=0.1,
+        ge=0,
+        le=10,
+        description="Interruptible: expected outbids per hour until the job's own are measured.",
+    )
 
     @field_validator("gpu_names")
     @classmethod

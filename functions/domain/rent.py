@@ -41,6 +41,7 @@ class RentCandidate(_Frozen):
     prices: GenerationPrices
     lease_expires_at: float
     expected_total_usd: float
+    bid_usd_per_hour: float | None = None  # interruptible: rent with this bid (GPU $/h)
 
 
 class RentPlan(_Frozen):
@@ -96,6 +97,7 @@ def plan_rent(
                 prices=prices,
                 lease_expires_at=lease_at,
                 expected_total_usd=choice.expected_total_usd,
+                bid_usd_per_hour=choice.bid_usd_per_hour,
             )
         )
     return RentPlan(
