@@ -36,22 +36,26 @@ checkpoint cost is the time to upload one checkpoint at the host's measured uplo
 one minute: saving, hashing and the marker take time too). It is capped so that losing one whole
 interval costs less than one start-up (p × interval ≤ start-up $ + download $): past that point a
 replacement host is cheaper than the work it would redo.
+
+Interruptible (bid) hosts (`functions.domain.market`): with `resources.market` interruptible or
+auto, an offer with a `min_bid` is also priced at q = bid + storage in place of `p`, with outbids
+(hazard h per hour on the host) priced like restarts and the interval at the combined MTBF
+1 / (λ + h); auto keeps the cheaper of the two prices per offer.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable
-from typing import Literal
 
 from pydantic import BaseModel
 
 from functions.domain.jobspec import JobSpec
+from functions.domain.market import Bid, OfferMarket, OutbidHazard, bid_for, markets, spec_hazard
 from functions.domain.offer import Offer
 from functions.domain.speed import SpeedEstimate, prior_estimate
 
 Estimator = Callable[[JobSpec, Offer], SpeedEstimate]
-OfferMarket = Literal["on-demand", "interruptible"]
 
 MEAN_OUTAGE_H = 1.0  # the MTTR that turns an uptime share into an MTBF
 RELIABILITY_MIN = 0.01
@@ -72,6 +76,7 @@ C_MAX_PRICE = "resources.max_usd_per_hour"
 C_RENTABLE = "rentable"
 C_PRICE = "price"
 C_BLOCKLIST = "blocklist"
+C_MARKET = "resources.market"  # interruptible asked for, the offer has no min_bid
 
 
 class CostBreakdown(BaseModel):
@@ -80,6 +85,7 @@ class CostBreakdown(BaseModel):
     download_usd: float
     upload_usd: float
     interruption_usd: float
+    outbid_usd: float = 0.0  # interruptible: expected outbids × the cost of a restart
 
     @property
     def traffic_usd(self) -> float:
@@ -97,6 +103,16 @@ class OfferCost(BaseModel):
     speed: SpeedEstimate  # the training hours the costs assume, and where they come from
     market: OfferMarket = "on-demand"  # which kind of instance the costs assume
     bid_usd_per_hour: float | None = None  # interruptible: the bid a rent places (GPU $/h)
+    expected_outbids: float = 0.0  # interruptible: hazard × hours on the host
+    hazard: OutbidHazard | None = None  # interruptible: the outbid rate the costs assume
+    other_market_total_usd: float | None = None  # auto: this offer's total in the other market
+
+    @property
+    def bid(self) -> Bid | None:
+        """The bid these costs assume (None on demand)."""
+        if self.bid_usd_per_hour is None or self.hazard is None:
+            return None
+        return Bid(usd_per_hour=self.bid_usd_per_hour, hazard=self.hazard)
 
     @property
     def expected_hours(self) -> float:
@@ -108,6 +124,7 @@ class Plan(BaseModel):
     naive_choice: OfferCost | None  # cheapest $/h among qualifying: what a $/h sort would rent
     checkpoint_interval_min: float  # recommended for the top-ranked offer
     considered: int
+    hazard: OutbidHazard | None = None  # the outbid rate used (None: on-demand only)
 
 
 class NoQualifyingOffer(Exception):
@@ -146,8 +163,9 @@ def failure_rate_per_hour(offer: Offer) -> float:
     return (1 - uptime) / (uptime * MEAN_OUTAGE_H)
 
 
-def mtbf_hours(offer: Offer) -> float:
-    return 1.0 / failure_rate_per_hour(offer)
+def mtbf_hours(offer: Offer, outbid_hazard_per_hour: float = 0.0) -> float:
+    """Mean hours between interruptions: failures, plus outbids on an interruptible host."""
+    return 1.0 / (failure_rate_per_hour(offer) + outbid_hazard_per_hour)
 
 
 def download_minutes(gb: float, mbit_per_s: float) -> float:
@@ -156,8 +174,11 @@ def download_minutes(gb: float, mbit_per_s: float) -> float:
     return gb * MBIT_PER_GB / mbit_per_s / 60.0
 
 
-def unmet_constraints(job: JobSpec, offer: Offer, *, blocklist: Collection[int] = ()) -> list[str]:
-    """Every constraint of `job` (plus availability and the blocklist) that `offer` fails."""
+def unmet_constraints(
+    job: JobSpec, offer: Offer, *, blocklist: Collection[int] = (), bid: Bid | None = None
+) -> list[str]:
+    """Every constraint of `job` (plus availability and the blocklist) that `offer` fails;
+    with `bid`, `max_usd_per_hour` is checked against what the bid instance bills."""
     res = job.resources
     unmet = []
     wanted = {name.lower() for name in res.gpu_names}
@@ -179,7 +200,7 @@ def unmet_constraints(job: JobSpec, offer: Offer, *, blocklist: Collection[int] 
         unmet.append(C_DOWNLOAD)
     if offer.rentable is False or offer.rented is True:
         unmet.append(C_RENTABLE)
-    price = offer.usd_per_hour(res.min_disk_gb)
+    price = _usd_per_hour(job, offer, bid)
     if price <= 0:
         unmet.append(C_PRICE)  # a record without a price cannot be ranked
     elif res.max_usd_per_hour is not None and price > res.max_usd_per_hour:
@@ -195,17 +216,26 @@ def startup_minutes(job: JobSpec, offer: Offer, *, startup_min: float | None = N
     return fixed + download_minutes(job.data.download_gb, offer.inet_down)
 
 
+def _usd_per_hour(job: JobSpec, offer: Offer, bid: Bid | None) -> float:
+    """What the host bills while it runs: on demand `p`, interruptible bid + storage."""
+    disk_gb = job.resources.min_disk_gb
+    return offer.usd_per_hour(disk_gb) if bid is None else bid.running_usd_per_hour(offer, disk_gb)
+
+
 def recommend_checkpoint_interval(
-    job: JobSpec, offer: Offer, *, startup_min: float | None = None
+    job: JobSpec, offer: Offer, *, startup_min: float | None = None, bid: Bid | None = None
 ) -> float:
-    """Young/Daly interval in minutes, capped so one lost interval costs less than a start-up."""
-    price = offer.usd_per_hour(job.resources.min_disk_gb)
+    """Young/Daly interval in minutes, capped so one lost interval costs less than a start-up.
+
+    With `bid` (interruptible), outbids add to failures: the MTBF is 1 / (λ + hazard)."""
+    price = _usd_per_hour(job, offer, bid)
     upload_mbps = offer.inet_up if offer.inet_up > 0 else UNKNOWN_UPLOAD_MBPS
     checkpoint_cost_min = max(
         MIN_CHECKPOINT_COST_MIN,
         download_minutes(job.data.upload_gb_per_checkpoint, upload_mbps),
     )
-    young_daly = math.sqrt(2 * checkpoint_cost_min * mtbf_hours(offer) * 60)
+    hazard = 0.0 if bid is None else bid.hazard.per_hour
+    young_daly = math.sqrt(2 * checkpoint_cost_min * mtbf_hours(offer, hazard) * 60)
     startup_usd = price * startup_minutes(job, offer, startup_min=startup_min) / 60
     download_usd = job.data.download_gb * offer.inet_down_cost
     cap = (startup_usd + download_usd) / price * 60 if price > 0 else young_daly
@@ -220,16 +250,18 @@ def cost_offer(
     *,
     startup_min: float | None = None,
     speed: SpeedEstimate | None = None,
+    bid: Bid | None = None,
 ) -> OfferCost:
     """Price `job` on `offer` (see the module docstring). Does not check constraints.
 
-    `speed` gives the training hours on this offer; None: the prior from the offer's figures."""
+    `speed` gives the training hours on this offer; None: the prior from the offer's figures.
+    `bid`: price it as an interruptible instance with this bid (`functions.domain.market`)."""
     speed = prior_estimate(job, offer) if speed is None else speed
     hours = speed.hours
-    price = offer.usd_per_hour(job.resources.min_disk_gb)
+    price = _usd_per_hour(job, offer, bid)
     start_min = startup_minutes(job, offer, startup_min=startup_min)
     interval = job.checkpoint.interval_min or recommend_checkpoint_interval(
-        job, offer, startup_min=startup_min
+        job, offer, startup_min=startup_min, bid=bid
     )
     checkpoints = math.ceil(hours * 60 / interval)
 
@@ -238,6 +270,8 @@ def cost_offer(
     download_usd = job.data.download_gb * offer.inet_down_cost
     upload_usd = checkpoints * job.data.upload_gb_per_checkpoint * offer.inet_up_cost
     restarts = failure_rate_per_hour(offer) * (hours + start_min / 60)
+    outbids = 0.0 if bid is None else bid.hazard.per_hour * (hours + start_min / 60)
+    # An outbid is priced as a replacement, like a failure (see functions.domain.market).
     per_restart_usd = startup_usd + download_usd + price * (interval / 2) / 60
     breakdown = CostBreakdown(
         compute_usd=compute_usd,
@@ -245,6 +279,7 @@ def cost_offer(
         download_usd=download_usd,
         upload_usd=upload_usd,
         interruption_usd=restarts * per_restart_usd,
+        outbid_usd=outbids * per_restart_usd,
     )
     total = (
         breakdown.compute_usd
@@ -252,6 +287,7 @@ def cost_offer(
         + breakdown.download_usd
         + breakdown.upload_usd
         + breakdown.interruption_usd
+        + breakdown.outbid_usd
     )
     return OfferCost(
         offer=offer,
@@ -262,6 +298,10 @@ def cost_offer(
         expected_restarts=restarts,
         checkpoint_interval_min=interval,
         speed=speed,
+        market="on-demand" if bid is None else "interruptible",
+        bid_usd_per_hour=None if bid is None else bid.usd_per_hour,
+        expected_outbids=outbids,
+        hazard=None if bid is None else bid.hazard,
     )
 
 
@@ -272,26 +312,38 @@ def plan_job(
     blocklist: Collection[int] = (),
     startup_min: float | None = None,
     estimate: Estimator = prior_estimate,
+    hazard: OutbidHazard | None = None,
 ) -> Plan:
     """Rank the offers that meet `job` by expected total $ (ties: lower $/h, then lower id).
 
     `blocklist` holds machine ids to avoid (hosts that died or hung on this job before).
     `estimate` gives the job's training hours on each offer (default: the prior from the offer's
     published speed; a measured pace can be passed in its place).
+    `hazard`: the outbid rate for interruptible offers (default: the spec's; a rate learned from
+    the job's outbids, `market.job_hazard`, in its place). Each offer is priced in the markets
+    `resources.market` names; with two (auto) the cheaper expected total is kept.
     Raises NoQualifyingOffer, with the count each constraint excluded, when none qualifies.
     """
     blocked = frozenset(blocklist)
+    wanted = markets(job)
+    if "interruptible" not in wanted:
+        hazard = None
+    elif hazard is None:
+        hazard = spec_hazard(job)
     considered = 0
     excluded: dict[str, int] = {}
     costs: list[OfferCost] = []
     for offer in offers:
         considered += 1
-        unmet = unmet_constraints(job, offer, blocklist=blocked)
+        options, unmet = _market_options(job, offer, blocked, hazard)
         for name in unmet:
             excluded[name] = excluded.get(name, 0) + 1
-        if not unmet:
+        if options:
             speed = estimate(job, offer)
-            costs.append(cost_offer(job, offer, startup_min=startup_min, speed=speed))
+            priced = [
+                cost_offer(job, offer, startup_min=startup_min, speed=speed, bid=b) for b in options
+            ]
+            costs.append(_cheaper(priced))
     if not costs:
         raise NoQualifyingOffer(excluded, considered)
 
@@ -302,7 +354,34 @@ def plan_job(
         ranking=ranking,
         naive_choice=naive,
         checkpoint_interval_min=recommend_checkpoint_interval(
-            job, best.offer, startup_min=startup_min
+            job, best.offer, startup_min=startup_min, bid=best.bid
         ),
         considered=considered,
+        hazard=hazard,
     )
+
+
+def _market_options(
+    job: JobSpec, offer: Offer, blocked: Collection[int], hazard: OutbidHazard | None
+) -> tuple[list[Bid | None], list[str]]:
+    """How `offer` may be rented for `job` (None: on demand, else the bid), and, when in no
+    way, every constraint that stops it (each named once)."""
+    options: list[Bid | None] = []
+    unmet: list[str] = []
+    for market in markets(job):
+        bid = None if market == "on-demand" or hazard is None else bid_for(job, offer, hazard)
+        reasons = unmet_constraints(job, offer, blocklist=blocked, bid=bid)
+        if market == "interruptible" and bid is None:
+            # No bid price: the on-demand price is not what this market would pay.
+            reasons = [name for name in reasons if name != C_MAX_PRICE] + [C_MARKET]
+        if not reasons:
+            options.append(bid)
+        unmet += [name for name in reasons if name not in unmet]
+    return options, ([] if options else unmet)
+
+
+def _cheaper(priced: list[OfferCost]) -> OfferCost:
+    """The cheaper expected total (ties: on demand), noting the other market's total."""
+    best = min(priced, key=lambda c: c.expected_total_usd)
+    others = [c.expected_total_usd for c in priced if c is not best]
+    return best.model_copy(update={"other_market_total_usd": others[0]}) if others else best

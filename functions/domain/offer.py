@@ -3,7 +3,8 @@
 Only the fields tether uses are modelled; every other field is kept (extra="allow") so a newer
 API never breaks parsing. Units follow the real records (shared/fixtures/vast/README.md):
 `gpu_ram` MB, `disk_space` GB, `inet_down`/`inet_up` Mbit/s, `inet_*_cost` $/GB,
-`dph_*` $/hour, `storage_cost` $/GB/month.
+`dph_*` and `min_bid` $/hour, `storage_cost` $/GB/month. `min_bid` prices the GPU/machine part
+of an interruptible (bid) instance; storage is billed on top, as for on-demand.
 
 Odd values are made readable first (`functions.domain.records.normalise`: "n/a" and "" are
 missing, numbers written as text are numbers). An offer without a price (`dph_total` and
@@ -33,6 +34,7 @@ class Offer(BaseModel):
         default=None, validate_default=True
     )
     storage_cost: float = 0  # $/GB/month
+    min_bid: float | None = None  # interruptible: the lowest bid, $/h for the GPU/machine part
     inet_down: float = 0  # Mbit/s measured
     inet_up: float = 0  # Mbit/s measured
     inet_down_cost: float = 0  # $/GB
@@ -82,6 +84,10 @@ class Offer(BaseModel):
         """$/h for GPU + `disk_gb` of storage: dph_base + storage_cost × GB / 720 h per month."""
         base = self.dph_base if self.dph_base is not None else (self.dph_total or 0.0)
         return base + self.storage_cost * disk_gb / 720
+
+    def storage_usd_per_hour(self, disk_gb: float) -> float:
+        """$/h for `disk_gb` of storage alone: what a stopped instance keeps billing."""
+        return self.storage_cost * disk_gb / 720
 
     @property
     def download_mb_per_s(self) -> float:
