@@ -19,7 +19,7 @@ from rich.text import Text
 from functions.domain.cost import NoQualifyingOffer, OfferCost, Plan, plan_job
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
-from tether_cli import output
+from tether_cli import output, plan_market
 from tether_cli.output import EXIT_FAILURE, EXIT_NO_OFFER, EXIT_OK, CliError
 from tether_cli.validate import load_job
 
@@ -176,7 +176,9 @@ def plan_json(plan: Plan, top: int, job: JobSpec) -> dict[str, Any]:
                     "download_usd": _round_usd(cost.breakdown.download_usd),
                     "upload_usd": _round_usd(cost.breakdown.upload_usd),
                     "interruption_usd": _round_usd(cost.breakdown.interruption_usd),
+                    "outbid_usd": _round_usd(cost.breakdown.outbid_usd),
                 },
+                **plan_market.row_json(cost),
             }
             for cost in plan.ranking[:top]
         ],
@@ -187,6 +189,7 @@ def plan_json(plan: Plan, top: int, job: JobSpec) -> dict[str, Any]:
             "expected_total_usd": _round_usd(naive.expected_total_usd),
         },
         "checkpoint_interval_min": round(plan.checkpoint_interval_min, 1),
+        "market": plan_market.plan_market_json(plan, job),
     }
 
 
@@ -202,6 +205,7 @@ def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
             ("GPU", "left"),
             ("location", "left"),
             ("$/h", "right"),
+            *plan_market.columns(job),
             ("start-up min", "right"),
             ("hours", "right"),
             ("from", "left"),
@@ -218,12 +222,17 @@ def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
             gpu_label(cost.offer) + marker,
             cost.offer.geolocation or "?",
             f"{cost.usd_per_hour:.3f}",
+            *plan_market.cells(job, cost),
             f"{cost.startup_min:.1f}",
             f"{cost.expected_hours:.2f}",
             cost.speed.basis,
             f"{cost.breakdown.traffic_usd:.3f}",
             f"{cost.expected_total_usd:.3f}",
         )
+    if not console.is_terminal:
+        # A pipe or a log gets the whole table; a terminal cuts it at its own width.
+        wide = console.options.update_width(10_000)
+        console.width = max(console.width, console.measure(table, options=wide).maximum)
     console.print(table)
 
     best = plan.ranking[0]
@@ -239,9 +248,12 @@ def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
             f"{output.usd(best.breakdown.download_usd)}, upload "
             f"{output.usd(best.breakdown.upload_usd)}, interruptions "
             f"{output.usd(best.breakdown.interruption_usd)} "
-            f"({best.expected_restarts:.2f} expected restarts)."
+            f"({best.expected_restarts:.2f} expected restarts)"
+            f"{plan_market.breakdown_suffix(best)}."
         )
     )
+    for line in plan_market.lines(plan, job):
+        console.print(Text(line))
     interval = f"Recommended checkpoint interval: {plan.checkpoint_interval_min:.0f} min"
     if job.checkpoint.interval_min is not None:
         interval += f" (the job sets {job.checkpoint.interval_min:g} min; costs assume that)"

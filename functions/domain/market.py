@@ -115,7 +115,7 @@ def spec_hazard(job: JobSpec) -> OutbidHazard:
     return OutbidHazard(
         per_hour=rate,
         source="spec",
-        detail=f"resources.outbid_hazard_per_hour {rate:g}/h (no outbids measured yet)",
+        detail="from resources.outbid_hazard_per_hour; no outbids measured yet",
     )
 
 
@@ -138,7 +138,7 @@ def learned_hazard(
         return OutbidHazard(
             per_hour=prior_per_hour,
             source="spec",
-            detail=f"prior {prior_per_hour:g}/h (no outbids measured yet)",
+            detail="the prior; no outbids measured yet",
         )
     rate = (prior_per_hour * prior_hours + outbids) / (prior_hours + hours)
     return OutbidHazard(
@@ -148,7 +148,7 @@ def learned_hazard(
         hours=hours,
         detail=(
             f"learned: {outbids} outbid{'s' if outbids != 1 else ''} in {hours:.1f} h on "
-            f"interruptible hosts, with the prior {prior_per_hour:g}/h worth {prior_hours:g} h"
+            f"interruptible hosts, prior {prior_per_hour:g}/h worth {prior_hours:g} h"
         ),
     )
 

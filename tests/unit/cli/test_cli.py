@@ -190,7 +190,13 @@ def plan_json(capsys, *extra: str, job: str = QLORA) -> dict[str, Any]:
 
 def test_plan_json_shape(capsys):
     doc = plan_json(capsys)
-    assert set(doc) == {"hours_basis", "ranking", "naive_choice", "checkpoint_interval_min"}
+    assert set(doc) == {
+        "hours_basis",
+        "ranking",
+        "naive_choice",
+        "checkpoint_interval_min",
+        "market",
+    }
     assert doc["hours_basis"] == {
         "expected_hours": 3,
         "reference_gpu": "RTX 4090",
@@ -206,6 +212,12 @@ def test_plan_json_shape(capsys):
             "expected_hours",
             "hours_from",
             "breakdown",
+            "market",
+            "bid_usd_per_hour",
+            "expected_outbids",
+            "hazard_per_hour",
+            "hazard_from",
+            "other_market",
         }
         # The small book has no dlperf or total_flops: the job's 3 h on an RTX 4090, as given.
         assert row["expected_hours"] == 3
@@ -220,6 +232,7 @@ def test_plan_json_shape(capsys):
             "download_usd",
             "upload_usd",
             "interruption_usd",
+            "outbid_usd",
         }
         assert row["expected_total_usd"] == pytest.approx(sum(row["breakdown"].values()), abs=1e-3)
     assert doc["ranking"][0]["gpu"] == "1x RTX 4090"

@@ -247,7 +247,7 @@ def test_the_spec_hazard_is_used_until_outbids_are_measured():
     plan = plan_job(job, [make_offer(1)])
     assert plan.hazard is not None
     assert plan.hazard.per_hour == 0.2 and plan.hazard.source == "spec"
-    assert "resources.outbid_hazard_per_hour 0.2/h" in plan.hazard.detail
+    assert "from resources.outbid_hazard_per_hour" in plan.hazard.detail
     assert job_hazard(job) == plan.hazard
     assert plan_job(make_job(), [make_offer(1)]).hazard is None  # on demand: no hazard
 
