@@ -279,7 +279,9 @@ def offer_query(resources: Resources, disk_gb: float, limit: int) -> dict[str, A
         query["gpu_name"] = {"in": list(resources.gpu_names)}
     if resources.min_gpu_ram_gb > 0:
         query["gpu_ram"] = {"gte": resources.min_gpu_ram_gb * 1000}
-    if resources.max_usd_per_hour is not None:
+    # The cap is on the price paid: a bid can be under it where the on-demand price is not, so
+    # a job that may bid leaves the cap to the planner (functions/domain/market.py).
+    if resources.max_usd_per_hour is not None and resources.market == "on-demand":
         query["dph_total"] = {"lte": resources.max_usd_per_hour}
     return query
 

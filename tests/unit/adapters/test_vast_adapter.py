@@ -65,6 +65,14 @@ def test_offer_query_leaves_out_filters_the_job_does_not_set() -> None:
     assert query["num_gpus"] == {"eq": 1}
 
 
+def test_a_job_that_may_bid_leaves_the_price_cap_to_the_planner() -> None:
+    # The cap applies to the bid for interruptible hosts, which the search's dph_total is not.
+    for market in ("interruptible", "auto"):
+        query = offer_query(Resources(max_usd_per_hour=0.5, market=market), 40, 10)
+        assert "dph_total" not in query
+    assert offer_query(Resources(max_usd_per_hour=0.5), 40, 10)["dph_total"] == {"lte": 0.5}
+
+
 def test_search_posts_the_query_and_parses_odd_real_values() -> None:
     recorder = Recorder(ok(fixture("bundles_search.json")))
     client, _ = make_client(recorder)
