@@ -59,6 +59,11 @@ def summary(job: JobSpec) -> str:
     parts.append(f"{job.expected_hours:g} h expected{on}")
     if res.max_usd_per_hour is not None:
         parts.append(f"≤ ${res.max_usd_per_hour:g}/h")
+    if res.market != "on-demand":
+        parts.append(
+            f"{res.market} (bid min_bid + {res.bid_margin:.0%}, "
+            f"{res.outbid_hazard_per_hour:g} outbids/h expected)"
+        )
     parts.append(f"budget ${job.budget_usd:g}")
     return f"job {job.name!r}: " + ", ".join(parts)
 

@@ -168,6 +168,14 @@ def test_interruptible_without_any_min_bid_exits_3_naming_the_field(
     assert "resources.market excluded the most (2 of 2 offers)" in err
 
 
+def test_validate_says_the_market_when_it_is_not_on_demand(capsys: Any, tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "validate", job_file(tmp_path, market="auto", bid_margin=0.2))
+    assert code == 0
+    assert "auto (bid min_bid + 20%, 0.1 outbids/h expected)" in out
+    code, out, _ = run(capsys, "validate", job_file(tmp_path))
+    assert "bid" not in out
+
+
 @pytest.mark.parametrize(
     ("field", "value", "reason"),
     [
