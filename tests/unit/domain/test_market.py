@@ -24,6 +24,8 @@ from functions.domain.cost import NoQualifyingOffer, cost_offer, plan_job
 from functions.domain.jobspec import JobSpec, parse_job
 from functions.domain.market import Bid, OutbidHazard, job_hazard, learned_hazard
 from functions.domain.offer import Offer
+from functions.domain.rent import RentPlan, plan_rent
+from tests.unit.domain.builders import NOW, job
 
 ON_DEMAND_TOTAL = 1.8285
 
@@ -312,3 +314,20 @@ def test_min_bid_is_read_from_text_like_other_prices():
     assert make_offer(1, min_bid="0.25").min_bid == 0.25
     assert market.bid_usd_per_hour(make_offer(1, min_bid="0.25"), 0.2) == pytest.approx(0.3)
     assert market.bid_usd_per_hour(make_offer(1, min_bid=None), 0.2) is None
+
+
+# --- the rent plan carries the bid -------------------------------------------------------------
+
+
+def test_the_rent_plan_carries_the_bid_of_an_interruptible_choice():
+    base = job()
+    resources = base.spec.resources.model_copy(update={"market": "auto", "min_reliability": 0})
+    auto_job = base.model_copy(
+        update={"spec": base.spec.model_copy(update={"resources": resources})}
+    )
+    offers = [make_offer(1), make_offer(2, min_bid=None, dph_base=0.5)]
+    rent = plan_rent(auto_job, offers, generation=1, generations=(), reputations={}, now=NOW)
+    assert isinstance(rent, RentPlan)
+    first, second = rent.candidates
+    assert first.offer.id == 1 and first.bid_usd_per_hour == pytest.approx(0.22)
+    assert second.offer.id == 2 and second.bid_usd_per_hour is None
