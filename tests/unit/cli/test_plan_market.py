@@ -197,3 +197,31 @@ def test_bad_market_fields_exit_2_naming_the_path(
         code, _, err = run(capsys, *argv)
         assert code == 2
         assert reason in err
+
+
+def test_a_wide_auto_table_is_not_cut_in_a_pipe(capsys: Any, tmp_path: Path) -> None:
+    where = "Ho Chi Minh City, Vietnam, VN"
+    offers = book(tmp_path, offer(1, geolocation=where), offer(2, min_bid=None, dph_base=0.5))
+    code, out, err = run(capsys, "plan", job_file(tmp_path, market="auto"), "--offers", offers)
+    assert code == 0, err
+    table = out.splitlines()[:4]
+    assert max(len(line) for line in table) > 140  # wider than a pipe's default width
+    assert "…" not in "\n".join(table)
+    assert where in table[3] and "expected total $" in table[1]
+
+
+def test_on_real_records_auto_keeps_the_4090_on_demand(
+    capsys: Any, shared_vast_offers: Path, tmp_path: Path
+) -> None:
+    spec = yaml.safe_load(QLORA.read_text())
+    spec["resources"]["market"] = "auto"
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(spec))
+    code, out, err = run(capsys, "plan", str(job), "--offers", str(shared_vast_offers), "--json")
+    assert code == 0, err
+    by_id = {row["offer_id"]: row for row in json.loads(out)["ranking"]}
+    # 16014632's min_bid is its on-demand price: a bid at +10 % loses. 51934649's is 0.83 of it.
+    assert by_id[16014632]["market"] == "on-demand"
+    assert by_id[16014632]["other_market"]["market"] == "interruptible"
+    assert by_id[51934649]["market"] == "interruptible"
+    assert by_id[51934649]["bid_usd_per_hour"] == pytest.approx(0.3667, abs=1e-4)
