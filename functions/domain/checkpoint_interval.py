@@ -117,7 +117,7 @@ def generation_interval(
     )
     parts = []
     if upload_s is not None:
-        parts.append(f"upload {upload_s:.0f} s measured")
+        parts.append(f"upload {upload_s:.3g} s measured")
     if hours > 0:
         parts.append(f"{failures} host failure(s) in {hours:.1f} h on host, prior {prior:.3g}/h")
     if not parts:
@@ -125,7 +125,7 @@ def generation_interval(
             minutes=minutes,
             source="recommended",
             failures_per_hour=rate,
-            detail=f"Young/Daly from the offer (reliability prior {prior:.3g}/h)",
+            detail=f"Young/Daly from the offer, reliability prior {prior:.3g}/h",
         )
     return IntervalChoice(
         minutes=minutes,
