@@ -1,26 +1,30 @@
 """Planner regret (issue 15's yardstick): how far each host-choice rule lands from the best host.
 
-    python bench/planner_regret.py [--quick] [--seeds N] [--count N] [--json]
+    python bench/planner_regret.py [--quick] [--seeds N] [--count N] [--runs K] [--json]
                                    [--speed-model MODULE:NAME]
 
 Offer books are `tether_local.offers.generate_offers(count, seed)` (seeds 0..N−1), each with a
 hidden truth per host (`bench/lib/regret.py`: speed from `dlperf` with log-normal noise, a
-fixed start-up of 3–12 min) drawn from its own seeded stream. For each example job
-(`examples/*/job.yaml`) and each truth model, every host's TRUE cost is the planner's own cost
-model (`cost_offer`) at the true hours and start-up; each rule picks among the qualifying offers
-and its regret is its host's true cost / the oracle's − 1. The rules:
+fixed start-up of 3–12 min) drawn from its own seeded stream, under three truths (sublinear,
+proportional, flat). For each example job (`examples/*/job.yaml`) and truth, every host's TRUE
+cost is the planner's own cost model (`cost_offer`) at the true hours and start-up; each rule
+picks among the qualifying offers and its regret is its host's true cost / the oracle's − 1:
 
-- tether:        `plan_job` as it is (every host priced at the spec's `expected_hours`);
-- cheapest $/h:  the lowest listed `dph_total`;
-- dstack's rule: the lowest GPU + disk $/h for the job's disk (shared/reference/peers.md);
-- speed-aware:   the full cost at hours from a speed model. By default the BENCH'S OWN
-                 placeholder (`DlperfRatio`: spec hours × reference dlperf / dlperf), not
-                 tether's; `--speed-model pkg.module:name` plugs in any callable
-                 (job, offer) → expected hours.
+- tether (speed prior):  `plan_job` as it is (hours from the offer's dlperf, or as given);
+- tether (measured, k):  `plan_job(estimate=...)` after the job ran k times on earlier books
+                         of the same world, learning the true pace of the GPU models it rented
+                         (a SIMULATED estimator, `bench/lib/learned.py`; tether's store is
+                         built elsewhere); `+ refit`: the prior calibrated and refitted to those
+                         runs (a proposal);
+- cheapest $/h:          the lowest listed `dph_total`;
+- dstack's rule:         the lowest GPU + disk $/h for the job's disk (shared/reference/peers.md);
+- bound:                 the truth's own dlperf law, blind only to each host's noise: not a rule
+                         anyone could run, the best a dlperf-based estimate could do.
 
+`--speed-model pkg.module:name` adds a slot for any callable (job, offer) → expected hours.
 Prints per job and truth: median, worst decile (p90), mean regret and the share of books where
 the rule rented the oracle's host. With the real records in ../shared/fixtures/vast/offers.json
-(skipped when absent), prints which host each rule rents (no truth is known for them).
+(skipped when absent), prints which host each history-free rule rents (no truth is known there).
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import random
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lib.jobs import example_jobs  # noqa: E402
+from bench.lib.learned import PaceMemory, learn_snapshots  # noqa: E402
 from bench.lib.regret import (  # noqa: E402
     REFERENCE_DLPERF,
     REFERENCE_GPU,
@@ -56,7 +63,7 @@ from bench.lib.regret import (  # noqa: E402
     tether_planner,
 )
 from bench.lib.report import write_results  # noqa: E402
-from functions.domain.cost import cost_offer  # noqa: E402
+from functions.domain.cost import cost_offer, plan_job  # noqa: E402
 from functions.domain.jobspec import JobSpec  # noqa: E402
 from functions.domain.offer import Offer  # noqa: E402
 from tether_local.offers import generate_offers  # noqa: E402
@@ -64,6 +71,36 @@ from tether_local.offers import generate_offers  # noqa: E402
 NAME = "planner_regret"
 SHARED_OFFERS = ROOT.parent / "shared" / "fixtures" / "vast" / "offers.json"
 BENCH_BASELINE = "speed-aware (bench's dlperf ratio)"
+TETHER_PRIOR = "tether (speed prior)"
+# Not a rule anyone could run: the truth's own dlperf law, blind only to each host's noise. How
+# close any dlperf-based estimate can get.
+BOUND = "bound: the truth's dlperf law"
+HISTORY_SEED_BASE = 1_000_000  # earlier books' seeds: apart from the judged books' 0..N−1
+
+
+@dataclass(frozen=True)
+class Learned:
+    """A tether rule that has run the job `runs` times before (bench/lib/learned.py)."""
+
+    name: str
+    runs: int
+    fit: bool
+
+
+def learned_rules(runs: int) -> tuple[Learned, ...]:
+    """Measured pace after 1 and after `runs` runs, and the refitted prior after `runs`."""
+    rules = [Learned("tether (measured, 1 run)", 1, False)]
+    if runs > 1:
+        rules.append(Learned(f"tether (measured, {runs} runs)", runs, False))
+    rules.append(Learned(f"tether (measured + refit, {runs} runs)", runs, True))
+    return tuple(rules)
+
+
+def measured_rule(memory: PaceMemory) -> Strategy:
+    def choose(job: JobSpec, offers: Sequence[Offer]) -> Offer:
+        return plan_job(job, offers, estimate=memory.estimate).ranking[0].offer
+
+    return choose
 
 
 def load_hours_model(spec: str) -> HoursModel:
@@ -78,23 +115,32 @@ def load_hours_model(spec: str) -> HoursModel:
     return hours
 
 
-def strategies(speed_model: str | None = None) -> dict[str, Strategy]:
-    """The rules judged, in table order."""
+def strategies(
+    speed_model: str | None = None, *, include_placeholder: bool = False
+) -> dict[str, Strategy]:
+    """The rules that need no history, in table order. The bench's dlperf-ratio placeholder is
+    what tether's speed prior now is, so it is judged only when asked for."""
     hours: HoursModel
     if speed_model is None:
         slot_name, hours = BENCH_BASELINE, DlperfRatio()
     else:
         slot_name, hours = f"speed-aware ({speed_model})", load_hours_model(speed_model)
-    return {
-        "tether (spec hours)": tether_planner,
+    rules: dict[str, Strategy] = {
+        TETHER_PRIOR: tether_planner,
         "cheapest $/h": cheapest_per_hour,
         "dstack's rule": dstack_rule,
-        slot_name: speed_aware(hours),
     }
+    if speed_model is not None or include_placeholder:
+        rules[slot_name] = speed_aware(hours)
+    return rules
 
 
 def book(seed: int, count: int) -> list[Offer]:
     return [Offer.model_validate(r) for r in generate_offers(count, seed)]
+
+
+def history_seed(seed: int, run: int, runs: int) -> int:
+    return HISTORY_SEED_BASE + seed * runs + run
 
 
 def run_generated(
@@ -103,18 +149,41 @@ def run_generated(
     seeds: int,
     count: int,
     truths: Sequence[TruthModel] = TRUTHS,
+    learned: Sequence[Learned] = (),
+    bound: bool = False,
 ) -> dict[str, Any]:
-    """Regret summaries by job, then truth model, then rule, over books 0..seeds−1."""
+    """Regret summaries by job, then truth model, then rule, over books 0..seeds−1. A `learned`
+    rule first runs the job on `runs` earlier books of the same truth model."""
+    names = [*rules, *(rule.name for rule in learned), *([BOUND] if bound else [])]
     collected: dict[str, dict[str, dict[str, list[float]]]] = {
-        job: {t.name: {rule: [] for rule in rules} for t in truths} for job in jobs
+        job: {t.name: {rule: [] for rule in names} for t in truths} for job in jobs
     }
     no_offer = {job: 0 for job in jobs}
+    max_runs = max((rule.runs for rule in learned), default=0)
     for seed in range(seeds):
         offers = book(seed, count)
+        earlier = [book(history_seed(seed, i, max_runs), count) for i in range(max_runs)]
         for truth_model in truths:
             truth = draw_truth(offers, truth_model, seed)
+            history = [
+                (b, draw_truth(b, truth_model, history_seed(seed, i, max_runs)))
+                for i, b in enumerate(earlier)
+            ]
             for job_name, job in jobs.items():
-                book_regrets = regrets(job, offers, truth, rules)
+                judged = dict(rules)
+                if bound:
+                    law = DlperfRatio(exponent=truth_model.exponent)
+                    judged[BOUND] = speed_aware(law)
+                for fit in sorted({rule.fit for rule in learned}):
+                    snapshots = learn_snapshots(
+                        job, history, fit=fit, runs={r.runs for r in learned if r.fit == fit},
+                        rng=random.Random(f"measure-{seed}-{truth_model.name}-{job_name}-{fit}"),
+                    )  # fmt: skip
+                    for learned_rule in learned:
+                        if learned_rule.fit == fit:
+                            memory = snapshots[learned_rule.runs]
+                            judged[learned_rule.name] = measured_rule(memory)
+                book_regrets = regrets(job, offers, truth, judged)
                 if book_regrets is None:
                     no_offer[job_name] += truth_model is truths[0]
                     continue
@@ -163,9 +232,11 @@ def run(
     count: int,
     rules: Mapping[str, Strategy] | None = None,
     shared: Path = SHARED_OFFERS,
+    runs: int = 3,
 ) -> dict[str, Any]:
     jobs = example_jobs()
     rules = strategies() if rules is None else rules
+    learned = learned_rules(runs) if runs > 0 else ()
     return {
         "generated": {"seeds": seeds, "offers_per_book": count},
         "reference": {"gpu": REFERENCE_GPU, "dlperf": REFERENCE_DLPERF},
@@ -173,8 +244,9 @@ def run(
             {"name": t.name, "exponent": t.exponent, "sigma": t.sigma, "startup_min": t.startup_min}
             for t in TRUTHS
         ],
-        "strategies": list(rules),
-        "jobs": run_generated(jobs, rules, seeds, count),
+        "strategies": [*rules, *(rule.name for rule in learned), BOUND],
+        "measured_runs": runs,
+        "jobs": run_generated(jobs, rules, seeds, count, learned=learned, bound=True),
         "shared_fixture": shared_picks(jobs, rules, shared),
     }
 
@@ -238,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=400, help="offers per generated book")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
+        "--runs", type=int, default=3, help="earlier runs the measured-pace rules learn from"
+    )
+    parser.add_argument(
         "--speed-model",
         default=None,
         metavar="MODULE:NAME",
@@ -248,11 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or (40 if args.quick else 300)
     if seeds < 1 or args.count < 1:
         parser.error("--seeds and --count must be ≥ 1")
+    if args.runs < 0:
+        parser.error("--runs must be ≥ 0")
     try:
         rules = strategies(args.speed_model)
     except (ImportError, AttributeError, ValueError) as exc:
         parser.error(f"--speed-model: {exc}")
-    results = run(seeds, args.count, rules)
+    results = run(seeds, args.count, rules, runs=args.runs)
     write_results(NAME, results)
     if args.json:
         json.dump(results, sys.stdout, indent=2)

@@ -153,6 +153,7 @@ class Agent:
             exit_code=self.exit_code,
             bytes_downloaded=self.storage.stats.bytes_downloaded,
             bytes_uploaded=self.storage.stats.bytes_uploaded,
+            last_upload_s=self.uploader.last_upload_s,
             agent_time=time.time(),
             credentials_expire_at=self.keys.expire_at(),
             wants_secrets=self.user_secrets.wanted,
@@ -456,6 +457,7 @@ class Agent:
             resume_from=self.restored.local_dir if self.restored else None,
             code_dir=self.settings.code_dir,
             outputs_dir=self.settings.outputs_dir,
+            checkpoint_interval_s=self.settings.checkpoint_interval_s,
         )
         env.update(self.user_secrets.values())  # the training command's environment only
         return env

@@ -90,6 +90,11 @@ class AgentSettings(BaseModel):
         default=15, alias="TETHER_HEARTBEAT_INTERVAL_S", gt=0, le=3600
     )
     grace_s: float = Field(default=120, alias="TETHER_GRACE_S", ge=0, le=86_400)
+    # The checkpoint interval the control plane computed for this host, passed on to the
+    # training command (tether_hooks saves on it by time when asked to).
+    checkpoint_interval_s: float | None = Field(
+        default=None, alias="TETHER_CHECKPOINT_INTERVAL_S", gt=0, le=86_400
+    )
     on_dead_man: Literal["stop", "destroy"] = Field(default="stop", alias="TETHER_ON_DEAD_MAN")
     vast_url: str = Field(
         default="https://console.vast.ai", alias="TETHER_VAST_URL", pattern=r"^https?://\S+$"

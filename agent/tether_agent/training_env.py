@@ -30,6 +30,7 @@ def training_env(
     resume_from: Path | None = None,
     code_dir: Path | None = None,
     outputs_dir: Path | None = None,
+    checkpoint_interval_s: float | None = None,
 ) -> dict[str, str]:
     """`parent` (the agent's environment) without the agent's secrets, with the checkpoint
     variables set, the restored checkpoint named when there is one, and the hooks first on
@@ -45,6 +46,8 @@ def training_env(
         env["TETHER_RESUME_FROM"] = str(resume_from)
     if code_dir is not None:
         env["TETHER_CODE_DIR"] = str(code_dir)
+    if checkpoint_interval_s is not None:
+        env["TETHER_CHECKPOINT_INTERVAL_S"] = str(max(1, round(checkpoint_interval_s)))
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HOOKS_DIR), parent.get("PYTHONPATH", "")) if p
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -76,6 +77,7 @@ class CheckpointUploader:
         self.prune_local = prune_local
         self.poll_interval_s = poll_interval_s
         self.last: CheckpointRef | None = None
+        self.last_upload_s: float | None = None  # the last upload's seconds (heartbeats report it)
         self._on_uploaded = on_uploaded
         self._on_refused = on_refused
         self._done_steps: set[int] = set()
@@ -143,6 +145,7 @@ class CheckpointUploader:
                 version = self.storage.store.current().version
                 if self._refused.get(step) == version:
                     continue  # refused with these credentials: wait for newer ones
+                started = time.monotonic()
                 try:
                     ref = self._upload_checkpoint(step, path)
                 except AccessDenied as exc:
@@ -153,6 +156,7 @@ class CheckpointUploader:
                     break  # the next ones go to the same prefix: same answer
                 if ref is None:
                     continue
+                self.last_upload_s = time.monotonic() - started
                 uploaded.append(ref)
                 self._after_upload(ref, path)
         return uploaded

@@ -29,6 +29,7 @@ from typing import Any
 from functions.domain.cost import cost_offer, plan_job, unmet_constraints
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
+from functions.domain.speed import effective_gpus
 from tether_local.offers import GPU_MODELS
 
 REFERENCE_GPU = "RTX 4090"  # the GPU the example jobs' `expected_hours` are written for
@@ -60,18 +61,22 @@ class TruthModel:
 
 # dlperf-proportional (what a dlperf-ratio model assumes) and sublinear (a memory-bound
 # fine-tune: a 3090 at 28 dlperf runs a 4090's 3-hour job in about 5.5 hours, not 10).
+# flat: the GPU does not bound the job (a CPU job such as tiny-cpu, or one bound by its data
+# loader): every host at the reference speed, host noise aside.
 TRUTHS: tuple[TruthModel, ...] = (
     TruthModel("sublinear", exponent=0.5),
     TruthModel("proportional", exponent=1.0),
+    TruthModel("flat", exponent=0.0),
 )
 
 
 def dlperf_per_gpu(offer: Offer) -> float | None:
-    """The offer's `dlperf` (a total over its GPUs) per GPU, or None when unknown."""
+    """The offer's `dlperf` (a total over its GPUs) per GPU's worth (`effective_gpus`: the
+    machine's score grows by about half a GPU per extra GPU), or None when unknown."""
     dlperf = getattr(offer, "dlperf", None)
     if not isinstance(dlperf, int | float) or dlperf <= 0 or offer.num_gpus <= 0:
         return None
-    return float(dlperf) / offer.num_gpus
+    return float(dlperf) / effective_gpus(offer.num_gpus)
 
 
 def truth_seed(seed: int) -> str:
@@ -98,8 +103,10 @@ def draw_truth(offers: Sequence[Offer], model: TruthModel, seed: int) -> dict[in
 
 
 def with_hours(job: JobSpec, hours: float) -> JobSpec:
-    """The job as if it took `hours` on the host (the cost model reads `expected_hours`)."""
-    return job.model_copy(update={"expected_hours": hours})
+    """The job as if it took `hours` on the host: `expected_hours` without a `reference_gpu`,
+    which the cost model takes as given (with one, it would scale the hours by the offer's
+    speed a second time)."""
+    return job.model_copy(update={"expected_hours": hours, "reference_gpu": None})
 
 
 def true_cost_usd(job: JobSpec, offer: Offer, truth: HostTruth) -> float:
@@ -160,12 +167,14 @@ class DlperfRatio:
     reference dlperf / the offer's dlperf per GPU (the spec's hours when `dlperf` is unknown)."""
 
     reference_dlperf: float = REFERENCE_DLPERF
+    exponent: float = 1.0  # the bound row sets the truth's own exponent
 
     def __call__(self, job: JobSpec, offer: Offer) -> float:
         per_gpu = dlperf_per_gpu(offer)
         if per_gpu is None:
             return job.expected_hours
-        return job.expected_hours * self.reference_dlperf / per_gpu
+        ratio: float = (self.reference_dlperf / per_gpu) ** self.exponent
+        return job.expected_hours * ratio
 
 
 def oracle(truth: Mapping[int, HostTruth]) -> Strategy:

@@ -39,6 +39,9 @@ SECRETS = "TETHER_SECRETS"
 LEASE_EXPIRES_AT = "TETHER_LEASE_EXPIRES_AT"  # epoch seconds: the first lease, before any heartbeat
 HEARTBEAT_INTERVAL_S = "TETHER_HEARTBEAT_INTERVAL_S"  # default 15
 GRACE_S = "TETHER_GRACE_S"  # SIGTERM → SIGKILL grace, default 120
+# Seconds between checkpoints the control plane computed for this host (optional): passed on to
+# the training command, where tether_hooks.TetherCallback(save_by_time=True) saves on it.
+CHECKPOINT_INTERVAL_S = "TETHER_CHECKPOINT_INTERVAL_S"
 ON_DEAD_MAN = "TETHER_ON_DEAD_MAN"  # stop | destroy
 VAST_URL = "TETHER_VAST_URL"  # default https://console.vast.ai (the simulator's URL locally)
 GPU_PROBE = "TETHER_GPU_PROBE"  # nvml (default) | none | fake:<file> (local stack and tests)
@@ -63,4 +66,5 @@ ALL = (
     S3_WRITE_SESSION_TOKEN, S3_WRITE_CREDENTIALS_EXPIRE_AT, RESTORE_CHECKPOINTS, LEASE_EXPIRES_AT,
     HEARTBEAT_INTERVAL_S, GRACE_S, ON_DEAD_MAN, VAST_URL, GPU_PROBE, PROBE_TIMEOUT_S, WORK_DIR,
     CONTAINER_ID, CONTAINER_API_KEY, CODE_GIT, CODE_COMMIT, CODE_ARCHIVE_SHA256, SECRETS,
+    CHECKPOINT_INTERVAL_S,
 )  # fmt: skip

@@ -223,19 +223,30 @@ def _usd_per_hour(job: JobSpec, offer: Offer, bid: Bid | None) -> float:
 
 
 def recommend_checkpoint_interval(
-    job: JobSpec, offer: Offer, *, startup_min: float | None = None, bid: Bid | None = None
+    job: JobSpec,
+    offer: Offer,
+    *,
+    startup_min: float | None = None,
+    bid: Bid | None = None,
+    upload_min: float | None = None,
+    failures_per_hour: float | None = None,
 ) -> float:
     """Young/Daly interval in minutes, capped so one lost interval costs less than a start-up.
 
-    With `bid` (interruptible), outbids add to failures: the MTBF is 1 / (λ + hazard)."""
+    With `bid` (interruptible), outbids add to failures: the MTBF is 1 / (λ + hazard).
+    `upload_min` (a measured upload time) replaces the size ÷ `inet_up` estimate and
+    `failures_per_hour` (a measured rate blended with the prior) the reliability's rate;
+    `functions.domain.checkpoint_interval` supplies both when a generation is rented."""
     price = _usd_per_hour(job, offer, bid)
     upload_mbps = offer.inet_up if offer.inet_up > 0 else UNKNOWN_UPLOAD_MBPS
-    checkpoint_cost_min = max(
-        MIN_CHECKPOINT_COST_MIN,
-        download_minutes(job.data.upload_gb_per_checkpoint, upload_mbps),
-    )
+    if upload_min is None:
+        upload_min = download_minutes(job.data.upload_gb_per_checkpoint, upload_mbps)
+    checkpoint_cost_min = max(MIN_CHECKPOINT_COST_MIN, upload_min)
+    rate = failure_rate_per_hour(offer) if failures_per_hour is None else failures_per_hour
     hazard = 0.0 if bid is None else bid.hazard.per_hour
-    young_daly = math.sqrt(2 * checkpoint_cost_min * mtbf_hours(offer, hazard) * 60)
+    # Never treat a host as surer than the most reliable score the prior accepts.
+    mtbf_h = 1.0 / (max(rate, (1 - RELIABILITY_MAX) / (RELIABILITY_MAX * MEAN_OUTAGE_H)) + hazard)
+    young_daly = math.sqrt(2 * checkpoint_cost_min * mtbf_h * 60)
     startup_usd = price * startup_minutes(job, offer, startup_min=startup_min) / 60
     download_usd = job.data.download_gb * offer.inet_down_cost
     cap = (startup_usd + download_usd) / price * 60 if price > 0 else young_daly

@@ -161,6 +161,13 @@ class HeartbeatRequest(_Wire):
     exit_code: int | None = Field(default=None, ge=-255, le=255)
     bytes_downloaded: int = Field(default=0, ge=0, le=MAX_BYTES)
     bytes_uploaded: int = Field(default=0, ge=0, le=MAX_BYTES)
+    last_upload_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SECONDS,
+        description="Seconds the last checkpoint upload of this generation took (its files and "
+        "manifest); the next generation's checkpoint interval is recomputed from it.",
+    )
     agent_time: float = Field(gt=0, le=MAX_EPOCH_S)
     credentials_expire_at: float | None = Field(
         default=None,

@@ -219,6 +219,7 @@ class Heartbeat(BaseModel):
     exit_code: int | None = None
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
+    last_upload_s: float | None = None  # the last checkpoint upload's seconds
 
 
 class Generation(BaseModel):
@@ -449,4 +450,5 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         exit_code=request.exit_code,
         bytes_downloaded=request.bytes_downloaded,
         bytes_uploaded=request.bytes_uploaded,
+        last_upload_s=request.last_upload_s,
     )

@@ -147,6 +147,7 @@ def build_host_env(
     gpu_probe: str | None = None,
     probe_timeout_s: float | None = None,
     work_dir: str | None = None,
+    checkpoint_interval_s: float | None = None,
 ) -> dict[str, str]:
     """The instance environment (Vast's `env`): the agent's settings plus the job's own `env`.
 
@@ -196,6 +197,9 @@ def build_host_env(
             else heartbeat_interval_s
         ),
         agent_env.GRACE_S: _number(grace_s),
+        agent_env.CHECKPOINT_INTERVAL_S: (
+            None if checkpoint_interval_s is None else str(max(1, round(checkpoint_interval_s)))
+        ),
         agent_env.ON_DEAD_MAN: job.policy.on_dead_man,
         agent_env.VAST_URL: vast_url,
         agent_env.GPU_PROBE: gpu_probe,

@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from functions.domain.blame import blocklist
+from functions.domain.checkpoint_interval import IntervalChoice, generation_interval
 from functions.domain.cost import NoQualifyingOffer, OfferCost, plan_job
 from functions.domain.job import Generation, HostReputation, Job
 from functions.domain.labels import instance_label
@@ -42,6 +43,8 @@ class RentCandidate(_Frozen):
     lease_expires_at: float
     expected_total_usd: float
     bid_usd_per_hour: float | None = None  # interruptible: rent with this bid (GPU $/h)
+    # The checkpoint interval the host is started with (`functions.domain.checkpoint_interval`).
+    checkpoint_interval: IntervalChoice | None = None
 
 
 class RentPlan(_Frozen):
@@ -72,6 +75,7 @@ def plan_rent(
     """The offers to try for `generation` of `job`, best expected total first, skipping the
     hosts `blocklist` names (this job's blamed hosts, and hosts whose decaying blame is still
     high: `functions/domain/blame.py`); or the reason not to rent now."""
+    generations = tuple(generations)
     blocked = blocklist(generations, reputations, now=now)
     try:
         plan = plan_job(job.spec, offers, blocklist=blocked)
@@ -98,6 +102,9 @@ def plan_rent(
                 lease_expires_at=lease_at,
                 expected_total_usd=choice.expected_total_usd,
                 bid_usd_per_hour=choice.bid_usd_per_hour,
+                checkpoint_interval=generation_interval(
+                    job.spec, choice.offer, generations, now=now, bid=choice.bid
+                ),
             )
         )
     return RentPlan(

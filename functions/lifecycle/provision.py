@@ -144,6 +144,7 @@ def _rent_down(
             spec, job_id=job.job_id, generation=inp.generation, api_url=deps.settings.api_url,
             agent_token=token, storage=storage, lease_expires_at=candidate.lease_expires_at,
             restore_checkpoints=checkpoints,
+            checkpoint_interval_s=_interval_s(candidate),
         )  # fmt: skip
         ensure_no_account_secrets(script=onstart, env=env, account_secrets=account_secrets)
         try:
@@ -233,6 +234,9 @@ def _record(
         f"{offer.machine_id}, {offer.gpu_name}) at ${prices.usd_per_hour:.3f}/h; "
         f"expected total ${candidate.expected_total_usd:.2f}"
     )
+    if candidate.checkpoint_interval is not None:
+        interval = candidate.checkpoint_interval
+        message += f"; checkpoint every {interval.minutes:.1f} min ({interval.detail})"
     recorded = deps.store.record_generation(
         generation,
         expected=RENTING,
@@ -259,6 +263,11 @@ def _record(
         event(job.job_id, now, "lost_race", lost, instance_id=result.instance_id)
     )
     return ProvisionOutput(outcome="lost_race", proceed=False, message=lost)
+
+
+def _interval_s(candidate: RentCandidate) -> int | None:
+    interval = candidate.checkpoint_interval
+    return None if interval is None else interval.seconds
 
 
 def _rented_anyway(vast: VastClient, label: str) -> RentResult | None:

@@ -20,7 +20,9 @@ Plain PyTorch loop::
     tether_hooks.checkpoint_saved(path_of_saved_dir)    # after each complete save
 
 The agent exports `TETHER_CHECKPOINT_DIR`, `TETHER_MARKER` and `TETHER_PROGRESS_FILE`
-(agent/README.md lists everything it sets).
+(agent/README.md lists everything it sets), and `TETHER_CHECKPOINT_INTERVAL_S`, the interval
+tether computed for this host: `TetherCallback(save_by_time=True)` saves on it by time, besides
+the Trainer's own `save_steps`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -96,6 +99,47 @@ def latest_checkpoint(directory: str | os.PathLike[str] | None = None) -> str | 
             if best is None or step > best[0]:
                 best = (step, entry)
     return str(best[1]) if best else None
+
+
+def checkpoint_interval_s() -> float | None:
+    """The checkpoint interval tether computed for this host (`TETHER_CHECKPOINT_INTERVAL_S`),
+    or None outside tether (or with a value that is not a positive number)."""
+    try:
+        value = float(os.environ.get("TETHER_CHECKPOINT_INTERVAL_S") or "nan")
+    except ValueError:
+        return None
+    return value if value > 0 else None  # NaN compares false: None
+
+
+class SaveClock:
+    """When a save is due by time: every `interval_s` seconds of `clock` since the last save
+    (or since training began). Seconds from `clock`, `time.monotonic` unless a test passes one."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last = clock()
+
+    def due(self) -> bool:
+        return self._clock() - self._last >= self.interval_s
+
+    def saved(self) -> None:
+        self._last = self._clock()
+
+
+def _agree_on_rank_zero(flag: bool, args: Any) -> bool:
+    """Rank 0's `flag` on every rank of a distributed run: every rank must save at the same
+    step (a save gathers across ranks), and their clocks differ. One small broadcast a step.
+    A run that never imported torch.distributed is not distributed: nothing is imported here."""
+    dist: Any = sys.modules.get("torch.distributed")
+    torch: Any = sys.modules.get("torch")
+    if dist is None or torch is None:
+        return flag
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    tensor = torch.tensor([int(flag)], device=getattr(args, "device", None))
+    dist.broadcast(tensor, src=0)
+    return bool(tensor.item())
 
 
 def stop_requested() -> bool:
@@ -167,13 +211,30 @@ def _make_callback() -> type:
         """Marks each checkpoint the Trainer saves (`output_dir/checkpoint-<step>`), reports
         the step, and on SIGTERM makes the Trainer save a final checkpoint at the end of the
         current step and stop. Set `output_dir` to the job's checkpoint dir
-        (TETHER_CHECKPOINT_DIR)."""
+        (TETHER_CHECKPOINT_DIR).
 
-        def __init__(self) -> None:
+        `save_by_time=True` also saves every `interval_s` seconds (default: tether's
+        `TETHER_CHECKPOINT_INTERVAL_S`; unset outside tether, and then nothing changes), timed
+        from the start of training and from each save. `clock` is for tests."""
+
+        def __init__(
+            self,
+            save_by_time: bool = False,
+            *,
+            interval_s: float | None = None,
+            clock: Callable[[], float] = time.monotonic,
+        ) -> None:
             self._sigterm = _SigtermWatch()
+            self.save_by_time = save_by_time
+            self.interval_s = interval_s
+            self._clock = clock
+            self._save_clock: SaveClock | None = None
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             self._sigterm.install()
+            interval = self.interval_s if self.interval_s is not None else checkpoint_interval_s()
+            if self.save_by_time and interval is not None and interval > 0:
+                self._save_clock = SaveClock(interval, self._clock)
             return control
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -185,9 +246,17 @@ def _make_callback() -> type:
             if _stop_requested.is_set():
                 control.should_save = True
                 control.should_training_stop = True
+            elif (
+                self._save_clock is not None
+                and not control.should_save  # the same on every rank: the broadcast is too
+                and _agree_on_rank_zero(self._save_clock.due(), args)
+            ):
+                control.should_save = True
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if self._save_clock is not None:
+                self._save_clock.saved()
             if not getattr(state, "is_world_process_zero", True):
                 return control
             saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"

@@ -242,3 +242,15 @@ def test_credentials_rotated_mid_upload_complete_the_upload(tmp_path: Path) -> N
         if new_server:
             new_server.stop()
         old_server.stop()
+
+
+def test_the_uploader_times_each_upload_for_the_heartbeat(storage: Storage, tmp_path: Path) -> None:
+    """`last_upload_s` (what heartbeats report, and the next host's interval is computed from)
+    is unset before any upload and the seconds of the last one after."""
+    root = tmp_path / "ckpt"
+    write_checkpoint(root, 5, {"model.bin": b"x" * 1000})
+    uploader = uploader_for(storage, root)
+    assert uploader.last_upload_s is None
+    (ref,) = uploader.upload_pending()
+    assert ref.step == 5
+    assert uploader.last_upload_s is not None and uploader.last_upload_s >= 0

@@ -184,3 +184,34 @@ def test_a_transition_started_twice_is_started_once(sup: Supervised) -> None:
     assert starter.start(request) is True
     assert starter.start(request) is False
     assert sup.wait_for(request.execution_name)["status"] == "SUCCEEDED"
+
+
+def test_each_host_gets_its_checkpoint_interval_recomputed_from_the_jobs_measurements(
+    sup: Supervised,
+) -> None:
+    """Generation 1 starts with the planner's interval; its agent reports a 300 s upload and
+    its host dies; generation 2 starts with the interval recomputed from both (tiny-cpu: one
+    start-up is ~2 min, under the 5 min a save now takes, so the interval is the save: 300 s)."""
+    job, first = sup.provisioned()
+    first_env = sup.vast.sim_instance(first.instance_id or 0).env
+    assert 60 <= int(first_env["TETHER_CHECKPOINT_INTERVAL_S"]) < 300
+    sup.clock.advance(60)
+    sup.agent_beat(job.job_id, 1, last_upload_s=300.0)  # through the real heartbeat API
+    stored = sup.store.get_generation(job.job_id, 1)
+    assert stored is not None and stored.heartbeat is not None
+    assert stored.heartbeat.last_upload_s == 300.0
+    sup.clock.advance(240)  # silent: dead
+
+    assert sup.monitor()["verdicts"] == {"dead": 1}
+    assert sup.wait_for(f"{job.job_id}-replace-g2-a1")["status"] == "SUCCEEDED"
+
+    second = sup.store.get_generation(job.job_id, 2)
+    assert second is not None and second.instance_id is not None
+    assert sup.vast.sim_instance(second.instance_id).env["TETHER_CHECKPOINT_INTERVAL_S"] == "300"
+    view = sup.store.get_job_view(job.job_id)
+    assert view is not None
+    rented = [e.message for e in view.events if e.kind == "rented"]
+    assert len(rented) == 2
+    assert "Young/Daly from the offer" in rented[0]
+    assert "checkpoint every 5.0 min" in rented[1] and "upload 300 s measured" in rented[1]
+    assert "1 host failure(s)" in rented[1]

@@ -50,6 +50,7 @@ def test_a_restored_run_sees_every_documented_variable_and_none_of_the_agents_se
         resume_from=Path("/workspace/checkpoints/checkpoint-400"),
         code_dir=Path("/var/lib/tether/code"),
         outputs_dir=Path("/workspace/outputs"),
+        checkpoint_interval_s=1696.8,
     )
     assert {k: v for k, v in env.items() if k.startswith("TETHER_") or k == "PYTHONPATH"} == {
         "TETHER_JOB_ID": "j1",
@@ -60,6 +61,7 @@ def test_a_restored_run_sees_every_documented_variable_and_none_of_the_agents_se
         "TETHER_RESUME_FROM": "/workspace/checkpoints/checkpoint-400",
         "TETHER_CODE_DIR": "/var/lib/tether/code",
         "TETHER_OUTPUTS_DIR": "/workspace/outputs",
+        "TETHER_CHECKPOINT_INTERVAL_S": "1697",
         "PYTHONPATH": f"{HOOKS_DIR}:/mine",
     }
     assert env["HF_HOME"] == "/cache" and env["CONTAINER_API_KEY"] == "k"
@@ -78,6 +80,7 @@ def test_a_fresh_run_has_no_restored_checkpoint_variables() -> None:
     assert "TETHER_RESTORED_STEP" not in env and "TETHER_RESUME_FROM" not in env
     assert "TETHER_CODE_DIR" not in env  # no code named: the command runs in the image as is
     assert "TETHER_OUTPUTS_DIR" not in env  # the spec names no outputs dir
+    assert "TETHER_CHECKPOINT_INTERVAL_S" not in env  # the control plane sent none
     assert env["PYTHONPATH"] == str(HOOKS_DIR)
 
 

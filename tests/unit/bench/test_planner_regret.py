@@ -22,7 +22,7 @@ from bench.lib.regret import (
     tether_planner,
     true_cost_usd,
 )
-from bench.planner_regret import book, load_hours_model, shared_picks, strategies
+from bench.planner_regret import book, load_hours_model, run, shared_picks, strategies
 from functions.domain.cost import cost_offer
 from functions.domain.jobspec import JobSpec, parse_job
 from functions.domain.offer import Offer
@@ -174,12 +174,26 @@ def test_shared_picks_absent_and_present(tmp_path: Path) -> None:
     path = tmp_path / "offers.json"
     records = [o.model_dump() for o in (X, Y, Z)]
     path.write_text(json.dumps({"offers": records}))
-    picks = shared_picks({"hand": JOB}, strategies(), path)
+    picks = shared_picks({"hand": JOB}, strategies(include_placeholder=True), path)
     assert picks is not None and picks["offers"] == 3
     by_rule = picks["jobs"]["hand"]["picks"]
-    assert by_rule["tether (spec hours)"]["offer_id"] == 3
+    assert by_rule["tether (speed prior)"]["offer_id"] == 3  # no reference_gpu: the spec's hours
     assert by_rule["dstack's rule"]["offer_id"] == 2
     assert by_rule["cheapest $/h"]["listed_usd_per_hour"] == pytest.approx(0.31)
     # The default reference is the RTX 4090's 97.5: X (100) is at least as fast, Y and Z 4× slower.
     assert by_rule["speed-aware (bench's dlperf ratio)"]["offer_id"] == 1
     assert by_rule["speed-aware (bench's dlperf ratio)"]["dlperf"] == 100.0
+
+
+def test_the_run_judges_the_measured_rules_and_the_bound_beside_the_others() -> None:
+    results = run(seeds=1, count=80, runs=2, shared=Path("/nonexistent/offers.json"))
+    assert results["strategies"] == [
+        "tether (speed prior)", "cheapest $/h", "dstack's rule", "tether (measured, 1 run)",
+        "tether (measured, 2 runs)", "tether (measured + refit, 2 runs)",
+        "bound: the truth's dlperf law",
+    ]  # fmt: skip
+    for per_job in results["jobs"].values():
+        for truth in ("sublinear", "proportional", "flat"):
+            summaries = per_job[truth]
+            assert set(summaries) == set(results["strategies"])
+            assert all(s["median"] >= 0.0 for s in summaries.values())

@@ -212,6 +212,11 @@ def test_code_from_git_travels_to_the_agent_only_when_named() -> None:
     assert "TETHER_CODE_GIT" not in host_env() and "TETHER_CODE_COMMIT" not in host_env()
 
 
+def test_the_checkpoint_interval_travels_in_whole_seconds_only_when_computed() -> None:
+    assert host_env(checkpoint_interval_s=1696.8)["TETHER_CHECKPOINT_INTERVAL_S"] == "1697"
+    assert "TETHER_CHECKPOINT_INTERVAL_S" not in host_env()
+
+
 def test_credentials_for_another_job_or_generation_are_refused() -> None:
     with pytest.raises(ValueError, match=r"storage.read.prefix: must be 'jobs/j-123/'"):
         host_env(storage=storage("j-999"))
