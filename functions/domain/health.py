@@ -17,6 +17,12 @@ Precedence, first match wins, and why:
                  do better.
 3. over_budget — the next monitor run would pass the cap: never rent a replacement with no money,
                  so this beats dead, crashed and hung.
+3b. outbid     — an interruptible instance the marketplace stopped (`stopped` while Vast's
+                 `intended_status` stays `running`; a stop by tether or by the agent's dead-man
+                 switch sets `intended_status: stopped`): wait for it to win its machine back,
+                 up to the bound `functions/domain/outbid.py` derives from the costs, then
+                 replace. Its silent heartbeat and the exit code of the training it killed are
+                 neither dead nor crashed.
 4. dead        — host-level facts: instance gone, `exited`/`offline`/`stopped`, `unknown` too long,
                  heartbeat older than the timeout, stuck starting past the startup timeout.
 5. crashed     — non-zero exit with restarts left: replace (the host is not blamed).
@@ -35,8 +41,8 @@ Decisions the design leaves open:
   (`instance.listed` false) every instance rule is skipped; heartbeat and clock rules still apply.
 - `unknown` kills only after `heartbeat_timeout_s` *and* only if the agent is not heartbeating:
   the agent's own word beats a status daemon that lost contact with the host.
-- `stopped` is dead (it bills storage and trains nothing; an outbid interruptible host is replaced
-  rather than waited for). `frozen`, `rebooting` and `loading` are left to the timeouts.
+- `stopped` is dead (it bills storage and trains nothing), unless it is an outbid interruptible
+  instance (rule 3b). `frozen`, `rebooting` and `loading` are left to the timeouts.
 - Hung rules apply only in the `training` phase: restoring and the final upload legitimately idle
   the GPU.
 - A host with no GPU (`gpu.available` false) or no utilisation reading is never hung by the
@@ -93,6 +99,7 @@ class Health(StrEnum):
     HUNG = "hung"
     CRASHED = "crashed"
     OVER_BUDGET = "over_budget"
+    OUTBID = "outbid"
     FINISHED = "finished"
     FAILED = "failed"
 
@@ -106,6 +113,7 @@ ACTIONS: dict[Health, Action] = {
     Health.HUNG: "replace",
     Health.CRASHED: "replace",
     Health.OVER_BUDGET: "stop",
+    Health.OUTBID: "none",  # waiting; `Verdict.waited_out` replaces
     Health.FINISHED: "stop",
     Health.FAILED: "stop",
 }
@@ -132,6 +140,14 @@ class InstanceView(_Frozen):
         default=0, ge=0, description="How long actual_status has been `unknown`."
     )
     status_msg: str | None = Field(default=None, description="Vast's status message.")
+
+
+class OutbidView(_Frozen):
+    """An interruptible instance the marketplace stopped (`functions/domain/outbid.py`)."""
+
+    for_s: float = Field(ge=0, description="How long it has been seen stopped.")
+    wait_s: float = Field(ge=0, description="How long waiting for it is worth (the bound).")
+    why: str = Field(default="", description="How the bound was derived.")
 
 
 class HeartbeatView(_Frozen):
@@ -175,6 +191,9 @@ class HealthInput(_Frozen):
     replacements: Mapping[Health, int] = Field(
         default_factory=dict, description="Replacements so far for each cause (dead, hung)."
     )
+    outbid: OutbidView | None = Field(
+        default=None, description="Set while the instance is outbid (and Vast was read)."
+    )
 
 
 class Verdict(_Frozen):
@@ -183,10 +202,13 @@ class Verdict(_Frozen):
     cause: Health | None = Field(
         default=None, description="What a `failed` verdict failed of, when a cap was reached."
     )
+    waited_out: bool = Field(
+        default=False, description="outbid: the wait bound has passed, replace the host."
+    )
 
     @property
     def action(self) -> Action:
-        return ACTIONS[self.health]
+        return "replace" if self.waited_out else ACTIONS[self.health]
 
     @property
     def blames_host(self) -> bool:
@@ -207,7 +229,7 @@ def _heartbeat_fresh(h: HealthInput) -> bool:
 
 def _exited_nonzero(h: HealthInput) -> str | None:
     hb = h.heartbeat
-    if hb is None:
+    if hb is None or h.outbid is not None:  # the marketplace's stop killed it: no crash
         return None
     if hb.exit_code is not None and hb.exit_code != 0:
         return f"training command exited with code {hb.exit_code}"
@@ -295,6 +317,15 @@ def _over_budget(h: HealthInput) -> str | None:
 
 def _is_starting(h: HealthInput) -> bool:
     return h.heartbeat is None or h.heartbeat.phase in _STARTING_PHASES
+
+
+def _outbid(h: HealthInput) -> str | None:
+    out = h.outbid
+    if out is None or not h.instance.listed:
+        return None
+    if out.for_s >= out.wait_s:
+        return f"outbid for {out.for_s:g} s, past the {out.wait_s:g} s worth waiting ({out.why})"
+    return f"outbid for {out.for_s:g} s; waiting up to {out.wait_s:g} s ({out.why})"
 
 
 def _dead(h: HealthInput) -> str | None:
@@ -387,6 +418,7 @@ RULES: tuple[tuple[Health, Check], ...] = (
     (Health.FINISHED, _finished),
     (Health.FAILED, _failed),
     (Health.OVER_BUDGET, _over_budget),
+    (Health.OUTBID, _outbid),
     (Health.DEAD, _dead),
     (Health.CRASHED, _crashed),
     (Health.HUNG, _hung),
@@ -425,5 +457,9 @@ def classify(h: HealthInput) -> Verdict:
     for health, check in RULES:
         reason = check(h)
         if reason is not None:
-            return apply_caps(Verdict(health=health, reason=reason), h)
+            waited_out = h.outbid is not None and h.outbid.for_s >= h.outbid.wait_s
+            verdict = Verdict(
+                health=health, reason=reason, waited_out=health is Health.OUTBID and waited_out
+            )
+            return apply_caps(verdict, h)
     raise AssertionError("the healthy rule always fires")  # pragma: no cover

@@ -23,6 +23,7 @@ from functions.domain.job import Generation, HostReputation, Job
 from functions.domain.labels import instance_label
 from functions.domain.lease import lease_expires_at
 from functions.domain.offer import Offer
+from functions.domain.outbid import bid_prices, rent_bid
 from functions.domain.spend import GenerationPrices
 
 MAX_OFFERS_PER_ATTEMPT = 5  # offers tried in one provision step before waiting for capacity
@@ -83,7 +84,9 @@ def plan_rent(
     disk_gb = job.spec.resources.min_disk_gb
     candidates = []
     for choice in plan.ranking[:max_offers]:
-        prices = GenerationPrices.from_offer(choice.offer, disk_gb)
+        # Interruptible: billed at the bid (the planner's, else the rent's own from min_bid).
+        bid = choice.bid_usd_per_hour or rent_bid(choice.offer, job.spec.resources)
+        prices = bid_prices(GenerationPrices.from_offer(choice.offer, disk_gb), bid)
         lease_at = lease_expires_at(
             now,
             lease_window_s=job.spec.policy.lease_window_s,
@@ -97,7 +100,7 @@ def plan_rent(
                 prices=prices,
                 lease_expires_at=lease_at,
                 expected_total_usd=choice.expected_total_usd,
-                bid_usd_per_hour=choice.bid_usd_per_hour,
+                bid_usd_per_hour=bid,
             )
         )
     return RentPlan(
