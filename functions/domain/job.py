@@ -282,7 +282,7 @@ class Generation(BaseModel):
     resumed_started_at: float | None = None
     first_step_at: float | None = None
     # Written by the lifecycle at rent: an interruptible (bid) instance and its bid, GPU $/h
-    # (`usd_per_hour` and `prices` are at the bid). Stopped when outbid (functions/domain/outbid.py).
+    # (`usd_per_hour` and `prices` are at the bid). Stopped when outbid (domain/outbid.py).
     interruptible: bool = False
     bid_usd_per_hour: float | None = Field(default=None, gt=0)
     # Written by the monitor: how often this generation's instance was outbid, and when the

@@ -60,6 +60,7 @@ from functions.domain.measures import (
     tether_instances,
     work_lost,
 )
+from functions.domain.outbid import newly_outbid
 from functions.domain.reconcile import (
     InstanceFacts,
     JobDecision,
@@ -71,7 +72,6 @@ from functions.domain.reconcile import (
     labelled_by_job,
     unseen_starts,
 )
-from functions.domain.outbid import newly_outbid
 from functions.domain.recovery import LostWork
 from functions.domain.spend import VastCharges
 from functions.monitor import repair
@@ -273,7 +273,9 @@ def _apply(
     store.record_supervised(job.job_id, decision.generation, decision.observation, at=now)
 
 
-def _tell_outbid(deps: MonitorDeps, snapshot: JobSnapshot, decision: JobDecision, now: float) -> None:
+def _tell_outbid(
+    deps: MonitorDeps, snapshot: JobSnapshot, decision: JobDecision, now: float
+) -> None:
     """A new outbid the monitor waits for goes on the timeline with the wait it is worth (one
     it replaces at once is told by the replace)."""
     verdict, current, seen = decision.verdict, snapshot.current, decision.observation

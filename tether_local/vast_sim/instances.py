@@ -136,11 +136,18 @@ def parse_rent(body: dict[str, Any]) -> RentRequest:
     return RentRequest(image, disk, label, env, onstart, args, runtype, price)
 
 
-def check_bid(offer: dict[str, Any], price: float | None, offer_id: int) -> None:
+def check_bid(
+    offer: dict[str, Any], price: float | None, offer_id: int, *, outbid: bool = False
+) -> None:
     """A bid below the machine's current `min_bid` is refused (400 `invalid_price`; the error
-    token is Vast's, the message ours: no real one was recorded)."""
+    token is Vast's, the message ours: no real one was recorded). `outbid`: the `min_bid` rose
+    past the bid since the search (the `bid_too_low` fault)."""
     floor = offer.get("min_bid")
-    if price is None or not isinstance(floor, int | float) or price >= floor:
+    if price is None:
+        return
+    if outbid:
+        floor = max(price * 1.1, float(floor) if isinstance(floor, int | float) else 0.0)
+    if not isinstance(floor, int | float) or price >= floor:
         return
     raise error(
         400, "invalid_price",

@@ -154,7 +154,8 @@ class SimulatorRoutes(SimulatorState):
         offer = self._book.get(offer_id)
         if offer is None:
             raise gone
-        check_bid(offer, wanted.price, offer_id)
+        outbid = wanted.price is not None and self._take_fault("bid_too_low")
+        check_bid(offer, wanted.price, offer_id, outbid=outbid)
         if float(offer.get("disk_space") or 0) < wanted.disk:
             raise error(
                 400, "invalid_args",

@@ -23,6 +23,7 @@ FaultKind = Literal[
     "connection_error",
     "resources_unavailable",
     "no_instance_api_key",
+    "bid_too_low",
 ]
 FAULT_KINDS: tuple[str, ...] = (
     "rate_limit",
@@ -31,6 +32,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "connection_error",
     "resources_unavailable",
     "no_instance_api_key",
+    "bid_too_low",
 )
 
 
