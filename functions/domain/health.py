@@ -194,6 +194,11 @@ class HealthInput(_Frozen):
     outbid: OutbidView | None = Field(
         default=None, description="Set while the instance is outbid (and Vast was read)."
     )
+    resumed_at: float | None = Field(
+        default=None,
+        description="When the instance came back from its last outbid: the heartbeat and "
+        "start-up clocks restart there, and a heartbeat from before it (the stop's exit) is old.",
+    )
 
 
 class Verdict(_Frozen):
@@ -219,7 +224,9 @@ class Verdict(_Frozen):
 
 
 def _heartbeat_age(h: HealthInput) -> float | None:
-    return None if h.heartbeat is None else h.now - h.heartbeat.at
+    if h.heartbeat is None:
+        return None
+    return h.now - max(h.heartbeat.at, h.resumed_at or h.heartbeat.at)
 
 
 def _heartbeat_fresh(h: HealthInput) -> bool:
@@ -231,6 +238,8 @@ def _exited_nonzero(h: HealthInput) -> str | None:
     hb = h.heartbeat
     if hb is None or h.outbid is not None:  # the marketplace's stop killed it: no crash
         return None
+    if h.resumed_at is not None and hb.at <= h.resumed_at:
+        return None  # the exit the outbid's stop caused, reported before it came back
     if hb.exit_code is not None and hb.exit_code != 0:
         return f"training command exited with code {hb.exit_code}"
     if hb.phase == "failed":
@@ -344,7 +353,7 @@ def _dead(h: HealthInput) -> str | None:
     age = _heartbeat_age(h)
     if age is not None and age >= policy.heartbeat_timeout_s:
         return f"last heartbeat {age:g} s ago (timeout {policy.heartbeat_timeout_s} s)"
-    waited = h.now - h.started_at
+    waited = h.now - max(h.started_at, h.resumed_at or h.started_at)
     if _is_starting(h) and waited >= policy.startup_timeout_s:
         return f"still starting after {waited:g} s (startup timeout {policy.startup_timeout_s} s)"
     return None

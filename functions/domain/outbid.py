@@ -25,6 +25,12 @@ hindsight, whatever the unknown wait turns out to be):
 - so wait up to `replace_usd / (storage $/h + $/h)` hours, and never longer than the job's
   remaining work (no wait is worth more than the rest of the job), then replace.
 
+**Back from an outbid.** When it wins its machine back, Vast starts it again: the container
+restarts, onstart runs the agent of the same generation again on the kept disk. Until that
+agent's first heartbeat, the last one is from before the stop (silent for the whole outbid, and
+maybe reporting the exit the stop caused): `resumed_at` restarts the heartbeat and start-up
+clocks at the status the instance came back with, and that old exit is no crash.
+
 **Outbid counts.** Each stopped stretch of an outbid generation counts once (`outbid_since` is
 the stretch's start); `outbid_history` sums them with the job's interruptible running hours, the
 facts the planner's learned hazard rate is computed from.
@@ -160,6 +166,15 @@ def outbid_view(
     )
 
 
+def resumed_at(observation: Observation) -> float | None:
+    """When the instance came back from its last outbid (the start of the status it has shown
+    since), or None: the health policy restarts the heartbeat and start-up clocks there."""
+    since, counted = observation.observed_status_since, observation.outbid_since
+    if counted is None or since is None or observation.observed_status == STOPPED:
+        return None
+    return since if since > counted else None
+
+
 def count_outbid(observation: Observation, verdict: Verdict) -> Observation:
     """Count an outbid stretch once: the first run that judges it outbid."""
     since = observation.observed_status_since
@@ -209,5 +224,6 @@ __all__ = [
     "outbid_view",
     "remaining_hours",
     "rent_bid",
+    "resumed_at",
     "wait_or_replace",
 ]

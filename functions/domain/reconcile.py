@@ -68,7 +68,7 @@ from functions.domain.orphans import (
     labelled_by_job,
     unseen_starts,
 )
-from functions.domain.outbid import count_outbid, outbid_view
+from functions.domain.outbid import count_outbid, outbid_view, resumed_at
 from functions.domain.reasons import transition_reason
 from functions.domain.spend import (
     GONE,
@@ -356,6 +356,7 @@ def decide_job(
             outputs_required=job.spec.outputs is not None,
             replacements=replacements(snapshot.generations),
             outbid=outbid_view(job, current, instance, observation, snapshot.generations, now),
+            resumed_at=resumed_at(observation),
         )
     )
     update: dict[str, object] = {

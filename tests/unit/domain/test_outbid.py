@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from functions.domain.health import Health, OutbidView, Verdict, classify
+from functions.domain.heartbeat import GpuProbe
+from functions.domain.job import Heartbeat
 from functions.domain.jobspec import Resources
 from functions.domain.offer import Offer
 from functions.domain.outbid import (
@@ -266,3 +268,38 @@ def test_an_on_demand_plan_rents_without_a_bid() -> None:
     )  # fmt: skip
     assert isinstance(plan, RentPlan) and plan.candidates[0].bid_usd_per_hour is None
     assert plan.candidates[0].prices.gpu_usd_per_hour == pytest.approx(0.20)
+
+
+# -- back from an outbid ------------------------------------------------------------------------
+
+
+def back_from_outbid(back_for: float) -> Any:
+    """Outbid at NOW - 900 (counted), running again for `back_for` s; its last heartbeat, at
+    NOW - 901, reports the exit the stop caused."""
+    stopped_beat = Heartbeat(
+        at=NOW - 901, agent_time=NOW - 901, phase="stopping", step=3, exit_code=143,
+        gpu=GpuProbe(available=True, utilization_pct=0.0),
+    )  # fmt: skip
+    return gen(
+        interruptible=True, bid_usd_per_hour=0.4, observed_status="running",
+        observed_status_since=NOW - back_for, outbids=1, outbid_since=NOW - 900,
+        heartbeat=stopped_beat,
+    )  # fmt: skip
+
+
+def test_a_host_back_from_an_outbid_gets_the_heartbeat_timeout_afresh() -> None:
+    """Its last heartbeat is 901 s old (timeout 180 s) and says exit 143: neither dead nor
+    crashed while its agent starts again."""
+    snapshot = JobSnapshot(job=job(), generations=(back_from_outbid(60),))
+    running = stopped(actual_status="running")
+    decision = reconcile([snapshot], [running], None, now=NOW, settings=SETTINGS).decisions[0]
+    assert decision.verdict is not None and decision.verdict.health is Health.HEALTHY
+    assert decision.transition is None
+
+
+def test_a_host_back_from_an_outbid_whose_agent_never_beats_is_dead() -> None:
+    snapshot = JobSnapshot(job=job(), generations=(back_from_outbid(181),))
+    running = stopped(actual_status="running")
+    decision = reconcile([snapshot], [running], None, now=NOW, settings=SETTINGS).decisions[0]
+    assert decision.verdict is not None and decision.verdict.health is Health.DEAD
+    assert "last heartbeat 181 s ago" in decision.verdict.reason
