@@ -332,9 +332,10 @@ def _outbid(h: HealthInput) -> str | None:
     out = h.outbid
     if out is None or not h.instance.listed:
         return None
+    waited, bound = round(out.for_s, 1), round(out.wait_s, 1)
     if out.for_s >= out.wait_s:
-        return f"outbid for {out.for_s:g} s, past the {out.wait_s:g} s worth waiting ({out.why})"
-    return f"outbid for {out.for_s:g} s; waiting up to {out.wait_s:g} s ({out.why})"
+        return f"outbid for {waited:g} s, past the {bound:g} s worth waiting ({out.why})"
+    return f"outbid for {waited:g} s; waiting up to {bound:g} s ({out.why})"
 
 
 def _dead(h: HealthInput) -> str | None:
