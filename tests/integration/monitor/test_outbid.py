@@ -108,3 +108,24 @@ def test_an_outbid_host_that_wins_its_machine_back_goes_on(sup: Supervised) -> N
     assert sup.monitor()["verdicts"] == {"healthy": 1}
     found = sup.store.get_job(job.job_id)
     assert found is not None and found.current_generation == 1 and sup.rents() == 1
+
+
+def test_a_job_cancelled_while_its_host_is_outbid_destroys_the_stopped_instance(
+    sup: Supervised,
+) -> None:
+    """Invariant 3 for a stopped instance: it bills storage until destroyed, so a job that
+    ends while its host waits, outbid, still destroys it."""
+    job, first = sup.provisioned(**INTERRUPTIBLE)
+    instance_id = first.instance_id or 0
+    sup.clock.advance(60)
+    sup.vast.outbid(instance_id)
+    assert sup.monitor()["verdicts"] == {"outbid": 1}
+
+    sup.cancel(job.job_id)
+    stopped = sup.wait_for(f"{job.job_id}-stop-a1")
+
+    assert stopped["status"] == "SUCCEEDED"
+    found = sup.store.get_job(job.job_id)
+    assert found is not None and found.state == JobState.CANCELLED
+    assert sup.vast.instance(instance_id) is None
+    assert sup.vast.ledger(instance_id).closed_at is not None  # storage billing ended
