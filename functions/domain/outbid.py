@@ -58,8 +58,9 @@ class _Frozen(BaseModel):
 
 
 def offer_min_bid(offer: Offer) -> float | None:
-    """The offer's `min_bid` ($/h), when it has a positive one."""
-    value = (offer.model_extra or {}).get("min_bid")
+    """The offer's `min_bid` ($/h), when it has a positive one (a field of `Offer` or one of
+    the fields it keeps as they came)."""
+    value = getattr(offer, "min_bid", None)
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         return None
     return float(value)
