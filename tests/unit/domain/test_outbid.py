@@ -303,3 +303,28 @@ def test_a_host_back_from_an_outbid_whose_agent_never_beats_is_dead() -> None:
     decision = reconcile([snapshot], [running], None, now=NOW, settings=SETTINGS).decisions[0]
     assert decision.verdict is not None and decision.verdict.health is Health.DEAD
     assert "last heartbeat 181 s ago" in decision.verdict.reason
+
+
+def test_the_planners_bid_is_the_one_rented_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seam for the planner's pricing: a ranked offer that carries a bid
+    (`OfferCost.bid_usd_per_hour`) is rented with exactly that bid, whatever the market."""
+    import functions.domain.rent as rent
+
+    real = rent.plan_job
+
+    def planned(*args: Any, **kwargs: Any) -> Any:
+        plan = real(*args, **kwargs)
+        bid = plan.ranking[0].model_copy(
+            update={"market": "interruptible", "bid_usd_per_hour": 0.31}
+        )
+        return plan.model_copy(update={"ranking": [bid]})
+
+    monkeypatch.setattr(rent, "plan_job", planned)
+    spec = job().spec.model_copy(update={"resources": Resources(market="auto")})
+    plan = plan_rent(
+        job(current_generation=0, spec=spec), [offer()], generation=1, generations=(),
+        reputations={}, now=NOW,
+    )  # fmt: skip
+    assert isinstance(plan, RentPlan)
+    assert plan.candidates[0].bid_usd_per_hour == 0.31
+    assert plan.candidates[0].prices.gpu_usd_per_hour == 0.31
