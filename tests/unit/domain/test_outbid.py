@@ -309,8 +309,7 @@ def test_the_planners_bid_is_the_one_rented_with(monkeypatch: pytest.MonkeyPatch
     """The seam for the planner's pricing: a ranked offer that carries a bid
     (`OfferCost.bid_usd_per_hour`) is rented with exactly that bid, whatever the market."""
     import functions.domain.rent as rent
-
-    real = rent.plan_job
+    from functions.domain.cost import plan_job as real
 
     def planned(*args: Any, **kwargs: Any) -> Any:
         plan = real(*args, **kwargs)
