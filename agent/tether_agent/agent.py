@@ -241,6 +241,8 @@ class Agent:
             return ExitCode.SECRETS_MISSING
         if self._signalled is not None:
             return self._stopped_by_signal()
+        if self.lease.expired():  # started again with its rent's lease (back from an outbid)
+            self.heartbeater.await_reply()  # renews it only while the job is supervised
         if self._command or self.lease.expired():
             return self._shut_down()
         self._set_phase("restoring")
@@ -264,6 +266,8 @@ class Agent:
             return ExitCode.STORAGE_FAILED
         if self.restored:
             self.uploader.already_remote(self.restored.ref.step, self.restored.ref)
+        if adopted := self.uploader.adopt_remote():  # started again on its disk (outbid)
+            self.log_shipper.note(f"started again: checkpoints {adopted} already uploaded")
         if self._command or self.lease.expired():
             return self._shut_down()
 

@@ -90,11 +90,18 @@ class Heartbeater:
         self._throttled = False  # the last failure was a 429
         self.throttled = 0  # 429s answered so far
         self.sent = 0
+        self.replied = threading.Event()  # set by the first valid reply
         self.last_error: str | None = None
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def await_reply(self, intervals: float = 3) -> bool:
+        """Send one now and wait up to `intervals` heartbeat intervals for a valid reply (an
+        agent started with a lease already out: its first reply may renew it)."""
+        self.poke()
+        return self.replied.wait(intervals * self._interval_s)
 
     def poke(self) -> None:
         """Send one now (phase change, checkpoint uploaded)."""
@@ -136,6 +143,7 @@ class Heartbeater:
             self._lease.renew(reply.lease_expires_at, reply.server_time)
         else:
             self._on_command(reply.command, reply.reason)
+        self.replied.set()
         return True
 
     def _failed(self, error: str, *, throttled: bool = False) -> bool:

@@ -81,6 +81,7 @@ class CheckpointUploader:
         self._on_uploaded = on_uploaded
         self._on_refused = on_refused
         self._done_steps: set[int] = set()
+        self._remote_floor = -1  # adopt_remote(): local steps up to this one are in the bucket
         self._refused: dict[int, int] = {}  # step → credentials version that was refused
         self._lock = threading.Lock()  # one scan at a time (watcher thread vs final flush)
         self._files = ThreadPoolExecutor(max_workers=file_concurrency, thread_name_prefix="s3-file")
@@ -94,6 +95,28 @@ class CheckpointUploader:
         self._done_steps.add(step)
         if ref is not None:
             self.last = ref
+
+    def adopt_remote(self) -> list[int]:
+        """This generation's checkpoints already complete in the bucket: never uploaded again.
+        A generation starts again on its own disk when its interruptible host wins its machine
+        back after an outbid; uploading its old local checkpoints again would rewrite manifests
+        the control plane recorded (and retention deleted the older ones on purpose). Storage
+        that cannot be listed adopts nothing (they may be uploaded again, as before)."""
+        root = checkpoints_prefix(self.storage.prefix, self.generation)
+        steps = []
+        try:
+            keys = self.storage.list_keys(root)
+        except StorageError as exc:
+            log.warning("cannot list this generation's checkpoints: %s", exc)
+            return []
+        for key in keys:
+            dirname, _, rest = key.removeprefix(root).partition("/")
+            step = parse_remote_dir(dirname)
+            if step is not None and rest == MANIFEST_NAME:
+                steps.append(step)
+        self._done_steps.update(steps)
+        self._remote_floor = max(steps, default=-1)
+        return sorted(steps)
 
     def start(self) -> None:
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -142,6 +165,8 @@ class CheckpointUploader:
             for step, path in marked_checkpoints(self.checkpoint_dir, self.marker):
                 if step in self._done_steps or (self.last and step < self.last.step):
                     continue
+                if step <= self._remote_floor:
+                    continue  # adopted: in the bucket already (or deleted by retention)
                 version = self.storage.store.current().version
                 if self._refused.get(step) == version:
                     continue  # refused with these credentials: wait for newer ones

@@ -35,10 +35,12 @@ import httpx
 
 from functions.adapters.vast_wire import (
     GONE_INSTANCE_CODES,
+    INVALID_PRICE,
     MIN_DISK_GB,
     NO_SUCH_ASK,
     RESOURCES_UNAVAILABLE,
     AuthFailed,
+    BidTooLow,
     Instance,
     InstanceGone,
     Listing,
@@ -73,6 +75,7 @@ MAX_BACKOFF_S = 8.0
 
 __all__ = [
     "AuthFailed",
+    "BidTooLow",
     "Instance",
     "InstanceGone",
     "Listing",
@@ -131,7 +134,8 @@ class VastClient:
     def search_offers(
         self, resources: Resources, *, disk_gb: float | None = None, limit: int = 256
     ) -> Listing[Offer]:
-        """On-demand offers that meet `resources`, cheapest `dph_total` first, priced for
+        """Offers that meet `resources` (bid offers, priced at `min_bid`, for
+        `market: interruptible`; on-demand ones otherwise), cheapest `dph_total` first, priced for
         `disk_gb` of storage (default `resources.min_disk_gb`). Records that do not parse (an
         offer without a price among them) are skipped and named in `issues`, never fatal: one
         odd host must not hide the market."""
@@ -158,13 +162,20 @@ class VastClient:
         env: dict[str, str],
         onstart: str,
         runtype: str = "args",
+        price: float | None = None,
     ) -> RentResult:
         """Rent `offer_id` (PUT /api/v0/asks/{id}/). Raises OfferGone when it was taken.
 
         With runtype "args" the image's entrypoint is kept and `onstart` runs as its command
         (`bash -c`), because Vast runs `onstart` itself only for ssh/jupyter launch modes.
+        `price` (GPU $/h) rents an interruptible instance with that bid; a bid below the
+        offer's current `min_bid` raises BidTooLow (400 `invalid_price`).
         """
         check_rent_args(offer_id, image, disk_gb, label, env, onstart, runtype)
+        if price is not None and (
+            isinstance(price, bool) or not isinstance(price, int | float) or not price > 0
+        ):
+            raise ValueError(f"price must be a bid in $/h > 0, got {price!r}")
         payload: dict[str, Any] = {
             "client_id": "me",
             "image": image,
@@ -175,6 +186,8 @@ class VastClient:
             # Fail now (410) rather than create an instance that waits for the machine.
             "cancel_unavail": True,
         }
+        if price is not None:
+            payload["price"] = float(price)  # the bid: interruptible
         if runtype == "args":
             payload["args"] = ["bash", "-c", onstart]
         else:
@@ -190,6 +203,8 @@ class VastClient:
             code, message = error_fields(body)
             if code == "no_such_ask" or NO_SUCH_ASK.search(message):
                 raise OfferGone(message, status=200, code="no_such_ask")
+            if code == INVALID_PRICE:
+                raise BidTooLow(message, status=200, code=code)
             raise VastError(f"rent was not confirmed: {message}", status=200, code=code)
         key = body.get("instance_api_key")
         return RentResult(

@@ -35,6 +35,7 @@ NO_SUCH_ASK = re.compile(r"\bno_such_ask\b")
 _RUNTYPES = frozenset({"args", "ssh", "ssh_direc", "ssh_proxy", "jupyter", "jupyter_direc"})
 GONE_INSTANCE_CODES = frozenset({"no_such_instance", "no_such_contract", "not_found"})
 RESOURCES_UNAVAILABLE = "resources_unavailable"
+INVALID_PRICE = "invalid_price"  # a bid below the offer's current min_bid (or no valid price)
 # The instance fields the monitor decides on: a record without a readable one is skipped.
 INSTANCE_ESSENTIAL_FIELDS = frozenset({"id", "label", "actual_status"})
 
@@ -90,6 +91,11 @@ class InstanceGone(VastError):
     """The instance does not exist (any more)."""
 
 
+class BidTooLow(VastError):
+    """A rent's bid was refused (400 `invalid_price`): below the offer's current `min_bid`, which
+    moves with the market. Like an offer gone: the next offer is tried."""
+
+
 class ResourcesUnavailable(VastError):
     """A start was refused: the machine's GPUs are taken (by someone else, while ours was
     stopped). The instance stays stopped; destroy it and rent again."""
@@ -135,6 +141,8 @@ class Instance(BaseModel):
     disk_usage: float | None = None
     image_uuid: str | None = None
     geolocation: str | None = None
+    is_bid: bool | None = None  # an interruptible (bid) instance: stopped when outbid
+    min_bid: float | None = None  # $/h: the bid that wins the machine now
 
 
 class RentResult(BaseModel):
@@ -255,7 +263,8 @@ def _record_id(record: dict[str, Any]) -> str:
 
 
 def offer_query(resources: Resources, disk_gb: float, limit: int) -> dict[str, Any]:
-    """The `POST /api/v0/bundles/` body for on-demand offers that meet `resources`.
+    """The `POST /api/v0/bundles/` body for offers that meet `resources`: on-demand ones, or bid
+    (interruptible) ones, priced at their `min_bid`, for `resources.market: interruptible`.
 
     Filters as the official client builds them: `verified`, `external=false`, `rentable`,
     `rented=false` by default; `reliability` is spelled `reliability2` on the wire; GPU RAM in
@@ -270,7 +279,7 @@ def offer_query(resources: Resources, disk_gb: float, limit: int) -> dict[str, A
         "disk_space": {"gte": disk_gb},
         "reliability2": {"gte": resources.min_reliability},
         "inet_down": {"gte": resources.min_download_mbps},
-        "type": "on-demand",
+        "type": "bid" if resources.market == "interruptible" else "on-demand",
         "allocated_storage": disk_gb,
         "order": [["dph_total", "asc"]],
         "limit": limit,
@@ -324,6 +333,8 @@ def typed_error(response: httpx.Response) -> VastError:
         return InstanceGone(message, status=status, code=code)
     if code == RESOURCES_UNAVAILABLE:
         return ResourcesUnavailable(message, status=status, code=code)
+    if code == INVALID_PRICE:
+        return BidTooLow(message, status=status, code=code)
     return VastError(message, status=status, code=code)
 
 

@@ -17,6 +17,12 @@ Precedence, first match wins, and why:
                  do better.
 3. over_budget — the next monitor run would pass the cap: never rent a replacement with no money,
                  so this beats dead, crashed and hung.
+3b. outbid     — an interruptible instance the marketplace stopped (`stopped` while Vast's
+                 `intended_status` stays `running`; a stop by tether or by the agent's dead-man
+                 switch sets `intended_status: stopped`): wait for it to win its machine back,
+                 up to the bound `functions/domain/outbid.py` derives from the costs, then
+                 replace. Its silent heartbeat and the exit code of the training it killed are
+                 neither dead nor crashed.
 4. dead        — host-level facts: instance gone, `exited`/`offline`/`stopped`, `unknown` too long,
                  heartbeat older than the timeout, stuck starting past the startup timeout.
 5. crashed     — non-zero exit with restarts left: replace (the host is not blamed).
@@ -35,8 +41,8 @@ Decisions the design leaves open:
   (`instance.listed` false) every instance rule is skipped; heartbeat and clock rules still apply.
 - `unknown` kills only after `heartbeat_timeout_s` *and* only if the agent is not heartbeating:
   the agent's own word beats a status daemon that lost contact with the host.
-- `stopped` is dead (it bills storage and trains nothing; an outbid interruptible host is replaced
-  rather than waited for). `frozen`, `rebooting` and `loading` are left to the timeouts.
+- `stopped` is dead (it bills storage and trains nothing), unless it is an outbid interruptible
+  instance (rule 3b). `frozen`, `rebooting` and `loading` are left to the timeouts.
 - Hung rules apply only in the `training` phase: restoring and the final upload legitimately idle
   the GPU.
 - A host with no GPU (`gpu.available` false) or no utilisation reading is never hung by the
@@ -93,6 +99,7 @@ class Health(StrEnum):
     HUNG = "hung"
     CRASHED = "crashed"
     OVER_BUDGET = "over_budget"
+    OUTBID = "outbid"
     FINISHED = "finished"
     FAILED = "failed"
 
@@ -106,6 +113,7 @@ ACTIONS: dict[Health, Action] = {
     Health.HUNG: "replace",
     Health.CRASHED: "replace",
     Health.OVER_BUDGET: "stop",
+    Health.OUTBID: "none",  # waiting; `Verdict.waited_out` replaces
     Health.FINISHED: "stop",
     Health.FAILED: "stop",
 }
@@ -132,6 +140,14 @@ class InstanceView(_Frozen):
         default=0, ge=0, description="How long actual_status has been `unknown`."
     )
     status_msg: str | None = Field(default=None, description="Vast's status message.")
+
+
+class OutbidView(_Frozen):
+    """An interruptible instance the marketplace stopped (`functions/domain/outbid.py`)."""
+
+    for_s: float = Field(ge=0, description="How long it has been seen stopped.")
+    wait_s: float = Field(ge=0, description="How long waiting for it is worth (the bound).")
+    why: str = Field(default="", description="How the bound was derived.")
 
 
 class HeartbeatView(_Frozen):
@@ -175,6 +191,14 @@ class HealthInput(_Frozen):
     replacements: Mapping[Health, int] = Field(
         default_factory=dict, description="Replacements so far for each cause (dead, hung)."
     )
+    outbid: OutbidView | None = Field(
+        default=None, description="Set while the instance is outbid (and Vast was read)."
+    )
+    resumed_at: float | None = Field(
+        default=None,
+        description="When the instance came back from its last outbid: the heartbeat and "
+        "start-up clocks restart there, and a heartbeat from before it (the stop's exit) is old.",
+    )
 
 
 class Verdict(_Frozen):
@@ -183,10 +207,13 @@ class Verdict(_Frozen):
     cause: Health | None = Field(
         default=None, description="What a `failed` verdict failed of, when a cap was reached."
     )
+    waited_out: bool = Field(
+        default=False, description="outbid: the wait bound has passed, replace the host."
+    )
 
     @property
     def action(self) -> Action:
-        return ACTIONS[self.health]
+        return "replace" if self.waited_out else ACTIONS[self.health]
 
     @property
     def blames_host(self) -> bool:
@@ -197,7 +224,9 @@ class Verdict(_Frozen):
 
 
 def _heartbeat_age(h: HealthInput) -> float | None:
-    return None if h.heartbeat is None else h.now - h.heartbeat.at
+    if h.heartbeat is None:
+        return None
+    return h.now - max(h.heartbeat.at, h.resumed_at or h.heartbeat.at)
 
 
 def _heartbeat_fresh(h: HealthInput) -> bool:
@@ -207,8 +236,10 @@ def _heartbeat_fresh(h: HealthInput) -> bool:
 
 def _exited_nonzero(h: HealthInput) -> str | None:
     hb = h.heartbeat
-    if hb is None:
+    if hb is None or h.outbid is not None:  # the marketplace's stop killed it: no crash
         return None
+    if h.resumed_at is not None and hb.at <= h.resumed_at:
+        return None  # the exit the outbid's stop caused, reported before it came back
     if hb.exit_code is not None and hb.exit_code != 0:
         return f"training command exited with code {hb.exit_code}"
     if hb.phase == "failed":
@@ -297,6 +328,16 @@ def _is_starting(h: HealthInput) -> bool:
     return h.heartbeat is None or h.heartbeat.phase in _STARTING_PHASES
 
 
+def _outbid(h: HealthInput) -> str | None:
+    out = h.outbid
+    if out is None or not h.instance.listed:
+        return None
+    waited, bound = round(out.for_s, 1), round(out.wait_s, 1)
+    if out.for_s >= out.wait_s:
+        return f"outbid for {waited:g} s, past the {bound:g} s worth waiting ({out.why})"
+    return f"outbid for {waited:g} s; waiting up to {bound:g} s ({out.why})"
+
+
 def _dead(h: HealthInput) -> str | None:
     inst, policy = h.instance, h.policy
     if inst.listed:
@@ -313,7 +354,7 @@ def _dead(h: HealthInput) -> str | None:
     age = _heartbeat_age(h)
     if age is not None and age >= policy.heartbeat_timeout_s:
         return f"last heartbeat {age:g} s ago (timeout {policy.heartbeat_timeout_s} s)"
-    waited = h.now - h.started_at
+    waited = h.now - max(h.started_at, h.resumed_at or h.started_at)
     if _is_starting(h) and waited >= policy.startup_timeout_s:
         return f"still starting after {waited:g} s (startup timeout {policy.startup_timeout_s} s)"
     return None
@@ -387,6 +428,7 @@ RULES: tuple[tuple[Health, Check], ...] = (
     (Health.FINISHED, _finished),
     (Health.FAILED, _failed),
     (Health.OVER_BUDGET, _over_budget),
+    (Health.OUTBID, _outbid),
     (Health.DEAD, _dead),
     (Health.CRASHED, _crashed),
     (Health.HUNG, _hung),
@@ -425,5 +467,9 @@ def classify(h: HealthInput) -> Verdict:
     for health, check in RULES:
         reason = check(h)
         if reason is not None:
-            return apply_caps(Verdict(health=health, reason=reason), h)
+            waited_out = h.outbid is not None and h.outbid.for_s >= h.outbid.wait_s
+            verdict = Verdict(
+                health=health, reason=reason, waited_out=health is Health.OUTBID and waited_out
+            )
+            return apply_caps(verdict, h)
     raise AssertionError("the healthy rule always fires")  # pragma: no cover

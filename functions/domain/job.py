@@ -282,6 +282,14 @@ class Generation(BaseModel):
     resumed_step: int | None = None
     resumed_started_at: float | None = None
     first_step_at: float | None = None
+    # Written by the lifecycle at rent: an interruptible (bid) instance and its bid, GPU $/h
+    # (`usd_per_hour` and `prices` are at the bid). Stopped when outbid (domain/outbid.py).
+    interruptible: bool = False
+    bid_usd_per_hour: float | None = Field(default=None, gt=0)
+    # Written by the monitor: how often this generation's instance was outbid, and when the
+    # stretch last counted began (each stopped stretch counts once, however many runs see it).
+    outbids: int = Field(default=0, ge=0)
+    outbid_since: float | None = None
 
 
 class HostReputation(BaseModel):

@@ -68,6 +68,7 @@ from functions.domain.orphans import (
     labelled_by_job,
     unseen_starts,
 )
+from functions.domain.outbid import count_outbid, outbid_view, resumed_at
 from functions.domain.reasons import transition_reason
 from functions.domain.spend import (
     GONE,
@@ -354,10 +355,13 @@ def decide_job(
             restarts_so_far=job.restarts,
             outputs_required=job.spec.outputs is not None,
             replacements=replacements(snapshot.generations),
+            outbid=outbid_view(job, current, instance, observation, snapshot.generations, now),
+            resumed_at=resumed_at(observation),
         )
     )
     update: dict[str, object] = {
         "verdict": verdict,
+        "observation": count_outbid(observation, verdict),
         "watch": watch(heartbeat, view, job.spec.policy, now),
     }
     reason = transition_reason(verdict)

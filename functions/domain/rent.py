@@ -23,7 +23,9 @@ from functions.domain.cost import NoQualifyingOffer, OfferCost, plan_job
 from functions.domain.job import Generation, HostReputation, Job
 from functions.domain.labels import instance_label
 from functions.domain.lease import lease_expires_at
+from functions.domain.market import OutbidHazard, job_hazard
 from functions.domain.offer import Offer
+from functions.domain.outbid import bid_prices, outbid_history
 from functions.domain.spend import GenerationPrices
 
 MAX_OFFERS_PER_ATTEMPT = 5  # offers tried in one provision step before waiting for capacity
@@ -78,7 +80,8 @@ def plan_rent(
     generations = tuple(generations)
     blocked = blocklist(generations, reputations, now=now)
     try:
-        plan = plan_job(job.spec, offers, blocklist=blocked)
+        hazard = learned_job_hazard(job, generations, now)
+        plan = plan_job(job.spec, offers, blocklist=blocked, hazard=hazard)
     except NoQualifyingOffer as exc:
         return Refusal(outcome="no_capacity", reason=f"no offer qualifies: {exc.describe()}")
     affordable, why = budget_allows_rent(job, plan.ranking[0])
@@ -87,7 +90,10 @@ def plan_rent(
     disk_gb = job.spec.resources.min_disk_gb
     candidates = []
     for choice in plan.ranking[:max_offers]:
-        prices = GenerationPrices.from_offer(choice.offer, disk_gb)
+        # Interruptible: billed at the bid while it runs.
+        prices = bid_prices(
+            GenerationPrices.from_offer(choice.offer, disk_gb), choice.bid_usd_per_hour
+        )
         lease_at = lease_expires_at(
             now,
             lease_window_s=job.spec.policy.lease_window_s,
@@ -114,6 +120,13 @@ def plan_rent(
         disk_gb=disk_gb,
         candidates=tuple(candidates),
     )
+
+
+def learned_job_hazard(job: Job, generations: Iterable[Generation], now: float) -> OutbidHazard:
+    """The outbid rate to plan with: the spec's, learned from the job's own outbids once it has
+    run on interruptible hosts (`functions.domain.market.learned_hazard`)."""
+    history = outbid_history(generations, now)
+    return job_hazard(job.spec, outbids=history.outbids, hours=history.interruptible_hours)
 
 
 def capacity_wait_s(attempt: int) -> int:
@@ -158,6 +171,7 @@ __all__ = [
     "budget_allows_rent",
     "capacity_attempt",
     "capacity_wait_s",
+    "learned_job_hazard",
     "plan_rent",
     "startup_cost_usd",
 ]

@@ -30,6 +30,10 @@ class InstanceFacts(_Frozen):
     status_msg: str | None = None
     start_date: float | None = None
     usd_per_hour: float | None = Field(default=None, description="Vast's dph_total.")
+    intended_status: str | None = Field(
+        default=None, description="running while outbid; stopped once stopped by request."
+    )
+    is_bid: bool | None = Field(default=None, description="An interruptible (bid) instance.")
 
 
 class JobSnapshot(_Frozen):
@@ -74,6 +78,8 @@ class Observation(_Frozen):
     observed_status_since: float | None = None
     stopped_s: float = 0.0
     spend_usd: float = 0.0
+    outbids: int = 0  # functions/domain/outbid.py counts them
+    outbid_since: float | None = None
 
 
 def status_clock(
@@ -105,6 +111,8 @@ def observe(
         progress_step=progress_step,
         progress_at=progress_at,
         spend_usd=generation.spend_usd,
+        outbids=generation.outbids,
+        outbid_since=generation.outbid_since,
         **clock.model_dump(),
     )
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from functions.adapters.cloudflare import mint_job_credentials
-from functions.adapters.vast import OfferGone, RentResult, VastClient, VastUnavailable
+from functions.adapters.vast import BidTooLow, OfferGone, RentResult, VastClient, VastUnavailable
 from functions.domain.agent_token import hash_token, new_agent_token
 from functions.domain.checkpoint_record import restore_candidates
 from functions.domain.credentials import credentials_ttl_s
@@ -150,8 +150,15 @@ def _rent_down(
         try:
             result = vast.rent(
                 offer.id, image=spec.image, disk_gb=plan.disk_gb, label=plan.label, env=env,
-                onstart=onstart,
+                onstart=onstart, price=candidate.bid_usd_per_hour,
             )  # fmt: skip
+        except BidTooLow as exc:  # min_bid rose past our bid: the offer is gone at our price
+            deps.store.append_event(
+                event(job.job_id, now, "bid_too_low", f"offer {offer.id} refused bid "
+                      f"${candidate.bid_usd_per_hour}/h ({exc.message}); next offer",
+                      offer_id=offer.id)
+            )  # fmt: skip
+            continue
         except OfferGone:
             deps.store.append_event(
                 event(job.job_id, now, "offer_gone", f"offer {offer.id} was taken; next offer",
@@ -228,10 +235,13 @@ def _record(
         created_at=now,
         lease_expires_at=candidate.lease_expires_at,
         credentials=storage,
+        interruptible=candidate.bid_usd_per_hour is not None,
+        bid_usd_per_hour=candidate.bid_usd_per_hour,
     )
     message = (
         f"rented instance {result.instance_id} (offer {offer.id}, machine "
-        f"{offer.machine_id}, {offer.gpu_name}) at ${prices.usd_per_hour:.3f}/h; "
+        f"{offer.machine_id}, {offer.gpu_name}) at ${prices.usd_per_hour:.3f}/h"
+        f"{_market(candidate)}; "
         f"expected total ${candidate.expected_total_usd:.2f}"
     )
     if candidate.checkpoint_interval is not None:
@@ -268,6 +278,11 @@ def _record(
 def _interval_s(candidate: RentCandidate) -> int | None:
     interval = candidate.checkpoint_interval
     return None if interval is None else interval.seconds
+
+
+def _market(candidate: RentCandidate) -> str:
+    bid = candidate.bid_usd_per_hour
+    return "" if bid is None else f", interruptible (bid ${bid:.3f}/h)"
 
 
 def _rented_anyway(vast: VastClient, label: str) -> RentResult | None:

@@ -60,6 +60,7 @@ from functions.domain.measures import (
     tether_instances,
     work_lost,
 )
+from functions.domain.outbid import newly_outbid
 from functions.domain.reconcile import (
     InstanceFacts,
     JobDecision,
@@ -249,6 +250,7 @@ def _apply(
     if decision.verdict is not None:
         name = decision.verdict.health.value
         report.verdicts[name] = report.verdicts.get(name, 0) + 1
+        _tell_outbid(deps, snapshot, decision, now)
     if decision.blame is not None:
         blame = decision.blame
         if store.record_host_failure(
@@ -269,6 +271,24 @@ def _apply(
             "storage credentials could not be renewed and would not outlive a lease"
         )
     store.record_supervised(job.job_id, decision.generation, decision.observation, at=now)
+
+
+def _tell_outbid(
+    deps: MonitorDeps, snapshot: JobSnapshot, decision: JobDecision, now: float
+) -> None:
+    """A new outbid the monitor waits for goes on the timeline with the wait it is worth (one
+    it replaces at once is told by the replace)."""
+    verdict, current, seen = decision.verdict, snapshot.current, decision.observation
+    if verdict is None or current is None or seen is None or not newly_outbid(seen, current):
+        return
+    if verdict.waited_out:
+        return
+    deps.store.append_event(
+        TimelineEvent(
+            job_id=decision.job_id, at=now, kind="outbid_wait",
+            message=f"outbid: {verdict.reason}", data={"generation": current.generation},
+        )
+    )  # fmt: skip
 
 
 def _advance_transition(

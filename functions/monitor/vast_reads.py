@@ -26,6 +26,8 @@ def list_instances(vast: VastClient, issues: list[RecordIssue]) -> list[Instance
             status_msg=i.status_msg,
             start_date=i.start_date,
             usd_per_hour=i.dph_total,
+            intended_status=i.intended_status,
+            is_bid=i.is_bid,
         )
         for i in listed
     ]

@@ -1,7 +1,8 @@
 """The demo's scenarios: `SCENARIOS` is the catalogue `run_scenario` and the CLI read, each
 entry what the run trains, its spec's overrides, what it expects, and the function that drives
 its faults (through the stack's chaos controls). The drivers live by family: `host_faults`
-(the host dies, hangs, stalls or crashes), `service_faults` (the monitor, Vast, the budget),
+(the host dies, hangs, stalls or crashes), `market_faults` (an interruptible host outbid),
+`service_faults` (the monitor, Vast, the budget),
 `transfer_kills` (killed mid-upload or mid-restore), `hostile_hosts` (zombie, forged
 manifests), `monitor_faults` and `flood`.
 """
@@ -20,6 +21,7 @@ from tether_local.demo.host_faults import (
 )
 from tether_local.demo.hostile_hosts import forged_manifest, zombie
 from tether_local.demo.job import TrainArgs
+from tether_local.demo.market_faults import outbid
 from tether_local.demo.monitor_faults import monitor_crash
 from tether_local.demo.run import Scenario
 from tether_local.demo.service_faults import (
@@ -153,6 +155,21 @@ SCENARIOS: dict[str, Scenario] = {
             TrainArgs(steps=300),
             forged_manifest,
             spec_overrides={"checkpoint": {"keep_last": 8}},
+        ),
+        Scenario(
+            "outbid",
+            "the job runs on an interruptible (bid) host; outbid, the monitor waits and the host "
+            "wins its machine back and trains on; outbid again, the wait runs out and the host "
+            "is replaced",
+            TrainArgs(steps=300),
+            outbid,
+            # The wait is worth the replacement's start-up: 15 s here (no download).
+            spec_overrides={
+                "resources": {"market": "interruptible"},
+                "expected_startup_min": 0.25,
+                "data": {"download_gb": 0},
+            },
+            timeout_s=90,
         ),
     )
 }

@@ -39,7 +39,9 @@ from tether_local.hosts import SYSTEM_PATH
 from tether_local.images import stand_in
 from tether_local.invariants import Evidence, Incident
 
-VERDICT_KINDS = frozenset({"dead", "hung", "crashed", "failed", "over_budget"})
+VERDICT_KINDS = frozenset(
+    {"dead", "hung", "crashed", "failed", "over_budget", "outbid", "outbid_wait"}
+)
 
 
 class DemoSummary(BaseModel):

@@ -12,6 +12,11 @@
   a start fails with `resources_unavailable` when the machine was rented meanwhile; a missing
   instance is 200 `{"instances": null}`, as on Vast; `garble()` makes an instance's record as odd
   as real ones get;
+- bids: `type: bid` searches price offers at their `min_bid`; a rent with `price` makes an
+  interruptible instance (`is_bid`), billed at its bid, and a bid below `min_bid` is refused with
+  400 `invalid_price`; `outbid()` stops one as Vast reports an outbid (`actual_status` stopped,
+  `intended_status` still running; GPU billing stops, storage goes on) and `win()` starts it
+  again (the `on_stop` / `on_start` hooks run, as for a stop and a start);
 - the account key and one key per instance (`instance_api_key`, the container's
   `CONTAINER_API_KEY`) that may only start, stop or destroy its own instance;
 - a billing ledger per instance: GPU seconds while it should run (not while stopped or offline),

@@ -60,6 +60,8 @@ class SimInstance:
     disk_usage: float | None = None
     status_msg: str | None = None
     pull_error: str | None = None  # the image cannot be pulled: stays loading (see fail_pull)
+    bid: float | None = None  # interruptible: the rent's `price` ($/h), billed while it runs
+    outbid: bool = False  # stopped by a higher bid; intended_status stays running (outbid())
 
     def container_env(self) -> dict[str, str]:
         """The environment Vast gives the container: the rent's env plus Vast's own."""
@@ -87,6 +89,7 @@ class RentRequest:
     onstart: str
     args: list[Any]
     runtype: str
+    price: float | None = None  # a bid: rent an interruptible instance
 
     @property
     def script(self) -> str:
@@ -125,7 +128,33 @@ def parse_rent(body: dict[str, Any]) -> RentRequest:
     runtype = body.get("runtype", "ssh")
     if not isinstance(runtype, str):
         raise error(400, "invalid_args", "runtype must be a string")
-    return RentRequest(image, disk, label, env, onstart, args, runtype)
+    price = body.get("price")
+    if price is not None and (
+        isinstance(price, bool) or not isinstance(price, int | float) or not price > 0
+    ):
+        raise error(400, "invalid_price", f"error 400: invalid price {price!r}: a bid in $/h > 0")
+    return RentRequest(image, disk, label, env, onstart, args, runtype, price)
+
+
+def check_bid(
+    offer: dict[str, Any], price: float | None, offer_id: int, *, outbid: bool = False
+) -> None:
+    """A bid below the machine's current `min_bid` is refused (400 `invalid_price`; the error
+    token is Vast's, the message ours: no real one was recorded). `outbid`: the `min_bid` rose
+    past the bid since the search (the `bid_too_low` fault)."""
+    floor = offer.get("min_bid")
+    if price is None:
+        return
+    if outbid:
+        floor = max(price * 1.1, float(floor) if isinstance(floor, int | float) else 0.0)
+    if not isinstance(floor, int | float) or price >= floor:
+        return
+    raise error(
+        400, "invalid_price",
+        f"error 400: invalid_price: bid ${price:.4f}/h is below the minimum bid "
+        f"${float(floor):.4f}/h for ask {offer_id}",
+        ask_id=offer_id,
+    )  # fmt: skip
 
 
 def render(instance: SimInstance, ledger: Ledger, status: str | None, now: float) -> dict[str, Any]:
@@ -164,7 +193,7 @@ def render(instance: SimInstance, ledger: Ledger, status: str | None, now: float
             "image_args": list(instance.args),
             "onstart": instance.onstart,
             "extra_env": [[k, v] for k, v in instance.env.items()],
-            "is_bid": False,
+            "is_bid": instance.bid is not None,
             "inet_down_billed": ledger.bytes_down / 1024**2,  # MB, as Vast shows it
             "inet_up_billed": ledger.bytes_up / 1024**2,
             "ssh_host": f"ssh{instance.id % 9 + 1}.vast.ai",
@@ -229,6 +258,7 @@ __all__ = [
     "InstanceStatus",
     "RentRequest",
     "SimInstance",
+    "check_bid",
     "list_page",
     "parse_rent",
     "render",

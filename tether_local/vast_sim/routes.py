@@ -16,6 +16,7 @@ from tether_local.vast_sim.instances import (
     PULLING,
     Hook,
     SimInstance,
+    check_bid,
     list_page,
     parse_rent,
 )
@@ -153,6 +154,8 @@ class SimulatorRoutes(SimulatorState):
         offer = self._book.get(offer_id)
         if offer is None:
             raise gone
+        outbid = wanted.price is not None and self._take_fault("bid_too_low")
+        check_bid(offer, wanted.price, offer_id, outbid=outbid)
         if float(offer.get("disk_space") or 0) < wanted.disk:
             raise error(
                 400, "invalid_args",
@@ -177,6 +180,7 @@ class SimulatorRoutes(SimulatorState):
             boot_started_at=now,
             boot_s=self.startup_s,
             status_msg=PULLING,
+            bid=None if wanted.price is None else float(wanted.price),
         )
         self._rented_offers[offer_id] = self._book.pop(offer_id)
         self._instances[instance_id] = instance
@@ -185,7 +189,9 @@ class SimulatorRoutes(SimulatorState):
             instance_id=instance_id,
             label=wanted.label,
             gpu_name=str(offer.get("gpu_name", "")),
-            gpu_usd_per_hour=float(offer.get("dph_base") or 0.0),
+            gpu_usd_per_hour=float(
+                wanted.price if wanted.price is not None else offer.get("dph_base") or 0.0
+            ),
             storage_usd_per_hour=float(offer.get("storage_cost") or 0.0)
             * wanted.disk
             / HOURS_PER_MONTH,

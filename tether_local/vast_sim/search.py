@@ -21,7 +21,7 @@ _OPERATORS = frozenset({"eq", "neq", "in", "notin", "gt", "gte", "lt", "lte"})
 
 def search(offers: Iterable[dict[str, Any]], query: dict[str, Any]) -> httpx.Response:
     """`POST /api/v0/bundles/`: the offers that pass the query's filters, priced for its
-    storage, in its order."""
+    storage (`type: bid`: at their `min_bid`), in its order."""
     if isinstance(query.get("q"), dict):  # the newer client wraps the filters in "q"
         query = query["q"]
     storage = _as_number(query.get("allocated_storage", 8.0))
@@ -33,10 +33,20 @@ def search(offers: Iterable[dict[str, Any]], query: dict[str, Any]) -> httpx.Res
     order = query.get("order", [["score", "desc"]])
     if not (isinstance(order, list) and all(isinstance(o, list) and len(o) == 2 for o in order)):
         raise error(400, "invalid_args", 'order must look like [["dph_total", "asc"]]')
-    priced = [price_for_storage(o, float(storage)) for o in offers]
+    book = [_at_min_bid(o) for o in offers] if query.get("type") == "bid" else list(offers)
+    priced = [price_for_storage(o, float(storage)) for o in book]
     found = [o for o in priced if matches(o, query)]
     found.sort(key=sort_key(order))
     return json_response(200, {"offers": found[: int(limit)]})
+
+
+def _at_min_bid(offer: dict[str, Any]) -> dict[str, Any]:
+    """A bid offer as `type: bid` lists it: the GPU priced at its `min_bid` (as the real bid
+    rows show: `dph_base` equals `min_bid`), storage as on-demand."""
+    floor = offer.get("min_bid")
+    if isinstance(floor, bool) or not isinstance(floor, int | float):
+        return offer
+    return {**offer, "dph_base": float(floor)}
 
 
 def matches(record: dict[str, Any], filters: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from tether_local.vast_sim.billing import Ledger, charge
-from tether_local.vast_sim.instances import SimInstance
+from tether_local.vast_sim.instances import PULLING, SimInstance
 from tether_local.vast_sim.routes import SimulatorRoutes
 from tether_local.vast_sim.state import FAULT_KINDS, FaultKind
 
@@ -48,7 +48,8 @@ class VastSimulator(SimulatorRoutes):
         `offer_gone` on rents (404 no_such_ask, and the offer leaves the book);
         `resources_unavailable` on starts (400 `resources_unavailable`, the instance stays
         stopped); `no_instance_api_key` on rents (the reply leaves out `instance_api_key`, as
-        some real replies do; the container still gets its key)."""
+        some real replies do; the container still gets its key); `bid_too_low` on rents with a
+        bid (400 `invalid_price`: the offer's `min_bid` rose past it since the search)."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"kind must be one of {', '.join(FAULT_KINDS)}, got {kind!r}")
         if count < 0:
@@ -86,6 +87,60 @@ class VastSimulator(SimulatorRoutes):
             instance.status_msg = (
                 "container exited" if status == "exited" else "host is not responding"
             )
+
+    def outbid(self, instance_id: int, *, by_usd_per_hour: float | None = None) -> None:
+        """Chaos: a higher bid takes an interruptible instance's machine. As Vast reports it,
+        `actual_status` goes `stopped` while `intended_status` stays `running`; the machine's
+        `min_bid` rises to the winning bid (default 10 % over ours), its GPUs are the other
+        renter's (not on offer), GPU billing stops and storage goes on. The `on_stop` hook runs
+        (the local host's processes are killed as on a real stop, its disk kept)."""
+        with self._lock:
+            self._accrue()
+            instance = self._live(instance_id)
+            if instance.bid is None:
+                raise ValueError(f"instance {instance_id} is on-demand: only a bid is outbid")
+            if instance.outbid or instance.intended_status != "running" or instance.killed:
+                raise ValueError(f"instance {instance_id} is not running: nothing to outbid")
+            winning = by_usd_per_hour if by_usd_per_hour is not None else instance.bid * 1.1
+            if winning <= instance.bid:
+                raise ValueError("the winning bid must be above the instance's own")
+            offer_id = int(instance.offer["id"])
+            self._rented_offers.pop(offer_id, None)  # the other renter holds it now
+            self._book.pop(offer_id, None)
+            instance.holds_machine = False
+            instance.outbid = True
+            instance.offer["min_bid"] = winning
+            instance.gpu_util = None
+            instance.status_msg = "stopped: outbid"
+        if self.on_stop is not None:
+            self.on_stop(instance)
+
+    def win(self, instance_id: int) -> None:
+        """Chaos: an outbid instance wins its machine back (the higher bid ended): it starts
+        again by itself, as after a restart (`restart_s` to `running`); the `on_start` hook runs
+        (the local host's container restarts: onstart and the agent of the same generation run
+        again on the kept disk)."""
+        with self._lock:
+            self._accrue()
+            instance = self._live(instance_id)
+            if not instance.outbid:
+                raise ValueError(f"instance {instance_id} is not outbid")
+            instance.outbid = False
+            offer_id = int(instance.offer["id"])
+            instance.offer["min_bid"] = min(
+                float(instance.offer.get("min_bid") or 0.0), float(instance.bid or 0.0)
+            )
+            if instance.intended_status != "running":
+                return  # stopped by request meanwhile: it stays stopped
+            self._book.pop(offer_id, None)
+            self._rented_offers[offer_id] = dict(instance.offer)
+            instance.holds_machine = True
+            instance.boot_started_at = self._clock()
+            instance.boot_s = self.restart_s
+            instance.restarted = True
+            instance.status_msg = PULLING
+        if self.on_start is not None:
+            self.on_start(instance)
 
     def fail_pull(self, instance_id: int, message: str) -> None:
         """The host cannot pull the instance's image (the local stack has no stand-in for it):

@@ -23,6 +23,7 @@ FaultKind = Literal[
     "connection_error",
     "resources_unavailable",
     "no_instance_api_key",
+    "bid_too_low",
 ]
 FAULT_KINDS: tuple[str, ...] = (
     "rate_limit",
@@ -31,6 +32,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "connection_error",
     "resources_unavailable",
     "no_instance_api_key",
+    "bid_too_low",
 )
 
 
@@ -156,7 +158,8 @@ class SimulatorState:
 
     @staticmethod
     def _gpu_billed(instance: SimInstance) -> bool:
-        return instance.intended_status == "running" and instance.killed != "offline"
+        running = instance.intended_status == "running" and not instance.outbid
+        return running and instance.killed != "offline"
 
     def _accrue(self) -> None:
         """Bill the time since the last call. Billing only changes at mutations, and every
@@ -175,7 +178,7 @@ class SimulatorState:
     def _status(self, instance: SimInstance, now: float) -> str | None:
         if instance.killed is not None:
             return instance.killed
-        if instance.intended_status == "stopped":
+        if instance.intended_status == "stopped" or instance.outbid:
             return "stopped"
         if instance.pull_error is not None:
             return "loading"

@@ -190,6 +190,31 @@ def test_retention_never_reaches_an_older_generations_checkpoints(
     assert [c.step for c in storage.list_checkpoints(2)] == [6]
 
 
+def test_a_generation_started_again_on_its_disk_uploads_only_newer_checkpoints(
+    storage: Storage, tmp_path: Path
+) -> None:
+    """An interruptible host back from an outbid: the same generation's agent starts again on
+    the disk it had. Its checkpoints already in the bucket keep their recorded manifests, the
+    ones retention deleted stay deleted, and only a newer one goes up."""
+    root = tmp_path / "ckpt"
+    first = uploader_for(storage, root, keep=2)
+    for step in (1, 2, 3):
+        write_checkpoint(root, step, {"model.bin": bytes([step]) * 100})
+        first.upload_pending()
+    recorded = storage.get_bytes(f"{storage.prefix}g1/checkpoints/000000000003/manifest.json")
+
+    again = uploader_for(storage, root, keep=2)
+    assert again.adopt_remote() == [2, 3]
+    assert again.upload_pending() == []
+    write_checkpoint(root, 4, {"model.bin": b"4" * 100})
+    assert [r.step for r in again.upload_pending()] == [4]
+
+    assert storage.get_bytes(f"{storage.prefix}g1/checkpoints/000000000003/manifest.json") == (
+        recorded
+    )
+    assert sorted(c.step for c in storage.list_checkpoints(1)) == [3, 4]
+
+
 def test_prune_local_keeps_only_the_newest_uploaded(storage: Storage, tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     uploader = CheckpointUploader(storage, root, MARKER, 1, 3, prune_local=True)

@@ -105,3 +105,25 @@ def test_a_429_between_server_errors_neither_resets_nor_grows_the_back_off() -> 
     assert beater._delay() <= 0.5 * INTERVAL_S
     beater.beat_once()  # the third server error: ×4
     assert 3 * INTERVAL_S <= beater._delay() <= 4 * INTERVAL_S
+
+
+def test_an_agent_started_with_its_lease_out_waits_for_one_reply_to_renew_it() -> None:
+    """Back from an outbid, the agent starts with the lease of its rent, long out: one reply
+    from a supervised job renews it; without one it stays out (the agent then stops)."""
+    lease = Lease(time.time() - 60)
+    beater = heartbeater(Api(), lease, [])
+    beater.start()
+    try:
+        assert beater.await_reply(intervals=0.5) is True
+    finally:
+        beater.stop(final=False)
+    assert not lease.expired()
+
+    out = Lease(time.time() - 60)
+    silent = heartbeater(Api(*[500] * 10), out, [])
+    silent.start()
+    try:
+        assert silent.await_reply(intervals=0.01) is False
+    finally:
+        silent.stop(final=False)
+    assert out.expired()
