@@ -48,9 +48,10 @@ from pydantic import BaseModel
 
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
-from functions.domain.speed import SpeedEstimate, prior_estimate
+from functions.domain.speed import SpeedEstimate, StartupEstimate, prior_estimate, spec_startup
 
 Estimator = Callable[[JobSpec, Offer], SpeedEstimate]
+StartupEstimator = Callable[[JobSpec, Offer], StartupEstimate]
 OfferMarket = Literal["on-demand", "interruptible"]
 
 MEAN_OUTAGE_H = 1.0  # the MTTR that turns an uptime share into an MTBF
@@ -95,6 +96,7 @@ class OfferCost(BaseModel):
     expected_restarts: float
     checkpoint_interval_min: float  # the interval the costs assume (the job's, or recommended)
     speed: SpeedEstimate  # the training hours the costs assume, and where they come from
+    startup: StartupEstimate | None = None  # the fixed start-up minutes assumed, and where from
     market: OfferMarket = "on-demand"  # which kind of instance the costs assume
     bid_usd_per_hour: float | None = None  # interruptible: the bid a rent places (GPU $/h)
 
@@ -220,11 +222,16 @@ def cost_offer(
     *,
     startup_min: float | None = None,
     speed: SpeedEstimate | None = None,
+    startup: StartupEstimate | None = None,
 ) -> OfferCost:
     """Price `job` on `offer` (see the module docstring). Does not check constraints.
 
-    `speed` gives the training hours on this offer; None: the prior from the offer's figures."""
+    `speed` gives the training hours on this offer; None: the prior from the offer's figures.
+    `startup` gives the fixed start-up minutes (learned: `functions/domain/pace.py`); None: the
+    spec's, or `startup_min`."""
     speed = prior_estimate(job, offer) if speed is None else speed
+    startup = spec_startup(job, startup_min) if startup is None else startup
+    startup_min = startup.minutes
     hours = speed.hours
     price = offer.usd_per_hour(job.resources.min_disk_gb)
     start_min = startup_minutes(job, offer, startup_min=startup_min)
@@ -262,6 +269,7 @@ def cost_offer(
         expected_restarts=restarts,
         checkpoint_interval_min=interval,
         speed=speed,
+        startup=startup,
     )
 
 
@@ -272,12 +280,14 @@ def plan_job(
     blocklist: Collection[int] = (),
     startup_min: float | None = None,
     estimate: Estimator = prior_estimate,
+    estimate_startup: StartupEstimator | None = None,
 ) -> Plan:
     """Rank the offers that meet `job` by expected total $ (ties: lower $/h, then lower id).
 
     `blocklist` holds machine ids to avoid (hosts that died or hung on this job before).
     `estimate` gives the job's training hours on each offer (default: the prior from the offer's
-    published speed; a measured pace can be passed in its place).
+    published speed; a measured pace can be passed in its place). `estimate_startup` gives the
+    fixed start-up minutes on each offer (default: the spec's); `startup_min` overrides both.
     Raises NoQualifyingOffer, with the count each constraint excluded, when none qualifies.
     """
     blocked = frozenset(blocklist)
@@ -291,7 +301,12 @@ def plan_job(
             excluded[name] = excluded.get(name, 0) + 1
         if not unmet:
             speed = estimate(job, offer)
-            costs.append(cost_offer(job, offer, startup_min=startup_min, speed=speed))
+            learned = None
+            if estimate_startup is not None and startup_min is None:
+                learned = estimate_startup(job, offer)
+            costs.append(
+                cost_offer(job, offer, startup_min=startup_min, speed=speed, startup=learned)
+            )
     if not costs:
         raise NoQualifyingOffer(excluded, considered)
 
@@ -302,7 +317,7 @@ def plan_job(
         ranking=ranking,
         naive_choice=naive,
         checkpoint_interval_min=recommend_checkpoint_interval(
-            job, best.offer, startup_min=startup_min
+            job, best.offer, startup_min=best.startup.minutes if best.startup else startup_min
         ),
         considered=considered,
     )

@@ -23,6 +23,7 @@ from functions.domain.job import Generation, HostReputation, Job
 from functions.domain.labels import instance_label
 from functions.domain.lease import lease_expires_at
 from functions.domain.offer import Offer
+from functions.domain.pace import JobMeasures, done_step, pace_estimator, startup_estimator
 from functions.domain.spend import GenerationPrices
 
 MAX_OFFERS_PER_ATTEMPT = 5  # offers tried in one provision step before waiting for capacity
@@ -68,13 +69,21 @@ def plan_rent(
     reputations: Mapping[int, HostReputation],
     now: float,
     max_offers: int = MAX_OFFERS_PER_ATTEMPT,
+    measures: JobMeasures | None = None,
 ) -> RentPlan | Refusal:
     """The offers to try for `generation` of `job`, best expected total first, skipping the
     hosts `blocklist` names (this job's blamed hosts, and hosts whose decaying blame is still
-    high: `functions/domain/blame.py`); or the reason not to rent now."""
+    high: `functions/domain/blame.py`); or the reason not to rent now. `measures`: the pace and
+    start-up learned for the job's name (`functions/domain/pace.py`), priced for the work left
+    after the step this generation resumes from; None: the prior and the spec's start-up."""
     blocked = blocklist(generations, reputations, now=now)
+    learned = measures or JobMeasures(name=job.name)
     try:
-        plan = plan_job(job.spec, offers, blocklist=blocked)
+        plan = plan_job(
+            job.spec, offers, blocklist=blocked,
+            estimate=pace_estimator(learned, resume_step=done_step(job, generation)),
+            estimate_startup=startup_estimator(learned),
+        )  # fmt: skip
     except NoQualifyingOffer as exc:
         return Refusal(outcome="no_capacity", reason=f"no offer qualifies: {exc.describe()}")
     affordable, why = budget_allows_rent(job, plan.ranking[0])

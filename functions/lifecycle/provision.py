@@ -1,7 +1,8 @@
 """The provision step, in the monitor's shape: gather → decide (pure) → apply → record.
 
 1. gather: the job, stray instances of an earlier attempt of this step, the market, the job's
-   generations and the reputations of the offered hosts;
+   generations, the reputations of the offered hosts and the pace and start-up learned for the
+   job's name (`functions/domain/pace.py`);
 2. decide: `functions.domain.rent.plan_rent` — the offers to try, best expected total first, or
    a refusal (no offer qualifies → wait for capacity; the budget would not cover start-up and
    one checkpoint → stop the job);
@@ -45,6 +46,7 @@ from functions.domain.job import Generation, Job, JobState
 from functions.domain.job_events import JobTransitionEvent
 from functions.domain.labels import instance_label
 from functions.domain.onstart import build_host_env, build_onstart, ensure_no_account_secrets
+from functions.domain.pace import prior_steps_per_hour
 from functions.domain.rent import (
     Refusal,
     RentCandidate,
@@ -91,6 +93,7 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
     plan = plan_rent(
         job, offers, generation=inp.generation, generations=generations,
         reputations=deps.store.host_reputations(machines), now=now,
+        measures=deps.store.job_measures(job.name),
     )  # fmt: skip
     if isinstance(plan, Refusal):
         return _refused(deps, job, inp, now, plan)
@@ -222,6 +225,10 @@ def _record(
         instance_id=result.instance_id,
         offer_id=offer.id,
         machine_id=offer.machine_id,
+        gpu_name=offer.gpu_name or None,
+        gpu_count=offer.num_gpus,
+        inet_down_mbps=offer.inet_down,
+        prior_steps_per_hour=prior_steps_per_hour(job.spec, offer),
         usd_per_hour=prices.usd_per_hour,
         prices=prices_record(prices),
         created_at=now,
