@@ -36,7 +36,7 @@ spec's `expected_startup_min`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -215,7 +215,7 @@ def _measured(hours: float, pace: Pace, detail: str) -> SpeedEstimate:
         hours=hours,
         source="measured",
         runs=pace.runs,
-        basis=f"{pace.steps_per_hour:.0f} steps/h",
+        basis=f"measured, {pace.runs} run{'s' if pace.runs != 1 else ''}",
         detail=f"measured: {pace.steps_per_hour:.0f} steps/h on {pace.gpu_count}x "
         f"{pace.gpu_name} over {pace.runs} run(s) ({pace.seconds / 3600:.1f} h); {detail}",
     )
@@ -289,3 +289,14 @@ def measures_of(
         paces=tuple(order),
         startups=tuple(sorted(startups, key=lambda s: (s.kind, s.key))),
     )
+
+
+def measures_json(measures: JobMeasures) -> dict[str, Any]:
+    """`GET /measures` (its shape is a contract: `tether plan` reads it)."""
+    return {
+        "name": measures.name,
+        "paces": [
+            p.model_dump(mode="json") | {"steps_per_hour": p.steps_per_hour} for p in measures.paces
+        ],
+        "startups": [s.model_dump(mode="json") | {"minutes": s.minutes} for s in measures.startups],
+    }
