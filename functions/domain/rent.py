@@ -24,6 +24,7 @@ from functions.domain.labels import instance_label
 from functions.domain.lease import lease_expires_at
 from functions.domain.offer import Offer
 from functions.domain.pace import JobMeasures, done_step, pace_estimator, startup_estimator
+from functions.domain.speed import SpeedEstimate, StartupEstimate
 from functions.domain.spend import GenerationPrices
 
 MAX_OFFERS_PER_ATTEMPT = 5  # offers tried in one provision step before waiting for capacity
@@ -43,6 +44,8 @@ class RentCandidate(_Frozen):
     lease_expires_at: float
     expected_total_usd: float
     bid_usd_per_hour: float | None = None  # interruptible: rent with this bid (GPU $/h)
+    speed: SpeedEstimate | None = None  # the hours the plan assumed here, and where from
+    startup: StartupEstimate | None = None  # the fixed start-up it assumed, and where from
 
 
 class RentPlan(_Frozen):
@@ -107,6 +110,8 @@ def plan_rent(
                 lease_expires_at=lease_at,
                 expected_total_usd=choice.expected_total_usd,
                 bid_usd_per_hour=choice.bid_usd_per_hour,
+                speed=choice.speed,
+                startup=choice.startup,
             )
         )
     return RentPlan(

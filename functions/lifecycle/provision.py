@@ -238,14 +238,17 @@ def _record(
     message = (
         f"rented instance {result.instance_id} (offer {offer.id}, machine "
         f"{offer.machine_id}, {offer.gpu_name}) at ${prices.usd_per_hour:.3f}/h; "
-        f"expected total ${candidate.expected_total_usd:.2f}"
+        f"expected total ${candidate.expected_total_usd:.2f}{_assumed(candidate)}"
     )
     recorded = deps.store.record_generation(
         generation,
         expected=RENTING,
         now=now,
-        event=event(job.job_id, now, "rented", message, instance_id=result.instance_id),
-    )
+        event=event(
+            job.job_id, now, "rented", message, instance_id=result.instance_id,
+            **_assumed_data(candidate),
+        ),
+    )  # fmt: skip
     if recorded:
         # record_generation moved the job from the renting state it was checked in.
         deps.events.publish(
@@ -266,6 +269,31 @@ def _record(
         event(job.job_id, now, "lost_race", lost, instance_id=result.instance_id)
     )
     return ProvisionOutput(outcome="lost_race", proceed=False, message=lost)
+
+
+def _assumed(candidate: RentCandidate) -> str:
+    """The hours and start-up the plan assumed on this host, and where they came from."""
+    speed, startup = candidate.speed, candidate.startup
+    if speed is None or startup is None:
+        return ""
+    return (
+        f" ({speed.hours:.2f} h from {speed.source}"
+        + (f", {speed.runs} run(s)" if speed.runs else "")
+        + f"; start-up {startup.minutes:.1f} min from {startup.source}"
+        + (f", {startup.runs} run(s)" if startup.runs else "")
+        + ")"
+    )
+
+
+def _assumed_data(candidate: RentCandidate) -> dict[str, float | int | str]:
+    speed, startup = candidate.speed, candidate.startup
+    if speed is None or startup is None:
+        return {}
+    return {
+        "expected_hours": speed.hours, "hours_source": speed.source, "hours_runs": speed.runs,
+        "startup_min": startup.minutes, "startup_source": startup.source,
+        "startup_runs": startup.runs,
+    }  # fmt: skip
 
 
 def _rented_anyway(vast: VastClient, label: str) -> RentResult | None:
