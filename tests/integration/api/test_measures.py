@@ -46,8 +46,8 @@ def test_startup_files_per_machine_and_per_gpu_model(api: Api) -> None:
         assert not api.store.record_startup("qlora-7b", sample)
 
     measures = api.store.job_measures("qlora-7b")
-    machine = measures.startup_for("machine", "7")
-    assert machine is not None and (machine.runs, machine.minutes) == (2, 4.0)  # 480 s / 2
+    by_machine = measures.startup_for("machine", "7")
+    assert by_machine is not None and (by_machine.runs, by_machine.minutes) == (2, 4.0)  # 480 / 2
     model = measures.startup_for("gpu", "rtx 4090")
     assert model is not None and (model.runs, model.seconds) == (3, 1080.0)
 

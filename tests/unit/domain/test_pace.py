@@ -173,7 +173,7 @@ def trained(
 ) -> Any:
     """Generation 3 of the builders' job: trained `steps` in `seconds` from step 100."""
     beat = Heartbeat(
-        at=NOW, agent_time=NOW, phase=phase, step=100 + steps,  # type: ignore[arg-type]
+        at=NOW, agent_time=NOW, phase=phase, step=100 + steps,
         gpu=GpuProbe(available=True, utilization_pct=90.0),
     )  # fmt: skip
     values: dict[str, Any] = {
@@ -213,7 +213,8 @@ def test_a_long_generation_weighs_at_most_six_hours() -> None:
 def test_a_hostile_pace_is_clamped_to_four_times_the_prior() -> None:
     # Prior 900 steps/h; the host claims 3600 steps in an hour → clamped to 4 × 900 = 3600. And
     # a billion steps → still 3600.
-    assert pace_sample(trained(prior_steps_per_hour=900)).steps == pytest.approx(3600)  # type: ignore[union-attr]
+    within = pace_sample(trained(prior_steps_per_hour=900))
+    assert within is not None and within.steps == pytest.approx(3600)
     hostile = pace_sample(trained(steps=10**9, prior_steps_per_hour=900))
     assert hostile is not None and hostile.steps == pytest.approx(3600)
     # Too slow to be true: 3600 steps/h against a 100 000 steps/h prior → 25 000.
