@@ -5,7 +5,9 @@
   `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"` only while the
   job is active.
 - generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
-  id, $/h, prices, agent token sha256 (`token_hash`), status, `is_current`, `lease_expires_at`,
+  id, GPU model and count, `inet_down` and the prior's pace at the rent (what is learned from it
+  is filed under: `functions/domain/pace.py`), $/h, prices, agent token sha256 (`token_hash`),
+  status, `is_current`, `lease_expires_at`,
   `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
   bytes down/up, how the restore went), `credentials` (endpoint, bucket, and the read and the
   write R2 key, each with its secret, session token, expiry and prefix).

@@ -12,6 +12,7 @@ import pytest
 from functions.domain.cost import plan_job
 from functions.domain.heartbeat import CheckpointRef, GpuProbe
 from functions.domain.job import Heartbeat
+from functions.domain.jobspec import SpecError
 from functions.domain.pace import (
     MAX_SAMPLE_S,
     JobMeasures,
@@ -292,3 +293,18 @@ def test_the_replacement_plan_prices_the_work_left_at_the_measured_pace() -> Non
     )  # fmt: skip
     assert isinstance(first, RentPlan) and first.candidates[0].speed is not None
     assert first.candidates[0].speed.hours == pytest.approx(6000 / 2250)
+
+
+# --- total_steps in the spec --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, 10**9 + 1, 2.5, "many", True])
+def test_bad_total_steps_is_refused_naming_it(value: Any) -> None:
+    with pytest.raises(SpecError) as caught:
+        make_job(total_steps=value)
+    assert [e.path for e in caught.value.errors] == ["total_steps"]
+
+
+def test_total_steps_is_optional() -> None:
+    assert make_job().total_steps is None
+    assert make_job(total_steps=10**9).total_steps == 10**9
