@@ -246,7 +246,7 @@ def _record(
         now=now,
         event=event(
             job.job_id, now, "rented", message, instance_id=result.instance_id,
-            **_assumed_data(candidate),
+            machine_id=offer.machine_id, gpu_name=offer.gpu_name, **_assumed_data(candidate),
         ),
     )  # fmt: skip
     if recorded:
