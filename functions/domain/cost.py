@@ -9,7 +9,8 @@ For one offer, with `p` = GPU + storage $/h for the job's disk (`Offer.usd_per_h
 `expected hours` = the job's hours on this offer (`functions.domain.speed`: `expected_hours` scaled
 by the offer's speed against `reference_gpu`, or as given without one):
 
-    start-up min     = fixed start-up (job.expected_startup_min, or the override)
+    start-up min     = fixed start-up (learned for the machine or GPU model, else
+                       job.expected_startup_min, or the override: `functions/domain/pace.py`)
                        + download GB × 8000 / inet_down Mbit/s / 60
     compute $        = p × expected hours
     start-up $       = p × start-up hours

@@ -14,6 +14,9 @@ replace or a stop, before a replacement is planned in the same execution):
   agent's report on the server's clock), less the job's download at the host's `inet_down`
   (what the planner adds per offer itself), so what is learned is the fixed part: image pull,
   install, restore, model load, first step. Dropped past `MAX_STARTUP_S` (a host that hung).
+  The first step's time is the host's word; the server's own clock bounds it from below: the
+  first `training` heartbeat arrived (`training_started_at`) at most one heartbeat interval
+  after training began, so a host claiming an instant start-up gains nothing below that.
 
 Bounds, so a host that reports absurd steps cannot dominate what later plans use. Each pace
 sample weighs at most `MAX_SAMPLE_S` of training (a longer one is scaled down, its pace kept),
@@ -133,6 +136,9 @@ def startup_sample(generation: Generation, job: JobSpec) -> StartupSample | None
     if generation.gpu_name is None:
         return None
     seconds = generation.first_step_at - generation.created_at
+    if generation.training_started_at is not None:  # the server's clock (module docstring)
+        floor = generation.training_started_at - job.policy.heartbeat_interval_s
+        seconds = max(seconds, floor - generation.created_at)
     if seconds <= 0 or seconds > MAX_STARTUP_S:
         return None
     down = generation.inet_down_mbps or 0.0

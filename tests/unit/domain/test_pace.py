@@ -308,3 +308,14 @@ def test_bad_total_steps_is_refused_naming_it(value: Any) -> None:
 def test_total_steps_is_optional() -> None:
     assert make_job().total_steps is None
     assert make_job(total_steps=10**9).total_steps == 10**9
+
+
+def test_a_claimed_instant_startup_is_bounded_by_the_servers_clock() -> None:
+    spec = make_job(data={"download_gb": 0})  # heartbeat every 15 s by default
+    claimed = builders.gen(
+        2, created_at=NOW - 1000, first_step_at=NOW - 999, training_started_at=NOW - 400,
+        gpu_name="RTX 4090",
+    )  # fmt: skip
+    sample = startup_sample(claimed, spec)
+    # The first training heartbeat arrived 600 s after the rent: at least 600 − 15 s.
+    assert sample is not None and sample.seconds == pytest.approx(585)
