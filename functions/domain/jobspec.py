@@ -326,9 +326,6 @@ class JobCode(_Strict):
 GitCode = JobCode  # the name it had when only git existed
 
 
-MAX_TOTAL_STEPS = 10**9  # a training step counter past a billion is a mistake, not a job
-
-
 class JobSpec(_Strict):
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
     image: str = Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")
@@ -355,13 +352,9 @@ class JobSpec(_Strict):
         "expected_hours are hours on any host.",
     )
     total_steps: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_TOTAL_STEPS,
-        description="The job's work in training steps (the step counter its heartbeats report); "
-        "set: tether prices the steps left at the pace it measured for the job's name on each "
-        "GPU model (`functions/domain/pace.py`); unset: work is expected_hours.",
-    )
+        default=None, ge=1, le=10**9,
+        description="Work in training steps, priced at the pace measured per GPU (pace.py).",
+    )  # fmt: skip
     expected_startup_min: float = Field(default=6, ge=0, le=24 * 60)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     outputs: Outputs | None = Field(
