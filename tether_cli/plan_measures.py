@@ -19,6 +19,7 @@ from functions.domain.jobspec import JobSpec
 from functions.domain.pace import JobMeasures
 from tether_cli import output
 from tether_cli.api_client import API_URL_ENV, TetherApi, resolve_api_url
+from tether_cli.local_ship import LOCAL_CREDENTIALS, LOCAL_REGION
 from tether_cli.output import CliError
 
 MEASURES_TIMEOUT_S = 5.0
@@ -52,7 +53,9 @@ def fetch_measures(
         )
     try:
         target = resolve_api_url(local=local, environ=env)
-        with TetherApi(target, timeout_s=timeout_s) as api:
+        # The local stack takes its own key (as `tether submit --local` signs); AWS: yours.
+        credentials, region = (LOCAL_CREDENTIALS, LOCAL_REGION) if local else (None, None)
+        with TetherApi(target, credentials=credentials, region=region, timeout_s=timeout_s) as api:
             body = api.measures(job.name)
         measures = JobMeasures.model_validate(body)
     except (CliError, ValidationError, ValueError) as exc:

@@ -53,6 +53,7 @@ def api_answers(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
         return httpx.Response(200, json=measures_json(LEARNED))
 
     def client(target: Any, **kwargs: Any) -> TetherApi:
+        kwargs.pop("credentials")
         return TetherApi(
             target, credentials=ReadOnlyCredentials("AKID", "secret", None),
             transport=httpx.MockTransport(handle), **kwargs,
@@ -131,6 +132,7 @@ def test_an_unreachable_api_is_one_warning_and_the_plan_goes_on(
         raise httpx.ConnectError("connection refused", request=request)
 
     def client(target: Any, **kwargs: Any) -> TetherApi:
+        kwargs.pop("credentials")
         return TetherApi(
             target, credentials=ReadOnlyCredentials("AKID", "secret", None),
             transport=httpx.MockTransport(refuse), **kwargs,
