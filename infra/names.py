@@ -73,6 +73,7 @@ USER_ROUTES = (
     ("GET", "/jobs/{id}"),
     ("POST", "/jobs/{id}/cancel"),
     ("POST", "/code/uploads"),  # presigned PUT of a packed working directory
+    ("GET", "/measures"),  # pace and start-up learned per job name (`tether plan`)
 )
 HEARTBEAT_ROUTE = ("POST", "/agent/heartbeat")
 # GET /jobs/{id}/logs has its own function: it alone reads the Cloudflare secret.

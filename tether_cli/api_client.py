@@ -350,6 +350,11 @@ class TetherApi:
     def get_job(self, job_id: str) -> dict[str, Any]:
         return dict(self.request("GET", f"jobs/{_segment(job_id)}").body)
 
+    def measures(self, name: str) -> dict[str, Any]:
+        """The pace and start-up learned for a job name (GET /measures); one try, no retry:
+        `tether plan` falls back to priors rather than wait."""
+        return dict(self.request("GET", "measures", params={"name": name}, retry=False).body)
+
     def cancel_job(self, job_id: str) -> dict[str, Any]:
         return dict(self.request("POST", f"jobs/{_segment(job_id)}/cancel").body)
 

@@ -1,8 +1,9 @@
 """`tether plan JOB.yaml`: rank Vast offers by what the job will really cost.
 
 Offers come from a saved Vast search reply (`--offers FILE`) or a live search with
-`VAST_API_KEY`. The ranking is `functions.domain.cost.plan_job`; this module only reads inputs
-and prints.
+`VAST_API_KEY`; the pace and start-up learned for the job's name come from the control plane
+when one is configured (`tether_cli/plan_measures.py`). The ranking is
+`functions.domain.cost.plan_job`; this module only reads inputs and prints.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from rich.text import Text
 from functions.domain.cost import NoQualifyingOffer, OfferCost, Plan, plan_job
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
+from functions.domain.pace import pace_estimator, startup_estimator
 from tether_cli import output, plan_market
 from tether_cli.output import EXIT_FAILURE, EXIT_NO_OFFER, EXIT_OK, CliError
+from tether_cli.plan_measures import PlanMeasures, fetch_measures
 from tether_cli.validate import load_job
 
 DEFAULT_TOP = 5
@@ -73,6 +76,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=None,
         metavar="M",
         help="fixed start-up minutes before the download (default: the job's expected_startup_min)",
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="read the pace and start-up learned for the job's name from the local stack "
+        "(default: from TETHER_API_URL when set, else none)",
+    )
+    parser.add_argument(
+        "--no-measures",
+        action="store_true",
+        help="plan with the speed prior and the spec's start-up only",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=run)
@@ -138,6 +152,14 @@ def _round_usd(value: float) -> float:
 
 def hours_basis(job: JobSpec) -> str:
     """What the job's `expected_hours` mean, as the plan used them."""
+    if job.total_steps is not None:
+        return (
+            f"Work: total_steps {job.total_steps}; hours from the pace measured for {job.name} "
+            "on the offer's GPU model and count where seen, else expected_hours "
+            f"{job.expected_hours:g} "
+            + (f"on {job.resources.gpu_count}x {job.reference_gpu}, scaled by speed." if
+               job.reference_gpu else "as given, on any host.")
+        )  # fmt: skip
     if job.reference_gpu is None:
         return (
             f"Hours: expected_hours {job.expected_hours:g} as given, on any host (no "
@@ -149,7 +171,30 @@ def hours_basis(job: JobSpec) -> str:
     )
 
 
-def plan_json(plan: Plan, top: int, job: JobSpec) -> dict[str, Any]:
+def startup_from(cost: OfferCost) -> str:
+    """Where an offer's fixed start-up minutes come from, short for the table: `spec`, or
+    `machine×3` / `gpu×2` (learned, from that many runs)."""
+    if cost.startup is None or cost.startup.source == "spec":
+        return "spec"
+    return f"{cost.startup.source}×{cost.startup.runs}"
+
+
+def startup_line(cost: OfferCost, job: JobSpec, override: float | None) -> str:
+    """Where the top offer's start-up minutes come from, in words."""
+    fixed = cost.startup.minutes if cost.startup else job.expected_startup_min
+    download = cost.startup_min - fixed
+    if cost.startup is None or cost.startup.source == "spec":
+        where = "--startup-min" if override is not None else "the spec's expected_startup_min"
+    else:
+        kind = "this machine" if cost.startup.source == "machine" else cost.offer.gpu_name
+        where = f"learned on {kind} for {job.name}, {cost.startup.runs} run(s)"
+    return (
+        f"Start-up of #1: {cost.startup_min:.1f} min = {fixed:.1f} fixed ({where}) + "
+        f"{download:.1f} download."
+    )
+
+
+def plan_json(plan: Plan, top: int, job: JobSpec, learned: PlanMeasures) -> dict[str, Any]:
     """The `--json` document (its shape is a contract: scripts read it)."""
     naive = plan.naive_choice
     return {
@@ -157,7 +202,9 @@ def plan_json(plan: Plan, top: int, job: JobSpec) -> dict[str, Any]:
             "expected_hours": job.expected_hours,
             "reference_gpu": job.reference_gpu,
             "gpu_count": job.resources.gpu_count,
+            "total_steps": job.total_steps,
         },
+        "measures": {"source": learned.source, "detail": learned.detail},
         "ranking": [
             {
                 "offer_id": cost.offer.id,
@@ -169,6 +216,12 @@ def plan_json(plan: Plan, top: int, job: JobSpec) -> dict[str, Any]:
                     "source": cost.speed.source,
                     "runs": cost.speed.runs,
                     "detail": cost.speed.detail,
+                },
+                "startup_min": round(cost.startup_min, 2),
+                "startup_from": {
+                    "source": cost.startup.source if cost.startup else "spec",
+                    "runs": cost.startup.runs if cost.startup else 0,
+                    "fixed_min": round(cost.startup.minutes, 2) if cost.startup else None,
                 },
                 "breakdown": {
                     "compute_usd": _round_usd(cost.breakdown.compute_usd),
@@ -193,7 +246,9 @@ def plan_json(plan: Plan, top: int, job: JobSpec) -> dict[str, Any]:
     }
 
 
-def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
+def _print_table(
+    job: JobSpec, plan: Plan, top: int, source: str, learned: PlanMeasures, override: float | None
+) -> None:
     console = output.stdout_console()
     shown = plan.ranking[:top]
     table = output.table(
@@ -223,7 +278,7 @@ def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
             cost.offer.geolocation or "?",
             f"{cost.usd_per_hour:.3f}",
             *plan_market.cells(job, cost),
-            f"{cost.startup_min:.1f}",
+            f"{cost.startup_min:.1f} {startup_from(cost)}",
             f"{cost.expected_hours:.2f}",
             cost.speed.basis,
             f"{cost.breakdown.traffic_usd:.3f}",
@@ -238,8 +293,10 @@ def _print_table(job: JobSpec, plan: Plan, top: int, source: str) -> None:
     best = plan.ranking[0]
     console.print()
     console.print(Text(hours_basis(job)))
+    console.print(Text(f"Measured: {learned.detail}."))
     if best.speed.source != "spec":
         console.print(Text(f"Hours of #1: {best.expected_hours:.2f} ({best.speed.detail})."))
+    console.print(Text(startup_line(best, job, override)))
     console.print(Text(_comparison(best, naive)))
     console.print(
         Text(
@@ -286,8 +343,15 @@ def run(args: argparse.Namespace) -> int:
         offers = search_live(job)
         source = "live Vast search"
 
+    learned = fetch_measures(job, local=args.local, skip=args.no_measures)
     try:
-        plan = plan_job(job, offers, startup_min=args.startup_min)
+        plan = plan_job(
+            job,
+            offers,
+            startup_min=args.startup_min,
+            estimate=pace_estimator(learned.measures),
+            estimate_startup=startup_estimator(learned.measures),
+        )
     except NoQualifyingOffer as exc:
         worst = exc.worst
         if worst is None:
@@ -306,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
             f"budget_usd {output.usd(job.budget_usd)}: the job would be stopped before it ends"
         )
     if args.json:
-        output.print_json(plan_json(plan, args.top, job))
+        output.print_json(plan_json(plan, args.top, job, learned))
     else:
-        _print_table(job, plan, args.top, source)
+        _print_table(job, plan, args.top, source, learned, args.startup_min)
     return EXIT_OK

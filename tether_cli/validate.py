@@ -57,6 +57,8 @@ def summary(job: JobSpec) -> str:
         parts.append(f"≥ {res.min_gpu_ram_gb:g} GB GPU RAM")
     on = f" on {job.reference_gpu}" if job.reference_gpu is not None else ""
     parts.append(f"{job.expected_hours:g} h expected{on}")
+    if job.total_steps is not None:
+        parts.append(f"{job.total_steps} steps")
     if res.max_usd_per_hour is not None:
         parts.append(f"≤ ${res.max_usd_per_hour:g}/h")
     if res.market != "on-demand":

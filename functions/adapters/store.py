@@ -9,7 +9,8 @@ indexes and the codec between items and records are `functions/adapters/table.py
 `JobStore` is the one class callers hold; its methods live by concern in `job_records.py`
 (jobs and their timeline), `generation_records.py` (generations, heartbeats, checkpoints,
 credentials: the conditions that only the current generation writes) and
-`supervision_records.py` (spend only upwards, incidents, one blame per failure, sightings).
+`supervision_records.py` (spend only upwards, incidents, one blame per failure, sightings) and
+`measure_records.py` (pace and start-up learned per job name).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from functions.adapters.job_records import (
     JobView,
     StateConflict,
 )
+from functions.adapters.measure_records import MeasureRecords
 from functions.adapters.supervision_records import SupervisionRecords
 
 __all__ = [
@@ -35,5 +37,5 @@ __all__ = [
 ]
 
 
-class JobStore(JobRecords, GenerationRecords, SupervisionRecords):
+class JobStore(JobRecords, GenerationRecords, SupervisionRecords, MeasureRecords):
     """Every read and write of the tether table. `client=None` builds a default client."""

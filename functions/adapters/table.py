@@ -5,7 +5,9 @@
   `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"` only while the
   job is active.
 - generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
-  id, $/h, prices, agent token sha256 (`token_hash`), status, `is_current`, `lease_expires_at`,
+  id, GPU model and count, `inet_down` and the prior's pace at the rent (what is learned from it
+  is filed under: `functions/domain/pace.py`), $/h, prices, agent token sha256 (`token_hash`),
+  status, `is_current`, `lease_expires_at`,
   `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
   bytes down/up, how the restore went), `credentials` (endpoint, bucket, and the read and the
   write R2 key, each with its secret, session token, expiry and prefix).
@@ -19,6 +21,11 @@
 - first sighting — `pk=INSTANCE#<id> sk=SEEN`: `first_seen` (epoch s) of a labelled instance
   Vast lists without a start date, so its age is known (an orphan without one is still swept);
   `expires_at_ttl` removes it after a week.
+- measures of a job name (`functions/domain/pace.py`, `measure_records.py`) —
+  `pk=PACE#<name>`: `sk=GPU#<gpu model>#<count>` the training pace (`steps`, `seconds`, `runs`
+  added atomically, `gpu_name`, `gpu_count`), `sk=STARTUP#MACHINE#<id>` and
+  `sk=STARTUP#GPU#<gpu model>` the fixed start-up (`seconds`, `runs`); each with `samples`, a
+  string set of the `<job>:g<n>` that added to it, so a sample counts once.
 
 A generation's `supervised_at` (written by the monitor when it completed that job's
 evaluation) is what the heartbeat renews leases by; there is no global pulse.
@@ -146,6 +153,18 @@ def host_key(machine_id: int) -> dict[str, str]:
 
 def sighting_key(instance_id: int) -> dict[str, str]:
     return {"pk": f"INSTANCE#{instance_id}", "sk": "SEEN"}
+
+
+def measures_partition(name: str) -> str:
+    return f"PACE#{name}"
+
+
+def pace_key(name: str, gpu_key: str, gpu_count: int) -> dict[str, str]:
+    return {"pk": measures_partition(name), "sk": f"GPU#{gpu_key}#{gpu_count}"}
+
+
+def startup_key(name: str, kind: str, key: str) -> dict[str, str]:
+    return {"pk": measures_partition(name), "sk": f"STARTUP#{kind.upper()}#{key}"}
 
 
 def iso(epoch_s: float) -> str:

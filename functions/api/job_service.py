@@ -1,4 +1,5 @@
-"""What the job API does, apart from HTTP: submit, list, get, cancel.
+"""What the job API does, apart from HTTP: submit, list, get, cancel, and the measures learned
+per job name.
 
 The handler (`functions/api/jobs.py`) parses the request and maps results to responses;
 everything here takes plain values and the adapters it needs, and says what went wrong with the
@@ -36,6 +37,7 @@ from functions.domain.job import (
 )
 from functions.domain.job_events import submission_event, transition_event
 from functions.domain.jobspec import SpecError, parse_job
+from functions.domain.pace import measures_json
 from functions.settings import JobsApiSettings
 
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -172,6 +174,22 @@ def _load_view(deps: JobsDeps, job_id: str) -> JobView:
 
 def _id_ok(job_id: str) -> bool:
     return bool(JOB_ID_SHAPE.match(job_id))
+
+
+# --- measures -----------------------------------------------------------------------------
+
+JOB_NAME_SHAPE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # JobSpec.name's
+
+
+def job_measures(deps: JobsDeps, name: str) -> dict[str, Any]:
+    """The pace and start-up learned for the job name (`GET /measures?name=`); empty lists
+    for a name never run. 400 naming `query.name` when it cannot be a job's name."""
+    if not JOB_NAME_SHAPE.match(name):
+        raise Invalid(
+            "not a job name",
+            [FieldError(path="query.name", reason="must be a job spec's name: a-z, 0-9, '-'")],
+        )
+    return measures_json(deps.store.job_measures(name))
 
 
 # --- cancel -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ GET  /jobs                 list ?state=&limit=&next=                     200
 GET  /jobs/{id}            job, host, spend vs budget, checkpoint, timeline  200
 POST /jobs/{id}/cancel     idempotent; 409 once the job has ended        202
 POST /code/uploads         {sha256, size_bytes} → presigned PUT, or exists  200
+GET  /measures?name=       pace and start-up learned for a job name     200
 """
 
 from http import HTTPStatus
@@ -34,6 +35,7 @@ ROUTES = {
     "/jobs/{id}": {"GET"},
     "/jobs/{id}/cancel": {"POST"},
     "/code/uploads": {"POST"},
+    "/measures": {"GET"},
     "/jobs/{id}/logs": {"GET"},  # served by the logs function; listed here for 405s
 }
 
@@ -105,6 +107,13 @@ def get_job(job_id: str) -> Response[Any]:
     iam_identity(app.current_event.raw_event)
     reject_unknown_query(app.current_event.raw_event, ())
     return json_response(HTTPStatus.OK, job_service.get_job(dependencies(), job_id))
+
+
+@app.get("/measures")
+def measures(name: Annotated[str, Query(min_length=1, max_length=63)]) -> Response[Any]:
+    iam_identity(app.current_event.raw_event)
+    reject_unknown_query(app.current_event.raw_event, ("name",))
+    return json_response(HTTPStatus.OK, job_service.job_measures(dependencies(), name))
 
 
 @app.post("/jobs/<job_id>/cancel")

@@ -9,7 +9,8 @@ For one offer, with `p` = GPU + storage $/h for the job's disk (`Offer.usd_per_h
 `expected hours` = the job's hours on this offer (`functions.domain.speed`: `expected_hours` scaled
 by the offer's speed against `reference_gpu`, or as given without one):
 
-    start-up min     = fixed start-up (job.expected_startup_min, or the override)
+    start-up min     = fixed start-up (learned for the machine or GPU model, else
+                       job.expected_startup_min, or the override: `functions/domain/pace.py`)
                        + download GB × 8000 / inet_down Mbit/s / 60
     compute $        = p × expected hours
     start-up $       = p × start-up hours
@@ -53,9 +54,10 @@ from pydantic import BaseModel
 from functions.domain.jobspec import JobSpec
 from functions.domain.market import Bid, OfferMarket, OutbidHazard, bid_for, markets, spec_hazard
 from functions.domain.offer import Offer
-from functions.domain.speed import SpeedEstimate, prior_estimate
+from functions.domain.speed import SpeedEstimate, StartupEstimate, prior_estimate, spec_startup
 
 Estimator = Callable[[JobSpec, Offer], SpeedEstimate]
+StartupEstimator = Callable[[JobSpec, Offer], StartupEstimate]
 
 MEAN_OUTAGE_H = 1.0  # the MTTR that turns an uptime share into an MTBF
 RELIABILITY_MIN = 0.01
@@ -101,6 +103,7 @@ class OfferCost(BaseModel):
     expected_restarts: float
     checkpoint_interval_min: float  # the interval the costs assume (the job's, or recommended)
     speed: SpeedEstimate  # the training hours the costs assume, and where they come from
+    startup: StartupEstimate | None = None  # the fixed start-up minutes assumed, and where from
     market: OfferMarket = "on-demand"  # which kind of instance the costs assume
     bid_usd_per_hour: float | None = None  # interruptible: the bid a rent places (GPU $/h)
     expected_outbids: float = 0.0  # interruptible: hazard × hours on the host
@@ -262,12 +265,17 @@ def cost_offer(
     startup_min: float | None = None,
     speed: SpeedEstimate | None = None,
     bid: Bid | None = None,
+    startup: StartupEstimate | None = None,
 ) -> OfferCost:
     """Price `job` on `offer` (see the module docstring). Does not check constraints.
 
     `speed` gives the training hours on this offer; None: the prior from the offer's figures.
-    `bid`: price it as an interruptible instance with this bid (`functions.domain.market`)."""
+    `bid`: price it as an interruptible instance with this bid (`functions.domain.market`).
+    `startup` gives the fixed start-up minutes (learned: `functions/domain/pace.py`); None: the
+    spec's, or `startup_min`."""
     speed = prior_estimate(job, offer) if speed is None else speed
+    startup = spec_startup(job, startup_min) if startup is None else startup
+    startup_min = startup.minutes
     hours = speed.hours
     price = _usd_per_hour(job, offer, bid)
     start_min = startup_minutes(job, offer, startup_min=startup_min)
@@ -313,6 +321,7 @@ def cost_offer(
         bid_usd_per_hour=None if bid is None else bid.usd_per_hour,
         expected_outbids=outbids,
         hazard=None if bid is None else bid.hazard,
+        startup=startup,
     )
 
 
@@ -324,12 +333,14 @@ def plan_job(
     startup_min: float | None = None,
     estimate: Estimator = prior_estimate,
     hazard: OutbidHazard | None = None,
+    estimate_startup: StartupEstimator | None = None,
 ) -> Plan:
     """Rank the offers that meet `job` by expected total $ (ties: lower $/h, then lower id).
 
     `blocklist` holds machine ids to avoid (hosts that died or hung on this job before).
     `estimate` gives the job's training hours on each offer (default: the prior from the offer's
-    published speed; a measured pace can be passed in its place).
+    published speed; a measured pace can be passed in its place). `estimate_startup` gives the
+    fixed start-up minutes on each offer (default: the spec's); `startup_min` overrides both.
     `hazard`: the outbid rate for interruptible offers (default: the spec's; a rate learned from
     the job's outbids, `market.job_hazard`, in its place). Each offer is priced in the markets
     `resources.market` names; with two (auto) the cheaper expected total is kept.
@@ -351,8 +362,12 @@ def plan_job(
             excluded[name] = excluded.get(name, 0) + 1
         if options:
             speed = estimate(job, offer)
+            learned = None
+            if estimate_startup is not None and startup_min is None:
+                learned = estimate_startup(job, offer)
             priced = [
-                cost_offer(job, offer, startup_min=startup_min, speed=speed, bid=b) for b in options
+                cost_offer(job, offer, startup_min=startup_min, speed=speed, startup=learned, bid=b)
+                for b in options
             ]
             costs.append(_cheaper(priced))
     if not costs:
@@ -365,7 +380,10 @@ def plan_job(
         ranking=ranking,
         naive_choice=naive,
         checkpoint_interval_min=recommend_checkpoint_interval(
-            job, best.offer, startup_min=startup_min, bid=best.bid
+            job,
+            best.offer,
+            startup_min=best.startup.minutes if best.startup else startup_min,
+            bid=best.bid,
         ),
         considered=considered,
         hazard=hazard,

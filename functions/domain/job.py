@@ -290,6 +290,14 @@ class Generation(BaseModel):
     # stretch last counted began (each stopped stretch counts once, however many runs see it).
     outbids: int = Field(default=0, ge=0)
     outbid_since: float | None = None
+    # Written by the lifecycle with the rent: what the pace and start-up measured on this host
+    # are filed under, and bounded by (functions/domain/pace.py).
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    inet_down_mbps: float | None = None
+    prior_steps_per_hour: float | None = Field(
+        default=None, description="total_steps / the speed prior's hours on this offer."
+    )
 
 
 class HostReputation(BaseModel):

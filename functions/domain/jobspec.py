@@ -351,6 +351,10 @@ class JobSpec(_Strict):
         description="The GPU model expected_hours are measured on (gpu_count of them); unset, "
         "expected_hours are hours on any host.",
     )
+    total_steps: int | None = Field(
+        default=None, ge=1, le=10**9,
+        description="Work in training steps, priced at the pace measured per GPU (pace.py).",
+    )  # fmt: skip
     expected_startup_min: float = Field(default=6, ge=0, le=24 * 60)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     outputs: Outputs | None = Field(

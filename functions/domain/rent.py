@@ -26,6 +26,8 @@ from functions.domain.lease import lease_expires_at
 from functions.domain.market import OutbidHazard, job_hazard
 from functions.domain.offer import Offer
 from functions.domain.outbid import bid_prices, outbid_history
+from functions.domain.pace import JobMeasures, done_step, pace_estimator, startup_estimator
+from functions.domain.speed import SpeedEstimate, StartupEstimate
 from functions.domain.spend import GenerationPrices
 
 MAX_OFFERS_PER_ATTEMPT = 5  # offers tried in one provision step before waiting for capacity
@@ -47,6 +49,8 @@ class RentCandidate(_Frozen):
     bid_usd_per_hour: float | None = None  # interruptible: rent with this bid (GPU $/h)
     # The checkpoint interval the host is started with (`functions.domain.checkpoint_interval`).
     checkpoint_interval: IntervalChoice | None = None
+    speed: SpeedEstimate | None = None  # the hours the plan assumed here, and where from
+    startup: StartupEstimate | None = None  # the fixed start-up it assumed, and where from
 
 
 class RentPlan(_Frozen):
@@ -73,15 +77,23 @@ def plan_rent(
     reputations: Mapping[int, HostReputation],
     now: float,
     max_offers: int = MAX_OFFERS_PER_ATTEMPT,
+    measures: JobMeasures | None = None,
 ) -> RentPlan | Refusal:
     """The offers to try for `generation` of `job`, best expected total first, skipping the
     hosts `blocklist` names (this job's blamed hosts, and hosts whose decaying blame is still
-    high: `functions/domain/blame.py`); or the reason not to rent now."""
+    high: `functions/domain/blame.py`); or the reason not to rent now. `measures`: the pace and
+    start-up learned for the job's name (`functions/domain/pace.py`), priced for the work left
+    after the step this generation resumes from; None: the prior and the spec's start-up."""
     generations = tuple(generations)
     blocked = blocklist(generations, reputations, now=now)
+    learned = measures or JobMeasures(name=job.name)
     try:
         hazard = learned_job_hazard(job, generations, now)
-        plan = plan_job(job.spec, offers, blocklist=blocked, hazard=hazard)
+        plan = plan_job(
+            job.spec, offers, blocklist=blocked, hazard=hazard,
+            estimate=pace_estimator(learned, resume_step=done_step(job, generation)),
+            estimate_startup=startup_estimator(learned),
+        )  # fmt: skip
     except NoQualifyingOffer as exc:
         return Refusal(outcome="no_capacity", reason=f"no offer qualifies: {exc.describe()}")
     affordable, why = budget_allows_rent(job, plan.ranking[0])
@@ -109,8 +121,11 @@ def plan_rent(
                 expected_total_usd=choice.expected_total_usd,
                 bid_usd_per_hour=choice.bid_usd_per_hour,
                 checkpoint_interval=generation_interval(
-                    job.spec, choice.offer, generations, now=now, bid=choice.bid
-                ),
+                    job.spec, choice.offer, generations, now=now, bid=choice.bid,
+                    startup_min=choice.startup.minutes if choice.startup else None,
+                ),  # fmt: skip
+                speed=choice.speed,
+                startup=choice.startup,
             )
         )
     return RentPlan(

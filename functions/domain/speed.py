@@ -40,6 +40,7 @@ from functions.domain.offer import Offer
 MULTI_GPU_EFFICIENCY = 0.5  # the share of a GPU each GPU past the first adds
 
 SpeedSource = Literal["spec", "prior", "measured"]
+StartupSource = Literal["spec", "machine", "gpu"]
 
 
 class SpeedEstimate(BaseModel):
@@ -50,6 +51,23 @@ class SpeedEstimate(BaseModel):
     runs: int = 0  # how many runs a measured pace comes from (0 for spec and prior)
     basis: str  # a few words for a table column: "dlperf 85.2", "as given"
     detail: str  # one line for people: the figures the hours come from
+
+
+class StartupEstimate(BaseModel):
+    """The fixed start-up minutes a rent of an offer is billed before training (the download
+    at the host's speed comes on top: `functions.domain.cost.startup_minutes`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    minutes: float
+    source: StartupSource  # spec: expected_startup_min; machine / gpu: learned (pace.py)
+    runs: int = 0  # how many generations a learned figure comes from (0 for spec)
+
+
+def spec_startup(job: JobSpec, startup_min: float | None = None) -> StartupEstimate:
+    """The spec's `expected_startup_min`, or an override (`tether plan --startup-min`)."""
+    minutes = job.expected_startup_min if startup_min is None else startup_min
+    return StartupEstimate(minutes=minutes, source="spec")
 
 
 def effective_gpus(count: int) -> float:

@@ -1,7 +1,8 @@
 """The provision step, in the monitor's shape: gather → decide (pure) → apply → record.
 
 1. gather: the job, stray instances of an earlier attempt of this step, the market, the job's
-   generations and the reputations of the offered hosts;
+   generations, the reputations of the offered hosts and the pace and start-up learned for the
+   job's name (`functions/domain/pace.py`);
 2. decide: `functions.domain.rent.plan_rent` — the offers to try, best expected total first, or
    a refusal (no offer qualifies → wait for capacity; the budget would not cover start-up and
    one checkpoint → stop the job);
@@ -45,6 +46,7 @@ from functions.domain.job import Generation, Job, JobState
 from functions.domain.job_events import JobTransitionEvent
 from functions.domain.labels import instance_label
 from functions.domain.onstart import build_host_env, build_onstart, ensure_no_account_secrets
+from functions.domain.pace import prior_steps_per_hour
 from functions.domain.rent import (
     Refusal,
     RentCandidate,
@@ -91,6 +93,7 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
     plan = plan_rent(
         job, offers, generation=inp.generation, generations=generations,
         reputations=deps.store.host_reputations(machines), now=now,
+        measures=deps.store.job_measures(job.name),
     )  # fmt: skip
     if isinstance(plan, Refusal):
         return _refused(deps, job, inp, now, plan)
@@ -230,6 +233,10 @@ def _record(
         instance_id=result.instance_id,
         offer_id=offer.id,
         machine_id=offer.machine_id,
+        gpu_name=offer.gpu_name or None,
+        gpu_count=offer.num_gpus,
+        inet_down_mbps=offer.inet_down,
+        prior_steps_per_hour=prior_steps_per_hour(job.spec, offer),
         usd_per_hour=prices.usd_per_hour,
         prices=prices_record(prices),
         created_at=now,
@@ -242,7 +249,7 @@ def _record(
         f"rented instance {result.instance_id} (offer {offer.id}, machine "
         f"{offer.machine_id}, {offer.gpu_name}) at ${prices.usd_per_hour:.3f}/h"
         f"{_market(candidate)}; "
-        f"expected total ${candidate.expected_total_usd:.2f}"
+        f"expected total ${candidate.expected_total_usd:.2f}{_assumed(candidate)}"
     )
     if candidate.checkpoint_interval is not None:
         interval = candidate.checkpoint_interval
@@ -251,8 +258,11 @@ def _record(
         generation,
         expected=RENTING,
         now=now,
-        event=event(job.job_id, now, "rented", message, instance_id=result.instance_id),
-    )
+        event=event(
+            job.job_id, now, "rented", message, instance_id=result.instance_id,
+            machine_id=offer.machine_id, gpu_name=offer.gpu_name, **_assumed_data(candidate),
+        ),
+    )  # fmt: skip
     if recorded:
         # record_generation moved the job from the renting state it was checked in.
         deps.events.publish(
@@ -283,6 +293,31 @@ def _interval_s(candidate: RentCandidate) -> int | None:
 def _market(candidate: RentCandidate) -> str:
     bid = candidate.bid_usd_per_hour
     return "" if bid is None else f", interruptible (bid ${bid:.3f}/h)"
+
+
+def _assumed(candidate: RentCandidate) -> str:
+    """The hours and start-up the plan assumed on this host, and where they came from."""
+    speed, startup = candidate.speed, candidate.startup
+    if speed is None or startup is None:
+        return ""
+    return (
+        f" ({speed.hours:.2f} h from {speed.source}"
+        + (f", {speed.runs} run(s)" if speed.runs else "")
+        + f"; start-up {startup.minutes:.1f} min from {startup.source}"
+        + (f", {startup.runs} run(s)" if startup.runs else "")
+        + ")"
+    )
+
+
+def _assumed_data(candidate: RentCandidate) -> dict[str, float | int | str]:
+    speed, startup = candidate.speed, candidate.startup
+    if speed is None or startup is None:
+        return {}
+    return {
+        "expected_hours": speed.hours, "hours_source": speed.source, "hours_runs": speed.runs,
+        "startup_min": startup.minutes, "startup_source": startup.source,
+        "startup_runs": startup.runs,
+    }  # fmt: skip
 
 
 def _rented_anyway(vast: VastClient, label: str) -> RentResult | None:

@@ -30,6 +30,7 @@ from functions.domain.job import (
     is_terminal,
 )
 from functions.domain.labels import parse_label
+from functions.domain.pace import pace_sample, startup_sample
 from functions.domain.reasons import reason_health, stop_reason_for
 from functions.lifecycle.provision import provision
 from functions.lifecycle.steps import (
@@ -138,11 +139,14 @@ def destroy(deps: LifecycleDeps, inp: DestroyInput) -> StepOutput:
     remaining = sorted(i.id for i in vast.list_instances() if i.id in targets)
     if remaining:
         raise InstancesStillPresent(f"Vast still lists instances {remaining}; retrying")
-    for g in generations:
-        if g.ended_at is None or g.status not in ("superseded", "stopped", "failed"):
-            deps.store.end_generation(
-                inp.job_id, g.generation, ended_at=g.ended_at or now, status=_ended_status(g)
-            )
+    ending = [g for g in generations if g.ended_at is None or g.status not in _ENDED]
+    job = deps.store.get_job(inp.job_id) if ending else None
+    for g in ending:
+        if job is not None:
+            _learn_from(deps, job, g)  # before it ends: a retried destroy still learns, once
+        deps.store.end_generation(
+            inp.job_id, g.generation, ended_at=g.ended_at or now, status=_ended_status(g)
+        )
     if targets:
         deps.store.append_event(
             event(
@@ -151,6 +155,21 @@ def destroy(deps: LifecycleDeps, inp: DestroyInput) -> StepOutput:
             )
         )  # fmt: skip
     return StepOutput(outcome="destroyed", message=f"{len(targets)} instance(s) destroyed")
+
+
+_ENDED = ("superseded", "stopped", "failed")
+
+
+def _learn_from(deps: LifecycleDeps, job: Job, generation: Generation) -> None:
+    """File the ending generation's pace and start-up under its job's name
+    (`functions/domain/pace.py`): here, before a replace provisions, so the replacement and
+    later jobs of the name are priced with them."""
+    pace = pace_sample(generation)
+    if pace is not None:
+        deps.store.record_pace(job.name, pace)
+    startup = startup_sample(generation, job.spec)
+    if startup is not None:
+        deps.store.record_startup(job.name, startup)
 
 
 def _ended_status(generation: Generation) -> GenerationStatus:

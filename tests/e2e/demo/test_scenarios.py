@@ -57,6 +57,21 @@ def test_dead_twice_resumes_twice_and_ends_identical(demo_stack: LocalStack) -> 
         restored = g.heartbeat.restored_checkpoint if g.heartbeat is not None else None
         assert restored is not None and g.resumed_step == restored.step
         assert incident.lost_steps is not None and incident.lost_steps_lower_bound
+    # Each ended generation filed its start-up under the job's name, and the replacements were
+    # priced with it: a learned start-up, not the spec's (functions/domain/pace.py). (Training
+    # here is far shorter than a pace sample's five minutes: no pace is learned.)
+    job = store.get_job(summary.job_id)
+    assert job is not None
+    learned = store.job_measures(job.name)
+    assert sum(s.runs for s in learned.startups if s.kind == "gpu") >= 3
+    view = store.get_job_view(summary.job_id)
+    assert view is not None
+    rents = sorted((e for e in view.events if e.kind == "rented"), key=lambda e: e.at)
+    assert len(rents) == 3
+    for n, rent in enumerate(rents):
+        seen = {r.data["gpu_name"] for r in rents[:n]}
+        if rent.data["gpu_name"] in seen:  # started on this model before: learned, not spec
+            assert rent.data["startup_source"] in ("machine", "gpu"), rent.message
 
 
 def test_zombie_is_superseded_never_billed_and_its_checkpoints_never_restored(

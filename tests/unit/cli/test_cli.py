@@ -188,10 +188,12 @@ def plan_json(capsys, *extra: str, job: str = QLORA) -> dict[str, Any]:
     return doc
 
 
-def test_plan_json_shape(capsys):
+def test_plan_json_shape(capsys, monkeypatch):
+    monkeypatch.delenv("TETHER_API_URL", raising=False)
     doc = plan_json(capsys)
     assert set(doc) == {
         "hours_basis",
+        "measures",
         "ranking",
         "naive_choice",
         "checkpoint_interval_min",
@@ -201,7 +203,9 @@ def test_plan_json_shape(capsys):
         "expected_hours": 3,
         "reference_gpu": "RTX 4090",
         "gpu_count": 1,
+        "total_steps": None,
     }
+    assert doc["measures"]["source"] == "offline"
     assert [r["offer_id"] for r in doc["ranking"]] == [1002, 1003, 1001]
     for row in doc["ranking"]:
         assert set(row) == {
@@ -211,6 +215,8 @@ def test_plan_json_shape(capsys):
             "expected_total_usd",
             "expected_hours",
             "hours_from",
+            "startup_min",
+            "startup_from",
             "breakdown",
             "market",
             "bid_usd_per_hour",
@@ -219,6 +225,7 @@ def test_plan_json_shape(capsys):
             "hazard_from",
             "other_market",
         }
+        assert row["startup_from"] == {"source": "spec", "runs": 0, "fixed_min": 6.0}
         # The small book has no dlperf or total_flops: the job's 3 h on an RTX 4090, as given.
         assert row["expected_hours"] == 3
         assert row["hours_from"] == {

@@ -1,0 +1,308 @@
+"""What tether learns from a job's own generations (pure): training pace per (job name, GPU
+model, GPU count) and start-up per machine and per GPU model, and the estimators that give the
+planner those figures in place of the speed prior and the spec's start-up (DESIGN §5).
+
+Samples. A generation gives its samples when the lifecycle ends it (the `destroy` step of a
+replace or a stop, before a replacement is planned in the same execution):
+
+- pace: steps trained ÷ seconds trained on that host, from its first `training` heartbeat
+  (`training_started_at`, `training_start_step`) to its last heartbeat while training, or else
+  to the last step the monitor saw advance (`progress_step`, `progress_at`): the steps of one
+  steady script, without start-up or idle time. Taken only past `MIN_SAMPLE_S` and
+  `MIN_SAMPLE_STEPS`: a short run says more about its first steps than its pace.
+- start-up: rent (`created_at`) → first training step after the restore (`first_step_at`, the
+  agent's report on the server's clock), less the job's download at the host's `inet_down`
+  (what the planner adds per offer itself), so what is learned is the fixed part: image pull,
+  install, restore, model load, first step. Dropped past `MAX_STARTUP_S` (a host that hung).
+  The first step's time is the host's word; the server's own clock bounds it from below: the
+  first `training` heartbeat arrived (`training_started_at`) at most one heartbeat interval
+  after training began, so a host claiming an instant start-up gains nothing below that.
+
+Bounds, so a host that reports absurd steps cannot dominate what later plans use. Each pace
+sample weighs at most `MAX_SAMPLE_S` of training (a longer one is scaled down, its pace kept),
+and its pace is clamped to within `PACE_BOUND` times the speed prior's pace on that offer
+(`Generation.prior_steps_per_hour`, recorded with the rent when the job gives `total_steps`);
+without a prior in steps only `MAX_STEPS_PER_S` bounds it. Stored figures are sums (steps,
+seconds, runs) added atomically, so concurrent writers never lose a sample, and every sample
+names its generation, so an ended generation that is ended again adds nothing.
+
+Estimates. With `total_steps`, the work left is `total_steps` less the step a replacement
+resumes from (the newest recorded checkpoint): on an offer whose GPU model and count have a
+measured pace, hours = steps left ÷ steps per hour (source `measured`, with its runs); else the
+prior's hours scaled to the share of steps left. Without `total_steps` but with
+`reference_gpu`, a pace measured both on the reference GPU and on the offer's GPU (same count)
+replaces the dlperf ratio: hours = expected_hours × reference pace ÷ offer pace. Otherwise the
+prior, unchanged. Start-up: the machine's own figure where seen, else the GPU model's, else the
+spec's `expected_startup_min`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.domain.cost import Estimator, StartupEstimator, download_minutes
+from functions.domain.job import Generation, Job
+from functions.domain.jobspec import JobSpec
+from functions.domain.offer import Offer
+from functions.domain.speed import SpeedEstimate, StartupEstimate, prior_estimate, spec_startup
+
+MIN_SAMPLE_S = 300.0  # five minutes of training at least
+MIN_SAMPLE_STEPS = 10
+MAX_SAMPLE_S = 6 * 3600.0  # one generation weighs at most six hours of training
+PACE_BOUND = 4.0  # a sample's pace stays within [prior / 4, prior × 4]
+MAX_STEPS_PER_S = 100.0  # without a prior in steps: no fine-tune steps faster than this
+MAX_STARTUP_S = 6 * 3600.0
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+def gpu_key(gpu_name: str) -> str:
+    """GPU models compare as Vast spells them, ignoring case and spacing."""
+    return " ".join(gpu_name.lower().split())
+
+
+# --- samples --------------------------------------------------------------------------------
+
+
+class PaceSample(_Frozen):
+    sample_id: str  # `<job id>:g<n>`: one sample per generation
+    gpu_name: str
+    gpu_count: int
+    steps: float  # bounded (module docstring)
+    seconds: float
+
+
+class StartupSample(_Frozen):
+    sample_id: str
+    gpu_name: str
+    machine_id: int | None
+    seconds: float  # fixed part: rent → first step, less the download
+
+
+def sample_id(generation: Generation) -> str:
+    return f"{generation.job_id}:g{generation.generation}"
+
+
+def _trained_until(generation: Generation) -> tuple[int, float] | None:
+    """The last (step, time) the generation was seen training."""
+    beat = generation.heartbeat
+    if beat is not None and beat.phase == "training" and beat.step is not None:
+        return beat.step, beat.at
+    if generation.progress_step is not None and generation.progress_at is not None:
+        return generation.progress_step, generation.progress_at
+    return None
+
+
+def bounded_steps(steps: float, seconds: float, prior_steps_per_hour: float | None) -> float:
+    """`steps` in `seconds`, their pace clamped to the prior's band (or `MAX_STEPS_PER_S`)."""
+    pace = steps / seconds
+    if prior_steps_per_hour is not None and prior_steps_per_hour > 0:
+        prior = prior_steps_per_hour / 3600
+        pace = min(max(pace, prior / PACE_BOUND), prior * PACE_BOUND)
+    return min(pace, MAX_STEPS_PER_S) * seconds
+
+
+def pace_sample(generation: Generation) -> PaceSample | None:
+    """The generation's training pace as a sample, bounded; None when it did not train enough
+    or was rented before generations recorded their GPUs."""
+    end = _trained_until(generation)
+    started, start_step = generation.training_started_at, generation.training_start_step
+    if end is None or started is None or generation.gpu_name is None:
+        return None
+    steps, seconds = float(end[0] - (start_step or 0)), end[1] - started
+    if seconds < MIN_SAMPLE_S or steps < MIN_SAMPLE_STEPS:
+        return None
+    if seconds > MAX_SAMPLE_S:
+        steps, seconds = steps * MAX_SAMPLE_S / seconds, MAX_SAMPLE_S
+    return PaceSample(
+        sample_id=sample_id(generation),
+        gpu_name=generation.gpu_name,
+        gpu_count=generation.gpu_count or 1,
+        steps=bounded_steps(steps, seconds, generation.prior_steps_per_hour),
+        seconds=seconds,
+    )
+
+
+def startup_sample(generation: Generation, job: JobSpec) -> StartupSample | None:
+    """Rent → first training step, less the job's download at the host's speed; None without
+    a first step (it never trained) or past `MAX_STARTUP_S`."""
+    if generation.first_step_at is None or generation.created_at <= 0:
+        return None
+    if generation.gpu_name is None:
+        return None
+    seconds = generation.first_step_at - generation.created_at
+    if generation.training_started_at is not None:  # the server's clock (module docstring)
+        floor = generation.training_started_at - job.policy.heartbeat_interval_s
+        seconds = max(seconds, floor - generation.created_at)
+    if seconds <= 0 or seconds > MAX_STARTUP_S:
+        return None
+    down = generation.inet_down_mbps or 0.0
+    download_s = download_minutes(job.data.download_gb, down) * 60 if down > 0 else 0.0
+    return StartupSample(
+        sample_id=sample_id(generation),
+        gpu_name=generation.gpu_name,
+        machine_id=generation.machine_id,
+        seconds=max(0.0, seconds - download_s),
+    )
+
+
+# --- what is stored, per job name -----------------------------------------------------------
+
+
+class Pace(_Frozen):
+    """Sums of a job name's pace samples on one GPU model and count."""
+
+    gpu_name: str
+    gpu_count: int = Field(ge=1)
+    steps: float = Field(ge=0)
+    seconds: float = Field(ge=0)
+    runs: int = Field(ge=0)
+
+    @property
+    def steps_per_hour(self) -> float:
+        return self.steps / self.seconds * 3600 if self.seconds > 0 else 0.0
+
+
+StartupKind = Literal["machine", "gpu"]
+
+
+class LearnedStartup(_Frozen):
+    """Sums of a job name's start-up samples on one machine, or on one GPU model."""
+
+    kind: StartupKind
+    key: str  # the machine id, or the GPU model as Vast spells it
+    seconds: float = Field(ge=0)
+    runs: int = Field(ge=1)
+
+    @property
+    def minutes(self) -> float:
+        return self.seconds / self.runs / 60
+
+
+class JobMeasures(_Frozen):
+    """Everything learned for one job name (`GET /measures?name=`, the lifecycle's planner)."""
+
+    name: str
+    paces: tuple[Pace, ...] = ()
+    startups: tuple[LearnedStartup, ...] = ()
+
+    def pace_for(self, gpu_name: str, gpu_count: int) -> Pace | None:
+        key = gpu_key(gpu_name)
+        for pace in self.paces:
+            if gpu_key(pace.gpu_name) == key and pace.gpu_count == gpu_count and pace.runs > 0:
+                return pace if pace.steps_per_hour > 0 else None
+        return None
+
+    def startup_for(self, kind: StartupKind, key: str) -> LearnedStartup | None:
+        wanted = gpu_key(key) if kind == "gpu" else key
+        for startup in self.startups:
+            have = gpu_key(startup.key) if kind == "gpu" else startup.key
+            if startup.kind == kind and have == wanted:
+                return startup
+        return None
+
+
+# --- estimates ------------------------------------------------------------------------------
+
+
+def done_step(job: Job, generation: int) -> int:
+    """The step generation `generation` resumes from: the newest checkpoint recorded before it."""
+    steps = [r.step for r in job.recorded_checkpoints if r.generation < generation]
+    return max(steps, default=0)
+
+
+def _measured(hours: float, pace: Pace, detail: str) -> SpeedEstimate:
+    return SpeedEstimate(
+        hours=hours,
+        source="measured",
+        runs=pace.runs,
+        basis=f"measured, {pace.runs} run{'s' if pace.runs != 1 else ''}",
+        detail=f"measured: {pace.steps_per_hour:.0f} steps/h on {pace.gpu_count}x "
+        f"{pace.gpu_name} over {pace.runs} run(s) ({pace.seconds / 3600:.1f} h); {detail}",
+    )
+
+
+def pace_estimator(
+    measures: JobMeasures, *, resume_step: int = 0, prior: Estimator = prior_estimate
+) -> Estimator:
+    """The job's hours on an offer from its measured paces (module docstring), for the work
+    left after `resume_step`; the prior where nothing applies."""
+
+    def estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
+        base = prior(job, offer)
+        pace = measures.pace_for(offer.gpu_name, offer.num_gpus)
+        if job.total_steps is not None:
+            left = max(0, job.total_steps - resume_step)
+            steps_left = f"{left} of {job.total_steps} steps left"
+            if pace is not None:
+                return _measured(left / pace.steps_per_hour, pace, steps_left)
+            if resume_step <= 0:
+                return base
+            share = left / job.total_steps
+            return base.model_copy(
+                update={"hours": base.hours * share, "detail": f"{base.detail}; {steps_left}"}
+            )
+        ref = job.reference_gpu
+        ref_pace = None if ref is None else measures.pace_for(ref, job.resources.gpu_count)
+        if pace is None or ref_pace is None:
+            return base
+        hours = job.expected_hours * ref_pace.steps_per_hour / pace.steps_per_hour
+        return _measured(
+            hours,
+            pace,
+            f"vs {ref_pace.steps_per_hour:.0f} steps/h on the reference "
+            f"{ref_pace.gpu_count}x {ref_pace.gpu_name}",
+        )
+
+    return estimate
+
+
+def startup_estimator(measures: JobMeasures) -> StartupEstimator:
+    """Per machine where seen, else per GPU model, else the spec's `expected_startup_min`."""
+
+    def estimate(job: JobSpec, offer: Offer) -> StartupEstimate:
+        if offer.machine_id is not None:
+            seen = measures.startup_for("machine", str(offer.machine_id))
+            if seen is not None:
+                return StartupEstimate(minutes=seen.minutes, source="machine", runs=seen.runs)
+        model = measures.startup_for("gpu", offer.gpu_name)
+        if model is not None:
+            return StartupEstimate(minutes=model.minutes, source="gpu", runs=model.runs)
+        return spec_startup(job)
+
+    return estimate
+
+
+def prior_steps_per_hour(job: JobSpec, offer: Offer) -> float | None:
+    """The prior's pace in steps on `offer` (recorded with a rent: a sample's bound)."""
+    if job.total_steps is None:
+        return None
+    hours = prior_estimate(job, offer).hours
+    return job.total_steps / hours if hours > 0 else None
+
+
+def measures_of(
+    name: str, paces: Iterable[Pace], startups: Iterable[LearnedStartup]
+) -> JobMeasures:
+    order = sorted(paces, key=lambda p: (gpu_key(p.gpu_name), p.gpu_count))
+    return JobMeasures(
+        name=name,
+        paces=tuple(order),
+        startups=tuple(sorted(startups, key=lambda s: (s.kind, s.key))),
+    )
+
+
+def measures_json(measures: JobMeasures) -> dict[str, Any]:
+    """`GET /measures` (its shape is a contract: `tether plan` reads it)."""
+    return {
+        "name": measures.name,
+        "paces": [
+            p.model_dump(mode="json") | {"steps_per_hour": p.steps_per_hour} for p in measures.paces
+        ],
+        "startups": [s.model_dump(mode="json") | {"minutes": s.minutes} for s in measures.startups],
+    }
