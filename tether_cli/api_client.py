@@ -39,6 +39,11 @@ from botocore.credentials import ReadOnlyCredentials
 from infra import names
 from tether_cli.output import EXIT_FAILURE, EXIT_USAGE, CliError
 
+# The key the CLI signs with against a local stack (whose front checks SigV4's shape, not its
+# signature): `tether demo`, `tether rehearse`, `tether plan --local`.
+LOCAL_CREDENTIALS = ReadOnlyCredentials("AKIDLOCALDEMO", "local-demo-secret", None)
+LOCAL_REGION = "us-east-1"
+
 API_URL_ENV = "TETHER_API_URL"
 STACK_NAME_ENV = "TETHER_STACK_NAME"
 LOCAL_STATE_ENV = "TETHER_LOCAL_STATE"

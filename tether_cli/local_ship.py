@@ -18,18 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from botocore.credentials import ReadOnlyCredentials
-
 from functions.domain.jobspec import JobSpec
 from tether_cli import code_ship
-from tether_cli.api_client import ApiTarget, TetherApi
+from tether_cli.api_client import LOCAL_CREDENTIALS, LOCAL_REGION, ApiTarget, TetherApi
 from tether_cli.code_pack import Packed
 from tether_cli.output import CliError
 from tether_local.demo.run import DemoError
 from tether_local.demo.submit import PackedCode
-
-LOCAL_CREDENTIALS = ReadOnlyCredentials("AKIDLOCALDEMO", "local-demo-secret", None)
-LOCAL_REGION = "us-east-1"
 
 
 @dataclass(frozen=True)

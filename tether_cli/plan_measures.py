@@ -18,8 +18,13 @@ from pydantic import ValidationError
 from functions.domain.jobspec import JobSpec
 from functions.domain.pace import JobMeasures
 from tether_cli import output
-from tether_cli.api_client import API_URL_ENV, TetherApi, resolve_api_url
-from tether_cli.local_ship import LOCAL_CREDENTIALS, LOCAL_REGION
+from tether_cli.api_client import (
+    API_URL_ENV,
+    LOCAL_CREDENTIALS,
+    LOCAL_REGION,
+    TetherApi,
+    resolve_api_url,
+)
 from tether_cli.output import CliError
 
 MEASURES_TIMEOUT_S = 5.0

@@ -121,9 +121,13 @@ def plan_rent(
                 expected_total_usd=choice.expected_total_usd,
                 bid_usd_per_hour=choice.bid_usd_per_hour,
                 checkpoint_interval=generation_interval(
-                    job.spec, choice.offer, generations, now=now, bid=choice.bid,
+                    job.spec,
+                    choice.offer,
+                    generations,
+                    now=now,
+                    bid=choice.bid,
                     startup_min=choice.startup.minutes if choice.startup else None,
-                ),  # fmt: skip
+                ),
                 speed=choice.speed,
                 startup=choice.startup,
             )
