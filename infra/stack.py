@@ -83,6 +83,8 @@ class TetherStack(Stack):
                 "logs": self.api.logs.function,
                 "heartbeat": self.api.heartbeat.function,
             },
+            monitor_logs=self.monitor.function.log_group,
+            lifecycle_logs=self.lifecycle.task_function.log_group,
         )
         for output_id, value, description in (
             (names.OUTPUT_API_URL, self.api.url, "Base URL of the tether API"),
