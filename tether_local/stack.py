@@ -277,17 +277,19 @@ class LocalStack:
 
     def _set_secrets(self) -> None:
         assert self.deployed is not None
-        secrets = self.aws.client("secretsmanager")
+        # What `tether deploy` + `tether secrets set` leave: SSM SecureStrings (provider_keys.py).
+        ssm = self.aws.client("ssm")
         cloudflare = {
             "account_id": CLOUDFLARE_ACCOUNT_ID,
             "api_token": next(iter(self.cloudflare_api_tokens())),
             "parent_access_key_id": CLOUDFLARE_PARENT_KEY,
             "bucket": R2_BUCKET,
         }
-        secrets.put_secret_value(SecretId=names.VAST_SECRET_NAME, SecretString=self.vast.api_key)
-        secrets.put_secret_value(
-            SecretId=names.CLOUDFLARE_SECRET_NAME, SecretString=json.dumps(cloudflare)
-        )
+        for name, value in (
+            (names.VAST_KEY_PARAMETER, self.vast.api_key),
+            (names.CLOUDFLARE_PARAMETER, json.dumps(cloudflare)),
+        ):
+            ssm.put_parameter(Name=name, Value=value, Type="SecureString", Overwrite=True)
 
     def _upload_agent_wheel(self) -> None:
         """What the deploy's bucket deployment does: the agent wheel into the artifacts bucket

@@ -22,8 +22,8 @@ from tether_local.demo.job import MONITOR_INTERVAL_S
 from tether_local.demo.run import DemoError, DemoRun
 from tether_local.stack import LocalStack
 
-# A well-formed ARN of a secret that does not exist: GetSecretValue answers ResourceNotFound.
-MISSING_SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:tether/gone-AbCdEf"  # noqa: S105 (an ARN)
+# A well-formed ARN of a parameter that does not exist: GetParameter answers ParameterNotFound.
+MISSING_SECRET_ARN = "arn:aws:ssm:us-east-1:123456789012:parameter/tether/account/gone"  # noqa: S105 (an ARN)
 
 
 def monitor_function(stack: LocalStack) -> str:

@@ -209,13 +209,13 @@ def test_logs_route_is_iam_authorized_and_its_function_reads_only_what_it_needs(
     _, logs_fn = function_by_handler(template, names.LOGS_HANDLER)
     actions = role_actions(template, logs_fn)
     assert {a for a in actions if a.startswith("dynamodb:")} == set(LOGS_TABLE_ACTIONS)
-    assert "secretsmanager:GetSecretValue" in actions
+    assert "ssm:GetParameter" in actions
     env = logs_fn["Properties"]["Environment"]["Variables"]
     assert names.CLOUDFLARE_SECRET_ARN_ENV in env and names.VAST_SECRET_ARN_ENV not in env
     # The heartbeat function does not get the Cloudflare secret (the jobs function does, for
     # code archives: tests/infra/api/test_code_grants.py).
     _, heartbeat_fn = function_by_handler(template, names.HEARTBEAT_HANDLER)
-    assert "secretsmanager:GetSecretValue" not in role_actions(template, heartbeat_fn)
+    assert "ssm:GetParameter" not in role_actions(template, heartbeat_fn)
 
 
 def emitted_metric_names() -> set[str]:

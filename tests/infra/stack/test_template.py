@@ -91,8 +91,8 @@ def test_least_privilege_per_function(template):
     assert role_actions(template, jobs) == (
         set(JOBS_TABLE_ACTIONS)
         | {"states:StartExecution", "sns:Publish", "ssm:GetParameters"}
-        # the Cloudflare secret, to mint R2 keys for code archives
-        | {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
+        # the Cloudflare parameter, to mint R2 keys for code archives
+        | {"ssm:GetParameter", "kms:Decrypt"}
         | xray_and_logs
     )
     assert role_actions(template, heartbeat) == (
@@ -171,14 +171,11 @@ def test_artifacts_bucket_blocks_public_access_and_requires_tls(template):
     assert resources(template, "Custom::CDKBucketDeployment")
 
 
-def test_secrets_are_created_with_placeholders(template):
-    secrets = {
-        s["Properties"]["Name"]: s["Properties"]
-        for s in resources(template, "AWS::SecretsManager::Secret").values()
-    }
-    assert secrets[names.VAST_SECRET_NAME]["SecretString"] == names.SECRET_PLACEHOLDER
-    cloudflare = secrets[names.CLOUDFLARE_SECRET_NAME]["SecretString"]
-    assert "account_id" in str(cloudflare) and "parent_access_key_id" in str(cloudflare)
+def test_no_secrets_manager_secret_bills_at_rest(template):
+    """The provider keys are SSM SecureStrings the CLI creates (tests/infra/stack/
+    test_provider_keys.py): no $0.40-a-month secret in the stack."""
+    assert not resources(template, "AWS::SecretsManager::Secret")
+    assert template["Outputs"][names.OUTPUT_VAST_SECRET_ARN]["Value"] == names.VAST_KEY_PARAMETER
 
 
 def test_state_machine_is_standard_logged_and_traced(template):
@@ -198,3 +195,14 @@ def test_outputs_use_the_shared_names(template):
         names.OUTPUT_VAST_SECRET_ARN,
         names.OUTPUT_CLOUDFLARE_SECRET_ARN,
     }
+
+
+def test_every_function_logs_to_a_group_with_retention(template):
+    """CDK's deploy-time helpers too: a function without a log group of its own logs to an
+    auto-created /aws/lambda/… group that never expires."""
+    functions = resources(template, "AWS::Lambda::Function")
+    assert len(functions) >= 7
+    for logical_id, function in functions.items():
+        group_id = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        group = template["Resources"][group_id]
+        assert group["Properties"]["RetentionInDays"] == names.LOG_RETENTION_DAYS, logical_id
