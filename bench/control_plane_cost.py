@@ -56,7 +56,7 @@ def billed_s(invocation: Invocation) -> float:
     return invocation.estimated_s(cost.AWS_CALL_S, cost.PROVIDER_CALL_S)
 
 
-def usage_of(invocation: Invocation, api_functions: set[str]) -> Usage:
+def usage_of(invocation: Invocation, api_functions: set[str], traced: set[str]) -> Usage:
     return cost.invocation_usage(
         invocation.memory_mb,
         billed_s(invocation),
@@ -65,6 +65,7 @@ def usage_of(invocation: Invocation, api_functions: set[str]) -> Usage:
         write_units=invocation.write_units,
         log_bytes=invocation.log_bytes,
         via_http_api=invocation.function in api_functions,
+        traced=invocation.function in traced,
     )
 
 
@@ -88,6 +89,17 @@ def measure(quick: bool) -> dict[str, Any]:
         secrets = sum(
             1 for r in deployed.resources.values() if r.type == "AWS::SecretsManager::Secret"
         )
+        # X-Ray active tracing per function, as the template configures it.
+        lambda_client = stack.aws.client("lambda")
+        traced = {
+            r.physical_id
+            for r in deployed.resources.values()
+            if r.type == "AWS::Lambda::Function"
+            and lambda_client.get_function_configuration(FunctionName=r.physical_id)
+            .get("TracingConfig", {})
+            .get("Mode")
+            == "Active"
+        }
 
         # Idle: the monitor with no job (the first run is a cold start: it reads the secrets).
         for _ in range(idle_runs):
@@ -120,6 +132,7 @@ def measure(quick: bool) -> dict[str, Any]:
             "monitor_fns": monitor_fns,
             "schedule_s": schedule_s,
             "secrets": secrets,
+            "traced": traced,
             "summaries": [s.model_dump(mode="json") for s in summaries],
         }
 
@@ -132,7 +145,7 @@ def _median_usage(usages: list[Usage]) -> Usage:
 
 def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]]:
     api = m["api_functions"]
-    use = lambda inv: usage_of(inv, api)  # noqa: E731
+    use = lambda inv: usage_of(inv, api, m["traced"])  # noqa: E731
     monitors = m["monitor_fns"]
     idle = [use(i) for i in m["idle"] if i.function in monitors]
     busy_monitor = [
@@ -205,6 +218,8 @@ def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]
             ),
         },
         "memory_mb": {i.function: i.memory_mb for i in m["idle"] + m["busy"]},
+        "traced_functions": sorted(m["traced"]),
+        "secrets_manager_secrets": m["secrets"],
         "idle_metrics": sorted(idle_metrics),
         "busy_only_metrics": sorted(busy_metrics),
     }

@@ -32,6 +32,8 @@ class Usage:
     sfn_transitions: float = 0.0
     scheduler_invocations: float = 0.0
     secrets_calls: float = 0.0
+    kms_requests: float = 0.0  # SSM SecureString reads (decrypted with aws/ssm)
+    xray_traces: float = 0.0
     sns_publishes: float = 0.0
     log_gb: float = 0.0
     r2_class_a: float = 0.0
@@ -79,6 +81,7 @@ def invocation_usage(
     write_units: float,
     log_bytes: int,
     via_http_api: bool,
+    traced: bool = False,
 ) -> Usage:
     """One Lambda invocation and what it called."""
 
@@ -103,6 +106,10 @@ def invocation_usage(
         dynamodb_write_units=write_units,
         http_api_requests=1 if via_http_api else 0,
         secrets_calls=calls("secretsmanager"),
+        kms_requests=calls("ssm", frozenset({"GetParameter", "GetParameters"})),
+        # Lambda samples the first request each second: at the control plane's rates (a run a
+        # minute, a heartbeat per job every 15 s) nearly every traced invocation is a trace.
+        xray_traces=1 if traced else 0,
         sns_publishes=calls("sns", frozenset({"Publish", "PublishBatch"})),
         log_gb=log_bytes / 1e9,
         r2_class_a=r2_a,
@@ -119,6 +126,8 @@ PRICED: dict[str, prices.Price] = {
     "sfn_transitions": prices.SFN_STANDARD_TRANSITION,
     "scheduler_invocations": prices.SCHEDULER_INVOCATION,
     "secrets_calls": prices.SECRETS_API_CALL,
+    "kms_requests": prices.KMS_REQUEST,
+    "xray_traces": prices.XRAY_TRACE,
     "sns_publishes": prices.SNS_PUBLISH,
     "log_gb": prices.CLOUDWATCH_LOGS_GB,
     "r2_class_a": prices.R2_CLASS_A,
