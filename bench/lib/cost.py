@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from bench.lib import prices
 
@@ -153,6 +154,34 @@ def metric_usd_per_month(metrics: int, *, free: bool) -> float:
     """Custom metrics emitted all month (each name+dimensions combination is one metric)."""
     billable = max(0, metrics - prices.CLOUDWATCH_FREE_METRICS) if free else metrics
     return billable * prices.CLOUDWATCH_METRIC_MONTH.usd
+
+
+def alarm_metrics(template: Mapping[str, Any]) -> int:
+    """Billed alarm metrics: one per single-metric alarm, one per metric a math alarm reads."""
+    count = 0
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") == "AWS::CloudWatch::Alarm":
+            props = resource.get("Properties", {})
+            queries = props.get("Metrics", [])
+            count += 1 if "MetricName" in props else sum(1 for q in queries if "MetricStat" in q)
+    return count
+
+
+def dashboards(template: Mapping[str, Any]) -> int:
+    resources = template.get("Resources", {}).values()
+    return sum(1 for r in resources if r.get("Type") == "AWS::CloudWatch::Dashboard")
+
+
+def observability_usd_per_month(template: Mapping[str, Any], *, free: bool) -> dict[str, float]:
+    """The alarms and dashboards a deployment bills every month, idle or not."""
+    out: dict[str, float] = {}
+    for name, n, price in (
+        ("alarms", alarm_metrics(template), prices.CLOUDWATCH_ALARM_METRIC_MONTH),
+        ("dashboard", dashboards(template), prices.CLOUDWATCH_DASHBOARD_MONTH),
+    ):
+        billable = max(0.0, n - price.free_per_month) if free else n
+        out[name] = billable * price.usd
+    return out
 
 
 def metric_usd_per_hour(metrics: int) -> float:

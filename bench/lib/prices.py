@@ -78,6 +78,15 @@ KMS_REQUEST = Price(
 SSM_STANDARD_PARAMETER_MONTH = Price(
     0.0, "SSM standard parameter-month", "aws.amazon.com/systems-manager/pricing (not on sheet)"
 )
+# The stack's alarms and dashboard bill every month, idle or not (aws.amazon.com/cloudwatch/
+# pricing, not on the sheet): $0.10 per standard-resolution alarm metric (a metric-math alarm
+# counts each metric it reads; 10 free), $3 per dashboard (3 free, up to 50 metrics each).
+CLOUDWATCH_ALARM_METRIC_MONTH = Price(
+    0.10, "alarm metric-month", "aws.amazon.com/cloudwatch/pricing (not on the sheet)", 10
+)
+CLOUDWATCH_DASHBOARD_MONTH = Price(
+    3.00, "dashboard-month", "aws.amazon.com/cloudwatch/pricing (not on the sheet)", 3
+)
 # The always-free custom metrics (CloudWatch free tier; the sheet quotes only the price).
 CLOUDWATCH_FREE_METRICS = 10
 
@@ -115,6 +124,8 @@ ALL: dict[str, Price] = {
     "secret_month": SECRET_MONTH,
     "secrets_api_call": SECRETS_API_CALL,
     "xray_trace": XRAY_TRACE,
+    "cloudwatch_alarm_metric_month": CLOUDWATCH_ALARM_METRIC_MONTH,
+    "cloudwatch_dashboard_month": CLOUDWATCH_DASHBOARD_MONTH,
     "kms_request": KMS_REQUEST,
     "ssm_standard_parameter_month": SSM_STANDARD_PARAMETER_MONTH,
     "cloudwatch_logs_gb": CLOUDWATCH_LOGS_GB,

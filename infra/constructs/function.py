@@ -1,5 +1,6 @@
 """One Lambda function the tether way: arm64, Python 3.12, its own log group with retention,
-X-Ray tracing (unless `traced=False`), and its own role that holds only what the function is granted."""
+X-Ray tracing (unless `traced=False`), and its own role that holds only what the function is
+granted."""
 
 from __future__ import annotations
 

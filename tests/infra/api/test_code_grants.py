@@ -39,7 +39,7 @@ def test_the_jobs_function_reads_the_cloudflare_secret_only(template):
     assert names.VAST_SECRET_ARN_ENV not in env
     reads = [
         s for s in statements_of(template, names.JOBS_HANDLER)
-        if "ssm:GetParameter" == s["Action"]
+        if s["Action"] == "ssm:GetParameter"
     ]  # fmt: skip
     assert len(reads) == 1 and reads[0]["Resource"] == secret_ref
     assert names.CLOUDFLARE_PARAMETER.lstrip("/") in str(secret_ref)

@@ -142,3 +142,28 @@ def test_traced_invocations_and_secure_string_reads_are_priced() -> None:
         256, 0.1, {}, read_units=0, write_units=0, log_bytes=0, via_http_api=False
     )
     assert untraced.xray_traces == 0
+
+
+def test_alarms_and_dashboards_are_counted_from_the_template() -> None:
+    """A math alarm bills each metric it reads; the dashboard $3 beyond the 3 free."""
+    template = {
+        "Resources": {
+            "A": {"Type": "AWS::CloudWatch::Alarm", "Properties": {"MetricName": "X"}},
+            "B": {
+                "Type": "AWS::CloudWatch::Alarm",
+                "Properties": {
+                    "Metrics": [
+                        {"Id": "e", "Expression": "a+b"},
+                        {"MetricStat": {}},
+                        {"MetricStat": {}},
+                    ]
+                },
+            },
+            "D": {"Type": "AWS::CloudWatch::Dashboard", "Properties": {}},
+        }
+    }
+    assert (cost.alarm_metrics(template), cost.dashboards(template)) == (3, 1)
+    assert cost.observability_usd_per_month(template, free=False) == pytest.approx(
+        {"alarms": 0.30, "dashboard": 3.00}
+    )
+    assert cost.observability_usd_per_month(template, free=True) == {"alarms": 0, "dashboard": 0}
