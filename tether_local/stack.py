@@ -10,7 +10,7 @@
 
 What `start()` does, in order:
 1. moto in process (`LocalAws`) with the synthesized template deployed: DynamoDB, Step Functions
-   running the real definition, SNS, Secrets Manager; each Lambda execution environment a
+   running the real definition, SNS, SSM (the provider keys, set after deploy); each Lambda execution environment a
    worker process (`tether_local.lambda_process`) with its function's environment and timeout,
    logging to `<root>/logs/<function>.log` (`log_dir`).
 2. The Vast simulator (offers from `tether_local.offers`) and the Cloudflare simulator, each

@@ -4,7 +4,7 @@ Each handler gets its dependencies the same way: a `dependencies()` function dec
 `per_container`, which builds them from the function's settings model through the builders
 below and keeps them like a Lambda container keeps module state between invocations.
 
-Account-wide keys are read from Secrets Manager on first use and cached with the clients they
+Account-wide keys are read from SSM (SecureString) on first use and cached with the clients they
 built (a Lambda container lives minutes to hours; a rotated key reaches new containers). Base
 URLs come from the function's settings.
 

@@ -1,7 +1,7 @@
 """The `monitor-crash` scenario: the monitor keeps running, and fails after its first step.
 
-A deploy points the monitor at a Vast secret that Secrets Manager cannot find (the same happens
-when its role loses the grant, or Secrets Manager is down): every run reads the job list and
+A deploy points the monitor at a Vast key parameter that SSM cannot find (the same happens
+when its role loses the grant, or SSM is down): every run reads the job list and
 then fails, for as long as the fault lasts. Before issue 13 such a run had already written the
 supervisor's pulse, so heartbeats kept renewing leases while nobody judged health or spend. Now
 no run completes the job's evaluation, so its `supervised_at` stops moving, no heartbeat renews
