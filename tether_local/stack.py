@@ -10,9 +10,9 @@
 
 What `start()` does, in order:
 1. moto in process (`LocalAws`) with the synthesized template deployed: DynamoDB, Step Functions
-   running the real definition, SNS, SSM (the provider keys, set after deploy); each Lambda execution environment a
-   worker process (`tether_local.lambda_process`) with its function's environment and timeout,
-   logging to `<root>/logs/<function>.log` (`log_dir`).
+   running the real definition, SNS, SSM (the provider keys, set after deploy); each Lambda
+   execution environment a worker process (`tether_local.lambda_process`) with its function's
+   environment and timeout, logging to `<root>/logs/<function>.log` (`log_dir`).
 2. The Vast simulator (offers from `tether_local.offers`) and the Cloudflare simulator, each
    served over loopback HTTP; renting starts a local host (`tether_local.hosts`).
 3. `rclone serve s3` over `<root>/s3` (anonymous, on a loopback port only the front knows) behind
