@@ -339,7 +339,7 @@ class Observability(Construct):
             title="Recoveries by cause",
             log_group_names=[monitor_logs.log_group_name],
             query_string=recovery_causes_query(),
-            view=cloudwatch.LogQueryVisualizationType.BAR,
+            view=cloudwatch.LogQueryVisualizationType.STACKEDAREA,
             width=4,
         )
         outcomes = cloudwatch.LogQueryWidget(
