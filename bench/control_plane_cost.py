@@ -56,7 +56,7 @@ def billed_s(invocation: Invocation) -> float:
     return invocation.estimated_s(cost.AWS_CALL_S, cost.PROVIDER_CALL_S)
 
 
-def usage_of(invocation: Invocation, api_functions: set[str]) -> Usage:
+def usage_of(invocation: Invocation, api_functions: set[str], traced: set[str]) -> Usage:
     return cost.invocation_usage(
         invocation.memory_mb,
         billed_s(invocation),
@@ -65,6 +65,7 @@ def usage_of(invocation: Invocation, api_functions: set[str]) -> Usage:
         write_units=invocation.write_units,
         log_bytes=invocation.log_bytes,
         via_http_api=invocation.function in api_functions,
+        traced=invocation.function in traced,
     )
 
 
@@ -88,6 +89,17 @@ def measure(quick: bool) -> dict[str, Any]:
         secrets = sum(
             1 for r in deployed.resources.values() if r.type == "AWS::SecretsManager::Secret"
         )
+        # X-Ray active tracing per function, as the template configures it.
+        lambda_client = stack.aws.client("lambda")
+        traced = {
+            r.physical_id
+            for r in deployed.resources.values()
+            if r.type == "AWS::Lambda::Function"
+            and lambda_client.get_function_configuration(FunctionName=r.physical_id)
+            .get("TracingConfig", {})
+            .get("Mode")
+            == "Active"
+        }
 
         # Idle: the monitor with no job (the first run is a cold start: it reads the secrets).
         for _ in range(idle_runs):
@@ -120,8 +132,16 @@ def measure(quick: bool) -> dict[str, Any]:
             "monitor_fns": monitor_fns,
             "schedule_s": schedule_s,
             "secrets": secrets,
+            "traced": traced,
+            "template": stack_template(),
             "summaries": [s.model_dump(mode="json") for s in summaries],
         }
+
+
+def stack_template() -> dict[str, Any]:
+    from infra.synth import synth_template
+
+    return synth_template(bundle=False)  # cached: the one the local stack deployed
 
 
 def _median_usage(usages: list[Usage]) -> Usage:
@@ -132,7 +152,7 @@ def _median_usage(usages: list[Usage]) -> Usage:
 
 def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]]:
     api = m["api_functions"]
-    use = lambda inv: usage_of(inv, api)  # noqa: E731
+    use = lambda inv: usage_of(inv, api, m["traced"])  # noqa: E731
     monitors = m["monitor_fns"]
     idle = [use(i) for i in m["idle"] if i.function in monitors]
     busy_monitor = [
@@ -178,6 +198,7 @@ def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]
     )
     idle_metrics = set().union(*(i.metrics for i in m["idle"]))
     busy_metrics = set().union(*(i.metrics for i in m["busy"])) - idle_metrics
+    steady, events_only = split_busy_metrics(m, busy_monitor, busy_metrics)
     facts = {
         "counts": {
             "idle_monitor_runs": len(idle),
@@ -205,14 +226,39 @@ def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]
             ),
         },
         "memory_mb": {i.function: i.memory_mb for i in m["idle"] + m["busy"]},
+        "traced_functions": sorted(m["traced"]),
+        "secrets_manager_secrets": m["secrets"],
         "idle_metrics": sorted(idle_metrics),
         "busy_only_metrics": sorted(busy_metrics),
+        "busy_steady_metrics": sorted(steady),
+        "busy_event_metrics": sorted(events_only),
     }
     return events, facts
 
 
+def split_busy_metrics(
+    m: dict[str, Any], steady_runs: list[Invocation], busy_metrics: set[str]
+) -> tuple[set[str], set[str]]:
+    """The metrics a running job keeps billed every hour (sent by most steady monitor runs, and
+    the checkpoint lag every checkpoint sends), and those billed only for the hour of an event
+    (a job start, an incident: recoveries, hosts blamed, work lost, transitions …)."""
+    counts: dict[str, int] = {}
+    for run in steady_runs:
+        for metric in run.metrics:
+            counts[metric] = counts.get(metric, 0) + 1
+    steady = {k for k, n in counts.items() if 2 * n >= max(1, len(steady_runs))}
+    beats = set().union(*(i.metrics for i in m["busy"] if i.function == m["heartbeat_fn"]))
+    steady |= {k for k in beats if "/CheckpointUploadLagS/" in k}
+    steady &= busy_metrics
+    return steady, busy_metrics - steady
+
+
 def price_everything(
-    events: PerEvent, facts: dict[str, Any], rates: Rates, secrets: int
+    events: PerEvent,
+    facts: dict[str, Any],
+    rates: Rates,
+    secrets: int,
+    template: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     lines = cost.per_job_hour(events, rates)
     job_hour_usage = cost.total(lines.values())
@@ -221,6 +267,13 @@ def price_everything(
     job_hour_lines = {k: sum(cost.priced(u).values()) for k, u in lines.items()}
     per_job_hour = sum(job_hour_items.values())
     busy_metric_hour = cost.metric_usd_per_hour(busy_metrics)
+    steady_metric_hour = cost.metric_usd_per_hour(len(facts["busy_steady_metrics"]))
+    # An event's metrics are billed for the hour it happens in, at most: per job-hour, the job
+    # start's share and each incident's.
+    event_hours_per_job_hour = rates.incidents_per_job_hour + 1 / rates.job_hours
+    event_metric_job_hour = (
+        cost.metric_usd_per_hour(len(facts["busy_event_metrics"])) * event_hours_per_job_hour
+    )
 
     idle_usage = cost.idle_month(events, rates)
     idle_metrics = len(facts["idle_metrics"])
@@ -235,6 +288,10 @@ def price_everything(
         "custom_metrics": cost.metric_usd_per_month(idle_metrics, free=True),
         **fixed,
     }
+    # The alarms and the dashboard bill all month too; the issue's $1 goal was set on the items
+    # above (usage, custom metrics, secrets), so they are priced beside, not inside, it.
+    watch_list = cost.observability_usd_per_month(template or {}, free=False)
+    watch_free = cost.observability_usd_per_month(template or {}, free=True)
     # Within the free tier: what a job-hour costs while the idle month leaves free units over.
     job_hour_free_items = cost.priced(job_hour_usage, free_used=idle_usage)
     free_left_hours = {
@@ -260,6 +317,10 @@ def price_everything(
             "usd_with_busy_metrics_one_job": per_job_hour + busy_metric_hour,
             "busy_only_metrics": busy_metrics,
             "busy_metrics_usd_per_fleet_hour": busy_metric_hour,
+            "steady_metrics": len(facts["busy_steady_metrics"]),
+            "steady_metrics_usd_per_fleet_hour": steady_metric_hour,
+            "event_metrics": len(facts["busy_event_metrics"]),
+            "event_metrics_usd_per_job_hour_at_most": event_metric_job_hour,
             "usd_within_free_tier": in_free_tier,
             "free_tier_covers_job_hours_per_month": free_hours,
             "usd_by_item_within_free_tier": job_hour_free_items,
@@ -273,6 +334,14 @@ def price_everything(
             "usd_list_price": sum(idle_list.values()),
             "usd_by_item_with_free_tier": idle_free,
             "usd_with_free_tier": sum(idle_free.values()),
+            "alarm_metrics": cost.alarm_metrics(template or {}),
+            "dashboards": cost.dashboards(template or {}),
+            "alarms_and_dashboard_list_price": watch_list,
+            "alarms_and_dashboard_with_free_tier": watch_free,
+            "usd_list_price_with_alarms_and_dashboard": sum(idle_list.values())
+            + sum(watch_list.values()),
+            "usd_with_free_tier_with_alarms_and_dashboard": sum(idle_free.values())
+            + sum(watch_free.values()),
             "dominant": cost.dominant(idle_list),
             "dstack_server_usd_month": dstack,
             "vs_dstack_server": sum(idle_list.values()) / dstack,
@@ -308,6 +377,14 @@ def print_results(r: dict[str, Any]) -> None:
         "(fleet-wide, not per job)"
     )
     print(
+        f"job_hour.steady_metrics: {jh['steady_metrics']} "
+        f"({', '.join(k.split('/')[1] for k in facts['busy_steady_metrics'])}), "
+        f"${jh['steady_metrics_usd_per_fleet_hour']:.6f} per hour with any job running; "
+        f"event metrics: {jh['event_metrics']} "
+        f"({', '.join(k.split('/')[1] for k in facts['busy_event_metrics'])}), "
+        f"≤ ${jh['event_metrics_usd_per_job_hour_at_most']:.6f} per job-hour"
+    )
+    print(
         f"job_hour.within_free_tier_usd: {jh['usd_within_free_tier']:.6f} (the free tier covers "
         f"~{jh['free_tier_covers_job_hours_per_month']:,.0f} job-hours a month)"
     )
@@ -329,6 +406,14 @@ def print_results(r: dict[str, Any]) -> None:
         f"idle_month.usd_list_price: {idle['usd_list_price']:.3f} (dominant: "
         f"{idle['dominant'][0]} ${idle['dominant'][1]:.3f}); vs dstack server: "
         f"{idle['vs_dstack_server']:.2f}"
+    )
+    print(
+        f"idle_month.alarms_and_dashboard: {idle['alarm_metrics']} alarm metrics, "
+        f"{idle['dashboards']} dashboard: list price "
+        f"{sum(idle['alarms_and_dashboard_list_price'].values()):.2f}, with the free tier "
+        f"{sum(idle['alarms_and_dashboard_with_free_tier'].values()):.2f}; idle month with them: "
+        f"{idle['usd_list_price_with_alarms_and_dashboard']:.3f} list price, "
+        f"{idle['usd_with_free_tier_with_alarms_and_dashboard']:.3f} with the free tier"
     )
     print(f"job_hour.usd_one_job_with_busy_metrics: {jh['usd_with_busy_metrics_one_job']:.6f}")
     print(
@@ -355,7 +440,7 @@ def main() -> int:
     results = {
         "summaries": measured["summaries"],
         "facts": facts,
-        "priced": price_everything(events, facts, rates, measured["secrets"]),
+        "priced": price_everything(events, facts, rates, measured["secrets"], measured["template"]),
         "assumed_round_trip_s": {"aws": cost.AWS_CALL_S, **cost.PROVIDER_CALL_S},
         "prices": prices.as_json(),
         "wall_s": time.perf_counter() - started,

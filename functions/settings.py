@@ -104,7 +104,7 @@ class LogsApiSettings(_Settings):
 
 
 class _ProviderSettings(_Settings):
-    """Where the account-wide keys live (Secrets Manager) and which endpoints to call."""
+    """Where the account-wide keys live (SSM SecureString ARNs) and which endpoints to call."""
 
     vast_secret_arn: str = Field(alias=VAST_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:")
     cloudflare_secret_arn: str = Field(alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:")

@@ -55,10 +55,18 @@ OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
 OUTPUT_STATE_MACHINE_ARN = "StateMachineArn"
 OUTPUT_NOTIFICATIONS_TOPIC_ARN = "NotificationsTopicArn"
 OUTPUT_JOB_EVENTS_TOPIC_ARN = "JobEventsTopicArn"
-OUTPUT_VAST_SECRET_ARN = "VastSecretArn"  # noqa: S105 (a name, not a secret)
-OUTPUT_CLOUDFLARE_SECRET_ARN = "CloudflareSecretArn"  # noqa: S105 (a name, not a secret)
+# Where the provider keys live (stack outputs: the parameters' names).
+OUTPUT_VAST_SECRET_ARN = "VastKeyParameter"  # noqa: S105 (a name, not a secret)
+OUTPUT_CLOUDFLARE_SECRET_ARN = "CloudflareParameter"  # noqa: S105 (a name, not a secret)
 
-# Secrets Manager secret names (README: how to set them).
+# The provider keys: SSM SecureString parameters (free standard parameters encrypted with the
+# AWS-managed aws/ssm key; a Secrets Manager secret costs $0.40 a month each). CloudFormation
+# cannot create a SecureString, so `tether deploy` creates them (with the placeholder, or with
+# the value of the secret an older stack kept) and `tether secrets set vast|cloudflare` fills
+# them. Outside the user secrets' prefix (/tether/secrets/), which the API functions may read.
+VAST_KEY_PARAMETER = "/tether/account/vast"
+CLOUDFLARE_PARAMETER = "/tether/account/cloudflare"
+# The Secrets Manager secrets of stacks before issue 16 (read once, by `tether deploy`).
 VAST_SECRET_NAME = "tether/vast-api-key"  # noqa: S105 (a name, not a secret)
 CLOUDFLARE_SECRET_NAME = "tether/cloudflare"  # noqa: S105 (a name, not a secret)
 CLOUDFLARE_SECRET_FIELDS = ("account_id", "api_token", "parent_access_key_id", "bucket")

@@ -83,6 +83,8 @@ class TetherStack(Stack):
                 "logs": self.api.logs.function,
                 "heartbeat": self.api.heartbeat.function,
             },
+            monitor_logs=self.monitor.function.log_group,
+            lifecycle_logs=self.lifecycle.task_function.log_group,
         )
         for output_id, value, description in (
             (names.OUTPUT_API_URL, self.api.url, "Base URL of the tether API"),
@@ -109,13 +111,13 @@ class TetherStack(Stack):
             ),
             (
                 names.OUTPUT_VAST_SECRET_ARN,
-                self.secrets.vast_api_key.secret_arn,
-                f"Set the Vast API key here ({names.VAST_SECRET_NAME})",
+                self.secrets.vast_api_key.parameter_name,
+                "SSM SecureString with the Vast API key: `tether secrets set vast`",
             ),
             (
                 names.OUTPUT_CLOUDFLARE_SECRET_ARN,
-                self.secrets.cloudflare.secret_arn,
-                f"Set the Cloudflare R2 settings here ({names.CLOUDFLARE_SECRET_NAME})",
+                self.secrets.cloudflare.parameter_name,
+                "SSM SecureString with the Cloudflare R2 settings: `tether secrets set cloudflare`",
             ),
         ):
             CfnOutput(self, output_id, value=value, description=description)

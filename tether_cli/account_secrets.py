@@ -1,8 +1,9 @@
-"""`tether secrets set vast | cloudflare`: the control plane's account keys in Secrets Manager.
+"""`tether secrets set vast | cloudflare`: the control plane's account keys, SSM SecureString
+parameters (`provider_keys.py`).
 
 The values are prompted for without echo (or read from stdin when it is not a terminal),
-checked, and written with `PutSecretValue` to the secrets the stack created; they never reach
-argv or a log. An upper-case name is a user's own secret (`user_secrets.py`).
+checked, and written with `PutParameter` (overwriting the placeholder `tether deploy` created);
+they never reach argv or a log. An upper-case name is a user's own secret (`user_secrets.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from infra import names
-from tether_cli import output, user_secrets
+from tether_cli import output, provider_keys, user_secrets
 from tether_cli.deploy_checks import resolve_region
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 
@@ -71,10 +72,9 @@ def cloudflare_secret(values: Sequence[str]) -> str:
     )
 
 
-SECRETS: dict[str, tuple[str, list[tuple[str, bool]], Callable[[Sequence[str]], str]]] = {
-    "vast": (names.VAST_SECRET_NAME, [("Vast API key", True)], vast_secret),
+PROMPTS: dict[str, tuple[list[tuple[str, bool]], Callable[[Sequence[str]], str]]] = {
+    "vast": ([("Vast API key", True)], vast_secret),
     "cloudflare": (
-        names.CLOUDFLARE_SECRET_NAME,
         [
             ("Cloudflare account id", False),
             ("Cloudflare API token (R2 temporary credentials)", True),
@@ -87,37 +87,30 @@ SECRETS: dict[str, tuple[str, list[tuple[str, bool]], Callable[[Sequence[str]], 
 
 
 def run_secrets_set(args: argparse.Namespace) -> int:
-    if args.which not in SECRETS:  # an upper-case name: the user's own secret
+    if args.which not in PROMPTS:  # an upper-case name: the user's own secret
         user_secrets.check_name(args.which)
         args.name = args.which
         return user_secrets.run_set(args, resolve_region(args.region)[0])
-    secret_name, prompts, build = SECRETS[args.which]
+    parameter, _ = provider_keys.KEYS[args.which]
+    prompts, build = PROMPTS[args.which]
     region, _ = resolve_region(args.region)
     value = build(read_values(prompts))
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
-        reply = boto3.client("secretsmanager", region_name=region).put_secret_value(
-            SecretId=secret_name, SecretString=value
-        )
+        version = provider_keys.store(boto3.client("ssm", region_name=region), args.which, value)
     except NoCredentialsError:
         raise CliError("no AWS credentials found: configure them first", EXIT_FAILURE) from None
     except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if error.get("Code") == "ResourceNotFoundException":
-            raise CliError(
-                f"secret {secret_name} does not exist: deploy the stack first (`tether deploy`)",
-                EXIT_FAILURE,
-            ) from None
-        message = error.get("Message", str(exc))
-        raise CliError(f"cannot write {secret_name}: {message}", EXIT_FAILURE) from None
+        message = exc.response.get("Error", {}).get("Message", str(exc))
+        raise CliError(f"cannot write {parameter}: {message}", EXIT_FAILURE) from None
     except BotoCoreError as exc:
-        raise CliError(f"cannot write {secret_name}: {exc}", EXIT_FAILURE) from None
+        raise CliError(f"cannot write {parameter}: {exc}", EXIT_FAILURE) from None
     if args.json:
-        output.print_json({"secret": secret_name, "version_id": reply.get("VersionId")})
+        output.print_json({"secret": parameter, "version": version})
     else:
         output.stdout_console().print(
-            f"stored {secret_name} in {region} (version {reply.get('VersionId')})"
+            f"stored {parameter} in {region} (SSM SecureString, version {version})"
         )
     return EXIT_OK

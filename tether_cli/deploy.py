@@ -5,8 +5,9 @@ pinned CDK CLI through `npx`; every prerequisite is checked first with a message
 to install or configure (`deploy_checks.py`). The region is resolved once (`--region`, else
 `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the AWS config's profile), used for every boto3
 call and given to the CDK CLI as both variables, so the checks and the deploy cannot land in
-different regions. `secrets set vast|cloudflare` is `account_secrets.py`; a user's own secrets
-are `user_secrets.py`.
+different regions. Before each deploy the provider keys' SSM parameters are created if missing
+(moving an older stack's Secrets Manager secrets over: `provider_keys.py`). `secrets set
+vast|cloudflare` is `account_secrets.py`; a user's own secrets are `user_secrets.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import names
-from tether_cli import output, user_secrets
+from tether_cli import output, provider_keys, user_secrets
 from tether_cli.account_secrets import run_secrets_set
 from tether_cli.deploy_checks import (
     BOOTSTRAP_PARAMETER,
@@ -115,7 +116,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "destroy",
         help="delete the tether stack (the job table and checkpoints are kept)",
         description="Delete the tether stack. The DynamoDB table is retained (a redeploy creates "
-        "a new, empty one), the secrets are scheduled for deletion, and R2 is not touched. "
+        "a new, empty one), the provider keys in SSM are kept, and R2 is not touched. "
         "Refuses while jobs are active, or when it cannot check, unless --force.",
     )
     _region_argument(destroy)
@@ -251,6 +252,9 @@ def run_deploy(args: argparse.Namespace) -> int:
             )
         if run_command(cdk(npx, "bootstrap", f"aws://{account}/{region}"), env=env) != 0:
             raise CliError("cdk bootstrap failed; see the output above", EXIT_FAILURE)
+    # Before the deploy: an older stack's secrets are still readable (this deploy deletes them).
+    for line in provider_keys.prepare(region):
+        output.stderr_console().print(line)
     assembly = synth(root)
     command = cdk(npx, "deploy", "--app", str(assembly), names.STACK_NAME)
     command += ["--require-approval", "never"]
@@ -310,7 +314,7 @@ def run_destroy(args: argparse.Namespace) -> int:
                 "account": account,
                 "region": region,
                 "region_from": source,
-                "kept": [names.VAST_SECRET_NAME, names.CLOUDFLARE_SECRET_NAME, "job table"],
+                "kept": [names.VAST_KEY_PARAMETER, names.CLOUDFLARE_PARAMETER, "job table"],
             }
         )
     else:
@@ -322,12 +326,11 @@ def run_destroy(args: argparse.Namespace) -> int:
 
 def destroy_consequences(region: str) -> str:
     """What a destroy leaves behind, said before asking and after destroying."""
-    secrets = f"{names.VAST_SECRET_NAME} and {names.CLOUDFLARE_SECRET_NAME}"
+    keys = f"{names.VAST_KEY_PARAMETER} and {names.CLOUDFLARE_PARAMETER}"
     return (
         f"the job table is retained with its history, and a redeploy creates a new, empty "
-        f"table; the secrets {secrets} stay scheduled for deletion for Secrets Manager's "
-        f"recovery window (7-30 days), and a redeploy under the same names fails until they are "
-        f"restored or deleted for good (`aws secretsmanager delete-secret --region {region} "
-        "--force-delete-without-recovery --secret-id NAME`); checkpoints in R2 are not touched "
+        f"table; the provider keys {keys} (SSM parameters, free) are kept for a redeploy "
+        f"(`aws ssm delete-parameters --region {region} --names {names.VAST_KEY_PARAMETER} "
+        f"{names.CLOUDFLARE_PARAMETER}` deletes them); checkpoints in R2 are not touched "
         "(docs/deploy.md#teardown)"
     )

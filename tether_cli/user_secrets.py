@@ -1,7 +1,7 @@
 """`tether secrets set NAME | list | delete NAME`: the user's own secrets (e.g. `HF_TOKEN`).
 
 One `secrets` group serves two kinds of secret that cannot be confused: `vast` and `cloudflare`
-(lower case) are the control plane's account keys in Secrets Manager (`account_secrets.py`);
+(lower case) are the control plane's account keys under /tether/account/ (`account_secrets.py`);
 a user secret's name is an upper-case environment-variable name (`HF_TOKEN`), the name a spec
 lists under `secrets:` and the variable the training command gets. User secrets are SSM Parameter
 Store SecureStrings under `/tether/secrets/` (standard tier: free at rest; docs/deploy.md).

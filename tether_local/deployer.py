@@ -218,6 +218,7 @@ class Deployer:
             Environment={"Variables": {k: str(v) for k, v in variables.items()}},
             Timeout=int(props.get("Timeout", 3)),
             MemorySize=int(props.get("MemorySize", 128)),
+            TracingConfig=props.get("TracingConfig", {"Mode": "PassThrough"}),
         )
         return name, {"Arn": response["FunctionArn"]}
 

@@ -10,9 +10,9 @@
 
 What `start()` does, in order:
 1. moto in process (`LocalAws`) with the synthesized template deployed: DynamoDB, Step Functions
-   running the real definition, SNS, Secrets Manager; each Lambda execution environment a
-   worker process (`tether_local.lambda_process`) with its function's environment and timeout,
-   logging to `<root>/logs/<function>.log` (`log_dir`).
+   running the real definition, SNS, SSM (the provider keys, set after deploy); each Lambda
+   execution environment a worker process (`tether_local.lambda_process`) with its function's
+   environment and timeout, logging to `<root>/logs/<function>.log` (`log_dir`).
 2. The Vast simulator (offers from `tether_local.offers`) and the Cloudflare simulator, each
    served over loopback HTTP; renting starts a local host (`tether_local.hosts`).
 3. `rclone serve s3` over `<root>/s3` (anonymous, on a loopback port only the front knows) behind
@@ -277,17 +277,19 @@ class LocalStack:
 
     def _set_secrets(self) -> None:
         assert self.deployed is not None
-        secrets = self.aws.client("secretsmanager")
+        # What `tether deploy` + `tether secrets set` leave: SSM SecureStrings (provider_keys.py).
+        ssm = self.aws.client("ssm")
         cloudflare = {
             "account_id": CLOUDFLARE_ACCOUNT_ID,
             "api_token": next(iter(self.cloudflare_api_tokens())),
             "parent_access_key_id": CLOUDFLARE_PARENT_KEY,
             "bucket": R2_BUCKET,
         }
-        secrets.put_secret_value(SecretId=names.VAST_SECRET_NAME, SecretString=self.vast.api_key)
-        secrets.put_secret_value(
-            SecretId=names.CLOUDFLARE_SECRET_NAME, SecretString=json.dumps(cloudflare)
-        )
+        for name, value in (
+            (names.VAST_KEY_PARAMETER, self.vast.api_key),
+            (names.CLOUDFLARE_PARAMETER, json.dumps(cloudflare)),
+        ):
+            ssm.put_parameter(Name=name, Value=value, Type="SecureString", Overwrite=True)
 
     def _upload_agent_wheel(self) -> None:
         """What the deploy's bucket deployment does: the agent wheel into the artifacts bucket

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from bench.lib import prices
 
@@ -32,6 +33,8 @@ class Usage:
     sfn_transitions: float = 0.0
     scheduler_invocations: float = 0.0
     secrets_calls: float = 0.0
+    kms_requests: float = 0.0  # SSM SecureString reads (decrypted with aws/ssm)
+    xray_traces: float = 0.0
     sns_publishes: float = 0.0
     log_gb: float = 0.0
     r2_class_a: float = 0.0
@@ -79,6 +82,7 @@ def invocation_usage(
     write_units: float,
     log_bytes: int,
     via_http_api: bool,
+    traced: bool = False,
 ) -> Usage:
     """One Lambda invocation and what it called."""
 
@@ -103,6 +107,10 @@ def invocation_usage(
         dynamodb_write_units=write_units,
         http_api_requests=1 if via_http_api else 0,
         secrets_calls=calls("secretsmanager"),
+        kms_requests=calls("ssm", frozenset({"GetParameter", "GetParameters"})),
+        # Lambda samples the first request each second: at the control plane's rates (a run a
+        # minute, a heartbeat per job every 15 s) nearly every traced invocation is a trace.
+        xray_traces=1 if traced else 0,
         sns_publishes=calls("sns", frozenset({"Publish", "PublishBatch"})),
         log_gb=log_bytes / 1e9,
         r2_class_a=r2_a,
@@ -119,6 +127,8 @@ PRICED: dict[str, prices.Price] = {
     "sfn_transitions": prices.SFN_STANDARD_TRANSITION,
     "scheduler_invocations": prices.SCHEDULER_INVOCATION,
     "secrets_calls": prices.SECRETS_API_CALL,
+    "kms_requests": prices.KMS_REQUEST,
+    "xray_traces": prices.XRAY_TRACE,
     "sns_publishes": prices.SNS_PUBLISH,
     "log_gb": prices.CLOUDWATCH_LOGS_GB,
     "r2_class_a": prices.R2_CLASS_A,
@@ -144,6 +154,34 @@ def metric_usd_per_month(metrics: int, *, free: bool) -> float:
     """Custom metrics emitted all month (each name+dimensions combination is one metric)."""
     billable = max(0, metrics - prices.CLOUDWATCH_FREE_METRICS) if free else metrics
     return billable * prices.CLOUDWATCH_METRIC_MONTH.usd
+
+
+def alarm_metrics(template: Mapping[str, Any]) -> int:
+    """Billed alarm metrics: one per single-metric alarm, one per metric a math alarm reads."""
+    count = 0
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") == "AWS::CloudWatch::Alarm":
+            props = resource.get("Properties", {})
+            queries = props.get("Metrics", [])
+            count += 1 if "MetricName" in props else sum(1 for q in queries if "MetricStat" in q)
+    return count
+
+
+def dashboards(template: Mapping[str, Any]) -> int:
+    resources = template.get("Resources", {}).values()
+    return sum(1 for r in resources if r.get("Type") == "AWS::CloudWatch::Dashboard")
+
+
+def observability_usd_per_month(template: Mapping[str, Any], *, free: bool) -> dict[str, float]:
+    """The alarms and dashboards a deployment bills every month, idle or not."""
+    out: dict[str, float] = {}
+    for name, n, price in (
+        ("alarms", alarm_metrics(template), prices.CLOUDWATCH_ALARM_METRIC_MONTH),
+        ("dashboard", dashboards(template), prices.CLOUDWATCH_DASHBOARD_MONTH),
+    ):
+        billable = max(0.0, n - price.free_per_month) if free else n
+        out[name] = billable * price.usd
+    return out
 
 
 def metric_usd_per_hour(metrics: int) -> float:

@@ -64,6 +64,29 @@ CLOUDWATCH_LOGS_GB = Price(
 SNS_PUBLISH = Price(
     0.50 / 1e6, "SNS publish (64 KB)", "aws.amazon.com/sns/pricing (not on the sheet)", 1e6
 )
+# Not on the sheet either (aws.amazon.com/xray/pricing, /kms/pricing, /systems-manager/pricing,
+# 2024–2026 list prices): X-Ray traces recorded (Lambda's active tracing samples the first
+# request of each second, so a minutely function records every run), KMS requests (the SSM
+# SecureString provider keys are decrypted with the AWS-managed aws/ssm key: no monthly fee,
+# requests billed), and SSM standard parameters (free at rest and at standard throughput).
+XRAY_TRACE = Price(
+    5.00 / 1e6, "X-Ray trace recorded", "aws.amazon.com/xray/pricing (not on the sheet)", 100_000
+)
+KMS_REQUEST = Price(
+    0.03 / 10_000, "KMS request", "aws.amazon.com/kms/pricing (not on the sheet)", 20_000
+)
+SSM_STANDARD_PARAMETER_MONTH = Price(
+    0.0, "SSM standard parameter-month", "aws.amazon.com/systems-manager/pricing (not on sheet)"
+)
+# The stack's alarms and dashboard bill every month, idle or not (aws.amazon.com/cloudwatch/
+# pricing, not on the sheet): $0.10 per standard-resolution alarm metric (a metric-math alarm
+# counts each metric it reads; 10 free), $3 per dashboard (3 free, up to 50 metrics each).
+CLOUDWATCH_ALARM_METRIC_MONTH = Price(
+    0.10, "alarm metric-month", "aws.amazon.com/cloudwatch/pricing (not on the sheet)", 10
+)
+CLOUDWATCH_DASHBOARD_MONTH = Price(
+    3.00, "dashboard-month", "aws.amazon.com/cloudwatch/pricing (not on the sheet)", 3
+)
 # The always-free custom metrics (CloudWatch free tier; the sheet quotes only the price).
 CLOUDWATCH_FREE_METRICS = 10
 
@@ -100,6 +123,11 @@ ALL: dict[str, Price] = {
     "cloudwatch_metric_month": CLOUDWATCH_METRIC_MONTH,
     "secret_month": SECRET_MONTH,
     "secrets_api_call": SECRETS_API_CALL,
+    "xray_trace": XRAY_TRACE,
+    "cloudwatch_alarm_metric_month": CLOUDWATCH_ALARM_METRIC_MONTH,
+    "cloudwatch_dashboard_month": CLOUDWATCH_DASHBOARD_MONTH,
+    "kms_request": KMS_REQUEST,
+    "ssm_standard_parameter_month": SSM_STANDARD_PARAMETER_MONTH,
     "cloudwatch_logs_gb": CLOUDWATCH_LOGS_GB,
     "sns_publish": SNS_PUBLISH,
     "r2_storage_gb_month": R2_STORAGE_GB_MONTH,

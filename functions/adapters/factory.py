@@ -4,7 +4,7 @@ Each handler gets its dependencies the same way: a `dependencies()` function dec
 `per_container`, which builds them from the function's settings model through the builders
 below and keeps them like a Lambda container keeps module state between invocations.
 
-Account-wide keys are read from Secrets Manager on first use and cached with the clients they
+Account-wide keys are read from SSM (SecureString) on first use and cached with the clients they
 built (a Lambda container lives minutes to hours; a rotated key reaches new containers). Base
 URLs come from the function's settings.
 
@@ -117,7 +117,15 @@ def _http_client(provider: Provider) -> httpx.Client:
 
 
 def secret_string(secret_arn: str) -> str:
+    """A provider key's value, once per container: an SSM SecureString parameter's ARN (the
+    stack's, `infra/constructs/secrets.py`), or a Secrets Manager secret's (stacks before issue
+    16, tests and benches that create one). A parameter or secret that does not exist raises."""
+
     def build() -> str:
+        if ":ssm:" in secret_arn and ":parameter/" in secret_arn:
+            name = "/" + secret_arn.split(":parameter/", 1)[1]
+            reply = boto3.client("ssm").get_parameter(Name=name, WithDecryption=True)
+            return str(reply["Parameter"]["Value"])
         value = boto3.client("secretsmanager").get_secret_value(SecretId=secret_arn)
         return str(value["SecretString"])
 
@@ -127,7 +135,7 @@ def secret_string(secret_arn: str) -> str:
 def vast_api_key(secret_arn: str) -> str:
     key = secret_string(secret_arn).strip()
     if not key or key == PLACEHOLDER:
-        raise SecretNotSet(f"{secret_arn}: set your Vast API key in this secret (README Deploy)")
+        raise SecretNotSet(f"{secret_arn}: set your Vast API key (`tether secrets set vast`)")
     return key
 
 
@@ -136,14 +144,18 @@ def cloudflare_account(secret_arn: str) -> CloudflareAccount:
     try:
         data = json.loads(raw)
     except ValueError:
-        raise SecretNotSet(f"{secret_arn}: must be a JSON object (README Deploy)") from None
+        raise SecretNotSet(
+            f"{secret_arn}: must be a JSON object (`tether secrets set cloudflare`)"
+        ) from None
     missing = [
         f
         for f in CLOUDFLARE_FIELDS
         if not isinstance(data, dict) or not data.get(f) or data.get(f) == PLACEHOLDER
     ]
     if missing:
-        raise SecretNotSet(f"{secret_arn}: set {', '.join(missing)} (README Deploy)")
+        raise SecretNotSet(
+            f"{secret_arn}: set {', '.join(missing)} (`tether secrets set cloudflare`)"
+        )
     return CloudflareAccount(**{f: str(data[f]) for f in CLOUDFLARE_FIELDS})
 
 

@@ -32,6 +32,26 @@ RECOVERY_TIME_METRIC = "RecoveryToTrainingS"
 CHECKPOINT_LAG_METRIC = "CheckpointUploadLagS"
 WORK_LOST_METRIC = "WorkLostS"
 
+# Counts the alarms and the dashboard read (emitted by functions/monitor/metrics.py,
+# functions/lifecycle/metrics.py and functions/api/metrics.py, only when non-zero).
+JOBS_METRIC = "JobsSupervised"  # monitor: active jobs this run (sent while there are any)
+SPEND_METRIC = "ActiveSpendUsd"  # monitor: spend of all active jobs, USD (idem)
+UNSUPERVISED_METRIC = "JobsUnsupervised"  # monitor: evaluations not completed (idem)
+HELD_METRIC = "DeadVerdictsHeld"  # monitor: dead verdicts held (heartbeats lost together)
+TRANSITIONS_EXHAUSTED_METRIC = "TransitionsExhausted"  # monitor: a stop past its last attempt
+ORPHANS_METRIC = "OrphansDestroyed"  # monitor
+MONITOR_ERRORS_METRIC = "MonitorErrors"  # monitor: jobs whose handling raised this run
+HOSTS_BLAMED_METRIC = "HostsBlamed"  # monitor: a host judged dead or hung
+RECOVERIES_METRIC = "Recoveries"  # monitor: replace-worthy verdicts, every cause together
+RECOVERY_CAUSES = ("dead", "hung", "crashed")  # their causes: the monitor run's `verdicts`
+JOBS_FAILED_METRIC = "JobsFailed"  # lifecycle: a job failed for good
+JOBS_SUBMITTED_METRIC = "JobsSubmitted"  # jobs API
+# Log lines the dashboard queries with Logs Insights instead of a metric per value (each
+# metric name × dimension value is billed as one metric; a log field costs nothing more).
+MONITOR_RUN_MESSAGE = "monitor run"  # fields: `verdicts` ({health: count}), …
+LIFECYCLE_STEP_MESSAGE = "lifecycle step"  # fields: `outcome`, `state`
+LIFECYCLE_OUTCOMES = ("rented", "lost_race", "no_capacity", "destroyed", "failed")
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

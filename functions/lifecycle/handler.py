@@ -78,6 +78,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # The provision step minds the time its invocation has left (functions/lifecycle/provision.py).
     deps = replace(dependencies(), remaining_s=lambda: remaining_s(context))
     result = service.run_step(deps, step)
-    logger.info("lifecycle step", extra={"outcome": result.outcome, "state": result.state})
+    logger.info(
+        lifecycle_metrics.STEP_LOG_MESSAGE, extra={"outcome": result.outcome, "state": result.state}
+    )
     lifecycle_metrics.step_done(result)
     return result.model_dump(mode="json")

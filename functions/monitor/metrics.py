@@ -1,15 +1,22 @@
 """A monitor run's report as metrics: every name, unit and value the dashboard and the alarms
 read (`infra/constructs/observability.py`), in one place.
 
-Counts of what the run did (active jobs; jobs whose evaluation did not complete, whose leases
-are therefore not renewed; verdicts; dead verdicts held for a correlated loss of heartbeats;
-transitions started, later attempts started and stops past their last attempt
-(`functions/monitor/repair.py`), credentials renewed, hosts blamed, orphans destroyed, errors),
-whether Vast could be read, how many of Vast's records could not be read (`VastRecordsSkipped`:
-left out; `VastFieldsDropped`: fields dropped from instances that were kept), the spend of all
-active jobs, and — only while there is something to measure, so an idle deployment emits no
-datapoint and costs nothing — the labelled instances on Vast, the highest budget fraction used,
-the oldest heartbeat and the work lost per replace (`functions/domain/measures.py`).
+CloudWatch bills every metric (name + dimension values) that receives a datapoint in an hour,
+pro rata ($0.30 a metric-month): a zero sent every run costs as much as a real count. So an idle
+run (no active job, no labelled instance, nothing went wrong) emits nothing:
+
+- counters (held dead verdicts, transitions started, retried or past their last attempt,
+  credentials renewed, hosts blamed, orphans destroyed, errors, Vast records skipped or fields
+  dropped, a failed Vast list) only when non-zero; their alarms treat missing data as OK;
+- gauges only while there is something to measure: the active jobs, the jobs whose evaluation
+  did not complete (`JobsUnsupervised`: its alarm takes the Minimum over every run of ten
+  minutes, so its zeros are sent while any job is active), the spend of active jobs, the
+  labelled instances on Vast (when non-zero), the highest budget fraction used, the oldest
+  heartbeat and the work lost per replace (`functions/domain/measures.py`);
+- verdicts as one metric, `Recoveries` (dead, hung or crashed: the replace-worthy ones), with no
+  per-cause dimension: a dimension value is billed like a metric name of its own, so
+  `Verdict{cause=dead}` costs what `Verdict_dead` did. The cause stays in the run's log line
+  (`verdicts`), which the dashboard's "Recoveries by cause" widget queries.
 """
 
 from __future__ import annotations
@@ -17,7 +24,17 @@ from __future__ import annotations
 from functions.domain.measures import (
     BUDGET_FRACTION_METRIC,
     HEARTBEAT_AGE_METRIC,
+    HELD_METRIC,
+    HOSTS_BLAMED_METRIC,
     INSTANCES_METRIC,
+    JOBS_METRIC,
+    MONITOR_ERRORS_METRIC,
+    ORPHANS_METRIC,
+    RECOVERIES_METRIC,
+    RECOVERY_CAUSES,
+    SPEND_METRIC,
+    TRANSITIONS_EXHAUSTED_METRIC,
+    UNSUPERVISED_METRIC,
     WORK_LOST_METRIC,
 )
 from functions.monitor.report import MonitorReport
@@ -25,35 +42,36 @@ from functions.observability import MetricUnit, metrics
 
 RECORDS_SKIPPED_METRIC = "VastRecordsSkipped"
 FIELDS_DROPPED_METRIC = "VastFieldsDropped"
-UNSUPERVISED_METRIC = "JobsUnsupervised"  # active jobs whose evaluation did not complete
-HELD_METRIC = "DeadVerdictsHeld"  # dead verdicts held: heartbeats lost together
-# A stop past its last attempt (functions/domain/attempts.py): the job stays STOPPING while
-# the orphan sweep destroys its instances; the TransitionGaveUp alarm asks someone to look.
-TRANSITIONS_EXHAUSTED_METRIC = "TransitionsExhausted"
+VAST_LIST_FAILED_METRIC = "VastListFailed"
+
+
+def _counters(report: MonitorReport) -> dict[str, int]:
+    return {
+        HELD_METRIC: report.held,
+        VAST_LIST_FAILED_METRIC: int(report.instances is None),
+        "TransitionsStarted": report.transitions_started,
+        "TransitionsRetried": report.transitions_retried,
+        TRANSITIONS_EXHAUSTED_METRIC: report.transitions_exhausted,
+        "CredentialsRenewed": report.credentials_renewed,
+        HOSTS_BLAMED_METRIC: report.hosts_blamed,
+        ORPHANS_METRIC: report.orphans_destroyed,
+        MONITOR_ERRORS_METRIC: report.errors,
+        RECORDS_SKIPPED_METRIC: report.vast_records_skipped,
+        FIELDS_DROPPED_METRIC: report.vast_fields_dropped,
+        RECOVERIES_METRIC: sum(report.verdicts.get(cause, 0) for cause in RECOVERY_CAUSES),
+        INSTANCES_METRIC: report.tether_instances or 0,
+    }
 
 
 def emit(report: MonitorReport) -> None:
     count = MetricUnit.Count
-    metrics.add_metric(name="JobsSupervised", unit=count, value=report.jobs)
-    metrics.add_metric(name=UNSUPERVISED_METRIC, unit=count, value=report.unsupervised)
-    metrics.add_metric(name=HELD_METRIC, unit=count, value=report.held)
-    metrics.add_metric(name="VastListFailed", unit=count, value=int(report.instances is None))
-    metrics.add_metric(name="TransitionsStarted", unit=count, value=report.transitions_started)
-    metrics.add_metric(name="TransitionsRetried", unit=count, value=report.transitions_retried)
-    metrics.add_metric(
-        name=TRANSITIONS_EXHAUSTED_METRIC, unit=count, value=report.transitions_exhausted
-    )
-    metrics.add_metric(name="CredentialsRenewed", unit=count, value=report.credentials_renewed)
-    metrics.add_metric(name="HostsBlamed", unit=count, value=report.hosts_blamed)
-    metrics.add_metric(name="OrphansDestroyed", unit=count, value=report.orphans_destroyed)
-    metrics.add_metric(name="MonitorErrors", unit=count, value=report.errors)
-    metrics.add_metric(name=RECORDS_SKIPPED_METRIC, unit=count, value=report.vast_records_skipped)
-    metrics.add_metric(name=FIELDS_DROPPED_METRIC, unit=count, value=report.vast_fields_dropped)
-    metrics.add_metric(name="ActiveSpendUsd", unit=MetricUnit.NoUnit, value=report.spend_usd)
-    for verdict, n in sorted(report.verdicts.items()):
-        metrics.add_metric(name=f"Verdict_{verdict}", unit=count, value=n)
-    if report.tether_instances is not None:
-        metrics.add_metric(name=INSTANCES_METRIC, unit=count, value=report.tether_instances)
+    if report.jobs:
+        metrics.add_metric(name=JOBS_METRIC, unit=count, value=report.jobs)
+        metrics.add_metric(name=UNSUPERVISED_METRIC, unit=count, value=report.unsupervised)
+        metrics.add_metric(name=SPEND_METRIC, unit=MetricUnit.NoUnit, value=report.spend_usd)
+    for name, value in _counters(report).items():
+        if value:
+            metrics.add_metric(name=name, unit=count, value=value)
     if report.budget_used_max_fraction is not None:
         metrics.add_metric(
             name=BUDGET_FRACTION_METRIC,

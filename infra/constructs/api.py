@@ -21,7 +21,6 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.aws_apigatewayv2_authorizers import HttpIamAuthorizer
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
@@ -31,6 +30,7 @@ from functions.domain.secrets import SECRET_PREFIX
 from infra import names
 from infra.constructs.function import TetherFunction
 from infra.constructs.nag import acknowledge
+from infra.constructs.secrets import ProviderKey
 
 # Transactions (submit, cancel) need the per-item actions; Query serves list and get.
 JOBS_TABLE_ACTIONS = (
@@ -90,7 +90,7 @@ class Api(Construct):
         code: lambda_.Code,
         table: dynamodb.ITable,
         state_machine: sfn.IStateMachine,
-        cloudflare_secret: secretsmanager.ISecret,
+        cloudflare_secret: ProviderKey,
     ) -> None:
         super().__init__(scope, construct_id)
         self.jobs = TetherFunction(
@@ -104,7 +104,7 @@ class Api(Construct):
                 names.STATE_MACHINE_ARN_ENV: state_machine.state_machine_arn,
                 # Code archives: a presigned PUT of code/<sha256>.tar.gz, and the check at
                 # submit that it is there as described, with R2 keys minted per request.
-                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.secret_arn,
+                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.parameter_arn,
             },
         )
         self.heartbeat = TetherFunction(
@@ -117,6 +117,10 @@ class Api(Construct):
                 names.TABLE_NAME_ENV: table.table_name,
                 names.PULSE_MAX_AGE_ENV: str(names.PULSE_MAX_AGE_S),
             },
+            # Not X-Ray traced: a heartbeat per job every 15 s would be a recorded trace each
+            # (Lambda samples the first request of every second) at $5 a million, $0.0012 a
+            # job-hour, as much as the rest of a job-hour's bill. Its log line says enough.
+            traced=False,
         )
         # Reads the job item, then the job's log segments in R2 with read-only credentials it
         # mints from the Cloudflare secret (which the heartbeat function cannot read).
@@ -128,7 +132,7 @@ class Api(Construct):
             description="tether job logs: presigned URLs of the training log segments",
             environment={
                 names.TABLE_NAME_ENV: table.table_name,
-                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.secret_arn,
+                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.parameter_arn,
             },
         )
         self.logs.role.add_to_policy(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import CfnResource, RemovalPolicy, Stack
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct
@@ -45,8 +46,28 @@ class Artifacts(Construct):
             destination_bucket=self.bucket,
             destination_key_prefix=names.AGENT_WHEEL_PREFIX,
             memory_limit=256,
+            # CDK's helpers run only at deploy, but their default log groups never expire.
+            log_group=self._helper_logs("AgentWheelLogs"),
         )
         self._suppress_cdk_helpers(Stack.of(self))
+        self._auto_delete_logs(Stack.of(self))
+
+    def _helper_logs(self, construct_id: str) -> logs.LogGroup:
+        return logs.LogGroup(
+            self,
+            construct_id,
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+    def _auto_delete_logs(self, stack: Stack) -> None:
+        """The bucket's auto-delete helper (a CDK custom resource provider, no log group
+        option): pointed at a log group with retention (its role may write any log group)."""
+        provider = stack.node.try_find_child("Custom::S3AutoDeleteObjectsCustomResourceProvider")
+        handler = provider.node.try_find_child("Handler") if provider is not None else None
+        if isinstance(handler, CfnResource):
+            group = self._helper_logs("AutoDeleteLogs")
+            handler.add_property_override("LoggingConfig", {"LogGroup": group.log_group_name})
 
     def _suppress_cdk_helpers(self, stack: Stack) -> None:
         """The helper function CDK itself adds to upload the wheel at deploy."""

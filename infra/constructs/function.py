@@ -1,5 +1,6 @@
 """One Lambda function the tether way: arm64, Python 3.12, its own log group with retention,
-X-Ray tracing, and its own role that holds only what the function is granted."""
+X-Ray tracing (unless `traced=False`), and its own role that holds only what the function is
+granted."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class TetherFunction(Construct):
         environment: Mapping[str, str],
         memory_mb: int = 256,
         timeout: Duration | None = None,
+        traced: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(
@@ -59,13 +61,16 @@ class TetherFunction(Construct):
             code=code,
             role=self.role,
             log_group=self.log_group,
-            tracing=lambda_.Tracing.ACTIVE,
+            # Untraced: no tracing config (no X-Ray grant) and the Powertools tracer off, so
+            # no X-Ray segment is recorded or billed.
+            tracing=lambda_.Tracing.ACTIVE if traced else lambda_.Tracing.DISABLED,
             memory_size=memory_mb,
             timeout=timeout or Duration.seconds(15),
             description=description,
             environment={
                 names.SERVICE_NAME_ENV: names.SERVICE_NAME,
                 names.METRICS_NAMESPACE_ENV: names.METRICS_NAMESPACE,
+                **({} if traced else {"POWERTOOLS_TRACE_DISABLED": "true"}),
                 **environment,
             },
         )
@@ -75,6 +80,8 @@ class TetherFunction(Construct):
             "Pinned to Python 3.12 on purpose: the asset's compiled dependencies "
             "(pydantic-core) are built for cp312/aarch64.",
         )
+        if not traced:
+            return
         acknowledge(
             self.role,
             "AwsSolutions-IAM5",

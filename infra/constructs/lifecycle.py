@@ -42,7 +42,6 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
@@ -51,6 +50,7 @@ from constructs import Construct, IConstruct
 from infra import names
 from infra.constructs.function import TetherFunction
 from infra.constructs.nag import acknowledge
+from infra.constructs.secrets import ProviderKey
 
 LIFECYCLE_TABLE_ACTIONS = (
     "dynamodb:BatchGetItem",
@@ -87,8 +87,8 @@ class Lifecycle(Construct):
         *,
         code: lambda_.Code,
         table: dynamodb.ITable,
-        vast_secret: secretsmanager.ISecret,
-        cloudflare_secret: secretsmanager.ISecret,
+        vast_secret: ProviderKey,
+        cloudflare_secret: ProviderKey,
         artifacts_bucket: s3.IBucket,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -100,8 +100,8 @@ class Lifecycle(Construct):
             description="tether lifecycle steps: begin, provision, destroy, stop, finish",
             environment={
                 names.TABLE_NAME_ENV: table.table_name,
-                names.VAST_SECRET_ARN_ENV: vast_secret.secret_arn,
-                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.secret_arn,
+                names.VAST_SECRET_ARN_ENV: vast_secret.parameter_arn,
+                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.parameter_arn,
                 names.ARTIFACTS_BUCKET_ENV: artifacts_bucket.bucket_name,
                 names.MONITOR_INTERVAL_ENV: str(names.MONITOR_INTERVAL_S),
             },

@@ -14,13 +14,13 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
-from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct
 
 from infra import names
 from infra.constructs.function import TetherFunction
 from infra.constructs.nag import acknowledge
+from infra.constructs.secrets import ProviderKey
 
 MONITOR_TABLE_ACTIONS = (
     "dynamodb:BatchGetItem",
@@ -40,8 +40,8 @@ class Monitor(Construct):
         code: lambda_.Code,
         table: dynamodb.ITable,
         state_machine: sfn.IStateMachine,
-        vast_secret: secretsmanager.ISecret,
-        cloudflare_secret: secretsmanager.ISecret,
+        vast_secret: ProviderKey,
+        cloudflare_secret: ProviderKey,
     ) -> None:
         super().__init__(scope, construct_id)
         self.function = TetherFunction(
@@ -53,11 +53,15 @@ class Monitor(Construct):
             environment={
                 names.TABLE_NAME_ENV: table.table_name,
                 names.STATE_MACHINE_ARN_ENV: state_machine.state_machine_arn,
-                names.VAST_SECRET_ARN_ENV: vast_secret.secret_arn,
-                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.secret_arn,
+                names.VAST_SECRET_ARN_ENV: vast_secret.parameter_arn,
+                names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.parameter_arn,
                 names.MONITOR_INTERVAL_ENV: str(names.MONITOR_INTERVAL_S),
             },
             memory_mb=512,
+            # Not X-Ray traced: Lambda samples the first request of each second, so every
+            # minutely run would be a trace ($5 a million: $0.22 of an idle month at list
+            # price). The run's log line and the Lambda metrics say how each run went.
+            traced=False,
             # Under the interval, so runs rarely overlap (and overlapping ones are harmless).
             timeout=Duration.seconds(names.MONITOR_INTERVAL_S - 5),
         )

@@ -19,6 +19,7 @@ from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -33,20 +34,21 @@ DASHBOARD_ID = "Dashboard"
 PERIOD = Duration.minutes(5)
 SPEND_ALARM_FRACTION = 0.8
 
-# Custom metrics the dashboard and alarms read (grep add_metric in functions/ for the emitters):
-SPEND_METRIC = "ActiveSpendUsd"  # monitor: spend of all active jobs, USD
-JOBS_METRIC = "JobsSupervised"  # monitor: active jobs this run
-ORPHANS_METRIC = "OrphansDestroyed"  # monitor
-MONITOR_ERRORS_METRIC = "MonitorErrors"  # monitor: jobs whose handling raised this run
-UNSUPERVISED_METRIC = "JobsUnsupervised"  # monitor: jobs whose evaluation did not complete
-HELD_METRIC = "DeadVerdictsHeld"  # monitor: dead verdicts held (heartbeats lost together)
-HOSTS_BLAMED_METRIC = "HostsBlamed"  # monitor: a host judged dead or hung
+# Custom metrics the dashboard and alarms read (names in functions/domain/measures.py; the
+# emitters send counters only when non-zero, so an idle deployment sends none):
+SPEND_METRIC = measures.SPEND_METRIC  # monitor: spend of all active jobs, USD
+JOBS_METRIC = measures.JOBS_METRIC  # monitor: active jobs this run
+ORPHANS_METRIC = measures.ORPHANS_METRIC  # monitor
+MONITOR_ERRORS_METRIC = measures.MONITOR_ERRORS_METRIC  # monitor: jobs whose handling raised
+UNSUPERVISED_METRIC = measures.UNSUPERVISED_METRIC  # monitor: evaluations not completed
+HELD_METRIC = measures.HELD_METRIC  # monitor: dead verdicts held (heartbeats lost together)
+HOSTS_BLAMED_METRIC = measures.HOSTS_BLAMED_METRIC  # monitor: a host judged dead or hung
 # monitor: a stop past its last attempt (functions/domain/attempts.py), every run it stays so
-TRANSITIONS_EXHAUSTED_METRIC = "TransitionsExhausted"
-RECOVERY_CAUSES = ("dead", "hung", "crashed")  # monitor: Verdict_<health>
-LIFECYCLE_FAILED_METRIC = "Lifecycle_failed"  # lifecycle: a job failed for good
-LIFECYCLE_RENTED_METRIC = "Lifecycle_rented"
-JOBS_SUBMITTED_METRIC = "JobsSubmitted"  # jobs API
+TRANSITIONS_EXHAUSTED_METRIC = measures.TRANSITIONS_EXHAUSTED_METRIC
+RECOVERIES_METRIC = measures.RECOVERIES_METRIC  # monitor: dead, hung or crashed verdicts
+RECOVERY_CAUSES = measures.RECOVERY_CAUSES  # per cause: the monitor run's log line
+JOBS_FAILED_METRIC = measures.JOBS_FAILED_METRIC  # lifecycle: a job failed for good
+JOBS_SUBMITTED_METRIC = measures.JOBS_SUBMITTED_METRIC  # jobs API
 # Measures (definitions in functions/domain/measures.py, the one spelling of their names):
 BUDGET_FRACTION_METRIC = measures.BUDGET_FRACTION_METRIC  # monitor: max spent/budget, active jobs
 INSTANCES_METRIC = measures.INSTANCES_METRIC  # monitor: labelled instances on Vast (all bill)
@@ -54,6 +56,23 @@ HEARTBEAT_AGE_METRIC = measures.HEARTBEAT_AGE_METRIC  # monitor: oldest heartbea
 RECOVERY_TIME_METRIC = measures.RECOVERY_TIME_METRIC  # heartbeat: replace started → training
 CHECKPOINT_LAG_METRIC = measures.CHECKPOINT_LAG_METRIC  # heartbeat: training past a new upload
 WORK_LOST_METRIC = measures.WORK_LOST_METRIC  # monitor: training lost per replace
+
+
+def recovery_causes_query() -> str:
+    """Logs Insights over the monitor's log group: recoveries per cause, from the run's log line
+    (one metric with a `cause` dimension would be billed as one metric per cause)."""
+    sums = ", ".join(f"sum(verdicts.{cause}) as {cause}" for cause in RECOVERY_CAUSES)
+    return f'filter message = "{measures.MONITOR_RUN_MESSAGE}" | stats {sums} by bin(5m)'
+
+
+def lifecycle_outcomes_query() -> str:
+    """Logs Insights over the lifecycle's log group: the step outcomes that matter (hosts
+    rented, races lost, no capacity, hosts destroyed, jobs failed), counted per outcome."""
+    outcomes = ", ".join(f'"{o}"' for o in measures.LIFECYCLE_OUTCOMES)
+    return (
+        f'filter message = "{measures.LIFECYCLE_STEP_MESSAGE}" and outcome in [{outcomes}]'
+        " | stats count(*) as steps by outcome"
+    )
 
 
 def tether_metric(name: str, statistic: str = "Sum", label: str | None = None) -> cloudwatch.Metric:
@@ -78,6 +97,8 @@ class Observability(Construct):
         state_machine: sfn.StateMachine,
         monitor_function: lambda_.IFunction,
         api_functions: Mapping[str, lambda_.IFunction],
+        monitor_logs: logs.ILogGroup,
+        lifecycle_logs: logs.ILogGroup,
     ) -> None:
         super().__init__(scope, construct_id)
         self.alarm_topic = sns.Topic(
@@ -199,7 +220,7 @@ class Observability(Construct):
                 "JobFailed",
                 alarm_description="A job failed for good (no host could be rented, or "
                 "provisioning kept failing). `tether status JOB` shows why.",
-                metric=tether_metric(LIFECYCLE_FAILED_METRIC),
+                metric=tether_metric(JOBS_FAILED_METRIC),
                 threshold=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 evaluation_periods=1,
@@ -219,7 +240,8 @@ class Observability(Construct):
             default_interval=Duration.hours(24),
         )
         self.dashboard.add_widgets(
-            *self._spend_row(), *self._health_row(), *self._recovery_row(),
+            *self._spend_row(), *self._health_row(monitor_logs, lifecycle_logs),
+            *self._recovery_row(),
         )  # fmt: skip
         self.dashboard.add_widgets(
             *self._control_plane_row(
@@ -291,29 +313,43 @@ class Observability(Construct):
         return [spend, budget, active]
 
     @staticmethod
-    def _health_row() -> list[cloudwatch.IWidget]:
+    def _health_row(
+        monitor_logs: logs.ILogGroup, lifecycle_logs: logs.ILogGroup
+    ) -> list[cloudwatch.IWidget]:
         heartbeat = cloudwatch.GraphWidget(
             title="Heartbeat age, oldest live job (s)",
             left=[tether_metric(HEARTBEAT_AGE_METRIC, "Maximum", "heartbeat age")],
             width=8,
         )
-        causes = cloudwatch.GraphWidget(
-            title="Recoveries by cause",
-            left=[tether_metric(f"Verdict_{cause}", "Sum", cause) for cause in RECOVERY_CAUSES],
-            right=[tether_metric(HOSTS_BLAMED_METRIC, "Sum", "hosts blamed")],
-            stacked=True,
-            width=8,
-        )
-        lifecycle = cloudwatch.GraphWidget(
-            title="Hosts rented and jobs failed",
+        recoveries = cloudwatch.GraphWidget(
+            title="Recoveries and jobs",
             left=[
-                tether_metric(LIFECYCLE_RENTED_METRIC, "Sum", "hosts rented"),
-                tether_metric(LIFECYCLE_FAILED_METRIC, "Sum", "jobs failed"),
+                tether_metric(RECOVERIES_METRIC, "Sum", "recoveries"),
+                tether_metric(HOSTS_BLAMED_METRIC, "Sum", "hosts blamed"),
+            ],
+            right=[
                 tether_metric(JOBS_SUBMITTED_METRIC, "Sum", "jobs submitted"),
+                tether_metric(JOBS_FAILED_METRIC, "Sum", "jobs failed"),
             ],
             width=8,
         )
-        return [heartbeat, causes, lifecycle]
+        # Per cause and per lifecycle outcome from the log lines (Logs Insights, billed per GB
+        # scanned when the dashboard is viewed), not from a billed metric per value.
+        causes = cloudwatch.LogQueryWidget(
+            title="Recoveries by cause",
+            log_group_names=[monitor_logs.log_group_name],
+            query_string=recovery_causes_query(),
+            view=cloudwatch.LogQueryVisualizationType.STACKEDAREA,
+            width=4,
+        )
+        outcomes = cloudwatch.LogQueryWidget(
+            title="Lifecycle outcomes (hosts rented, destroyed, …)",
+            log_group_names=[lifecycle_logs.log_group_name],
+            query_string=lifecycle_outcomes_query(),
+            view=cloudwatch.LogQueryVisualizationType.TABLE,
+            width=4,
+        )
+        return [heartbeat, recoveries, causes, outcomes]
 
     @staticmethod
     def _recovery_row() -> list[cloudwatch.IWidget]:

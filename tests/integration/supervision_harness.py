@@ -105,11 +105,11 @@ class Supervised:
         )
         self.sfn = self.aws.client("stepfunctions")
         self.fresh()
-        secrets = self.aws.client("secretsmanager")
-        for contains, value in (
-            ("VastApiKey", self.vast.api_key),
+        ssm = self.aws.client("ssm")  # the provider keys, as `tether secrets set` stores them
+        for parameter, value in (
+            (names.VAST_KEY_PARAMETER, self.vast.api_key),
             (
-                "Cloudflare",
+                names.CLOUDFLARE_PARAMETER,
                 json.dumps(
                     {
                         "account_id": CLOUDFLARE_ACCOUNT,
@@ -120,10 +120,7 @@ class Supervised:
                 ),
             ),
         ):
-            arn = self.deployed.secret_arn(
-                logical_id_by_type(self.template, "AWS::SecretsManager::Secret", contains)
-            )
-            secrets.put_secret_value(SecretId=arn, SecretString=value)
+            ssm.put_parameter(Name=parameter, Value=value, Type="SecureString", Overwrite=True)
         bucket = self.deployed.bucket_name(
             logical_id_by_type(self.template, "AWS::S3::Bucket", "Artifacts")
         )
@@ -200,10 +197,11 @@ class Supervised:
         """New Lambda containers: every cached client and secret is read again."""
         factory.install_hooks(self.hooks)
 
-    def secret_arn(self, contains: str) -> str:
-        return self.deployed.secret_arn(
-            logical_id_by_type(self.template, "AWS::SecretsManager::Secret", contains)
-        )
+    def secret_arn(self, which: str) -> str:
+        """A provider key's parameter ARN, as the deployed monitor's environment holds it."""
+        env = {"vast": names.VAST_SECRET_ARN_ENV, "cloudflare": names.CLOUDFLARE_SECRET_ARN_ENV}
+        config = self.aws.client("lambda").get_function_configuration(FunctionName=self.monitor_arn)
+        return str(config["Environment"]["Variables"][env[which]])
 
     def agent_beat(self, job_id: str, generation: int, **fields: Any) -> dict[str, Any]:
         """A heartbeat through the real heartbeat function, with the token the generation's

@@ -1,7 +1,7 @@
 """The `monitor-crash` scenario: the monitor keeps running, and fails after its first step.
 
-A deploy points the monitor at a Vast secret that Secrets Manager cannot find (the same happens
-when its role loses the grant, or Secrets Manager is down): every run reads the job list and
+A deploy points the monitor at a Vast key parameter that SSM cannot find (the same happens
+when its role loses the grant, or SSM is down): every run reads the job list and
 then fails, for as long as the fault lasts. Before issue 13 such a run had already written the
 supervisor's pulse, so heartbeats kept renewing leases while nobody judged health or spend. Now
 no run completes the job's evaluation, so its `supervised_at` stops moving, no heartbeat renews
@@ -22,8 +22,8 @@ from tether_local.demo.job import MONITOR_INTERVAL_S
 from tether_local.demo.run import DemoError, DemoRun
 from tether_local.stack import LocalStack
 
-# A well-formed ARN of a secret that does not exist: GetSecretValue answers ResourceNotFound.
-MISSING_SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:tether/gone-AbCdEf"  # noqa: S105 (an ARN)
+# A well-formed ARN of a parameter that does not exist: GetParameter answers ParameterNotFound.
+MISSING_SECRET_ARN = "arn:aws:ssm:us-east-1:123456789012:parameter/tether/account/gone"  # noqa: S105 (an ARN)
 
 
 def monitor_function(stack: LocalStack) -> str:

@@ -39,9 +39,10 @@ def test_the_jobs_function_reads_the_cloudflare_secret_only(template):
     assert names.VAST_SECRET_ARN_ENV not in env
     reads = [
         s for s in statements_of(template, names.JOBS_HANDLER)
-        if "secretsmanager:GetSecretValue" in s["Action"]
+        if s["Action"] == "ssm:GetParameter"
     ]  # fmt: skip
     assert len(reads) == 1 and reads[0]["Resource"] == secret_ref
+    assert names.CLOUDFLARE_PARAMETER.lstrip("/") in str(secret_ref)
 
 
 def test_the_heartbeat_function_cannot_read_the_cloudflare_secret(template):
@@ -51,3 +52,4 @@ def test_the_heartbeat_function_cannot_read_the_cloudflare_secret(template):
         for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
     ]
     assert not any(a.startswith("secretsmanager:") for a in actions)
+    assert "ssm:GetParameter" not in actions  # its ssm:GetParameters: the user secrets only

@@ -55,9 +55,16 @@ def dashboard_body(template: dict[str, Any]) -> str:
     return "".join(p if isinstance(p, str) else "<ref>" for p in parts)
 
 
+def dashboard_json(template: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard body parsed, each reference replaced by "ref" (inside a string: ref)."""
+    body = re.sub(r"'<ref>'", "'ref'", dashboard_body(template))
+    parsed: dict[str, Any] = json.loads(re.sub(r'"<ref>"|<ref>', '"ref"', body))
+    return parsed
+
+
 def widget_metrics(template: dict[str, Any]) -> dict[str, set[str]]:
     """Widget title → the metric names it plots."""
-    body = json.loads(re.sub(r'"<ref>"|<ref>', '"ref"', dashboard_body(template)))
+    body = dashboard_json(template)
     found: dict[str, set[str]] = {}
     for widget in body["widgets"]:
         props = widget["properties"]
@@ -115,7 +122,7 @@ def test_alarms_watch_the_right_metrics(template) -> None:
     for name, metric in (
         ("SpendNearBudget", obs.BUDGET_FRACTION_METRIC),
         ("OrphanFound", obs.ORPHANS_METRIC),
-        ("JobFailed", obs.LIFECYCLE_FAILED_METRIC),
+        ("JobFailed", obs.JOBS_FAILED_METRIC),
         ("HeartbeatsLostTogether", obs.HELD_METRIC),
         ("JobsUnsupervised", obs.UNSUPERVISED_METRIC),
         ("TransitionGaveUp", "TransitionsExhausted"),
@@ -140,8 +147,7 @@ def test_correlated_loss_alarms_on_one_held_verdict_and_unsupervised_jobs_on_ten
     ((query,),) = [unsupervised["Metrics"]]
     assert (query["MetricStat"]["Stat"], query["MetricStat"]["Period"]) == ("Minimum", 300)
     assert unsupervised["EvaluationPeriods"] == 2
-    assert obs.HELD_METRIC == monitor_metrics.HELD_METRIC
-    assert obs.UNSUPERVISED_METRIC == monitor_metrics.UNSUPERVISED_METRIC
+    assert {obs.HELD_METRIC, obs.UNSUPERVISED_METRIC} <= emitted_metric_names()
 
 
 def test_dashboard_widgets_plot_the_metrics_the_code_emits(template) -> None:
@@ -151,7 +157,12 @@ def test_dashboard_widgets_plot_the_metrics_the_code_emits(template) -> None:
         "Budget used, highest job": {obs.BUDGET_FRACTION_METRIC},
         "Active jobs and instances": {obs.JOBS_METRIC, obs.INSTANCES_METRIC},
         "Heartbeat age, oldest live job (s)": {obs.HEARTBEAT_AGE_METRIC},
-        "Recoveries by cause": {"Verdict_dead", "Verdict_hung", "Verdict_crashed", "HostsBlamed"},
+        "Recoveries and jobs": {
+            obs.RECOVERIES_METRIC,
+            obs.HOSTS_BLAMED_METRIC,
+            obs.JOBS_SUBMITTED_METRIC,
+            obs.JOBS_FAILED_METRIC,
+        },
         "Detection → training resumed (s)": {obs.RECOVERY_TIME_METRIC},
         "Checkpoint upload lag (s)": {obs.CHECKPOINT_LAG_METRIC},
         "Work lost per incident (s of training)": {obs.WORK_LOST_METRIC},
@@ -197,10 +208,88 @@ def test_logs_route_is_iam_authorized_and_its_function_reads_only_what_it_needs(
     _, logs_fn = function_by_handler(template, names.LOGS_HANDLER)
     actions = role_actions(template, logs_fn)
     assert {a for a in actions if a.startswith("dynamodb:")} == set(LOGS_TABLE_ACTIONS)
-    assert "secretsmanager:GetSecretValue" in actions
+    assert "ssm:GetParameter" in actions
     env = logs_fn["Properties"]["Environment"]["Variables"]
     assert names.CLOUDFLARE_SECRET_ARN_ENV in env and names.VAST_SECRET_ARN_ENV not in env
     # The heartbeat function does not get the Cloudflare secret (the jobs function does, for
     # code archives: tests/infra/api/test_code_grants.py).
     _, heartbeat_fn = function_by_handler(template, names.HEARTBEAT_HANDLER)
-    assert "secretsmanager:GetSecretValue" not in role_actions(template, heartbeat_fn)
+    assert "ssm:GetParameter" not in role_actions(template, heartbeat_fn)
+
+
+def emitted_metric_names() -> set[str]:
+    """Every custom metric name the functions can emit: each emitter driven with everything
+    non-zero (Powertools keeps the run's metrics in `metric_set` until flushed)."""
+    from functions.api import metrics as api_metrics
+    from functions.domain import measures
+    from functions.lifecycle import metrics as lifecycle_metrics
+    from functions.lifecycle.steps import StepOutput
+    from functions.monitor.report import MonitorReport
+    from functions.observability import metrics
+
+    metrics.clear_metrics()
+    monitor_metrics.emit(
+        MonitorReport(
+            jobs=2, unsupervised=1, instances=None, held=1, transitions_started=1,
+            transitions_retried=1, transitions_exhausted=1, credentials_renewed=1,
+            hosts_blamed=1, orphans_destroyed=1, errors=1, spend_usd=1.0, tether_instances=1,
+            budget_used_max_fraction=0.5, heartbeat_age_max_s=3.0, work_lost_s=[1.0],
+            vast_records_skipped=1, vast_fields_dropped=1,
+            verdicts={cause: 1 for cause in measures.RECOVERY_CAUSES},
+        )
+    )  # fmt: skip
+    lifecycle_metrics.step_done(StepOutput(outcome="failed", state="FAILED"))
+    api_metrics.job_submitted(created=True)
+    api_metrics.cancel_requested()
+    names_ = set(metrics.metric_set)
+    metrics.clear_metrics()
+    # The heartbeat's measures: tests/integration/api/test_job_events_and_measures.py
+    return names_ | {measures.RECOVERY_TIME_METRIC, measures.CHECKPOINT_LAG_METRIC}
+
+
+def test_alarms_and_dashboard_read_only_metrics_the_functions_emit(template) -> None:
+    """A renamed or folded metric leaves no alarm or widget watching a name nobody sends."""
+    emitted = emitted_metric_names()
+    read: set[str] = set()
+    for props in (a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()):
+        read |= {
+            m["MetricName"]
+            for m in metric_stats(props).values()
+            if m["Namespace"] == names.METRICS_NAMESPACE
+        }
+    body = dashboard_json(template)
+    for widget in body["widgets"]:
+        for metric in widget["properties"].get("metrics", []):
+            if metric and metric[0] == names.METRICS_NAMESPACE:
+                read.add(metric[1])
+    assert read and read <= emitted, read - emitted
+    assert not any(n.startswith(("Verdict_", "Lifecycle_")) for n in emitted)
+
+
+def test_per_cause_and_per_outcome_counts_come_from_the_log_lines(template) -> None:
+    """The folded families: recoveries per cause from the monitor run's `verdicts`, lifecycle
+    outcomes from the lifecycle step's `outcome`, queried on those functions' log groups."""
+    from functions.domain import measures
+
+    body = dashboard_json(template)
+    queries = {
+        w["properties"]["title"]: w["properties"]["query"]
+        for w in body["widgets"]
+        if w["type"] == "log"
+    }
+    causes = queries["Recoveries by cause"]
+    assert f'message = "{measures.MONITOR_RUN_MESSAGE}"' in causes
+    for cause in measures.RECOVERY_CAUSES:
+        assert f"sum(verdicts.{cause})" in causes
+    outcomes = queries["Lifecycle outcomes (hosts rented, destroyed, …)"]
+    assert f'message = "{measures.LIFECYCLE_STEP_MESSAGE}"' in outcomes
+    assert all(f'"{o}"' in outcomes for o in measures.LIFECYCLE_OUTCOMES)
+    assert all(q.startswith("SOURCE 'ref' | ") for q in queries.values())
+    # the references: the monitor's and the lifecycle function's log groups
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    refs = [
+        p for p in dashboard["Properties"]["DashboardBody"]["Fn::Join"][1] if isinstance(p, dict)
+    ]
+    for handler in (names.MONITOR_HANDLER, names.LIFECYCLE_HANDLER):
+        _, function = function_by_handler(template, handler)
+        assert function["Properties"]["LoggingConfig"]["LogGroup"] in refs, handler

@@ -442,30 +442,41 @@ def test_the_cli_checks_idempotency_keys_like_the_api() -> None:
 # --- deploy / destroy / secrets ----------------------------------------------------------------
 
 
-def test_secrets_set_reads_stdin_and_writes_secrets_manager(capsys, monkeypatch) -> None:
+def test_secrets_set_reads_stdin_and_writes_an_ssm_secure_string(capsys, monkeypatch) -> None:
     with mock_aws():
-        sm = boto3.client("secretsmanager")
-        sm.create_secret(Name=names.CLOUDFLARE_SECRET_NAME, SecretString="{}")
+        ssm = boto3.client("ssm")
         values = ["a" * 32, "cf-token-value", "b" * 32, "tether-ckpt"]
         monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(values) + "\n"))
         code, out, err = run(capsys, "secrets", "set", "cloudflare")
         assert code == 0, err
-        stored = json.loads(
-            sm.get_secret_value(SecretId=names.CLOUDFLARE_SECRET_NAME)["SecretString"]
-        )
+        parameter = ssm.get_parameter(Name=names.CLOUDFLARE_PARAMETER, WithDecryption=True)
+        assert parameter["Parameter"]["Type"] == "SecureString"
+        stored = json.loads(parameter["Parameter"]["Value"])
         assert stored == dict(zip(names.CLOUDFLARE_SECRET_FIELDS, values, strict=True))
         assert "cf-token-value" not in out + err  # never echoed
+        # a second set overwrites (a rotated key)
+        monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(values) + "\n"))
+        code, out, err = run(capsys, "secrets", "set", "cloudflare")
+        assert code == 0 and "version 2" in out, err
 
 
-def test_secrets_set_rejects_bad_values_and_a_missing_stack(capsys, monkeypatch) -> None:
+def test_secrets_set_rejects_bad_values_and_needs_no_stack(capsys, monkeypatch) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO("acct\ntoken\nkey\nBad_Bucket\n"))
     code, _, err = run(capsys, "secrets", "set", "cloudflare")
     assert code == 2
     assert "account_id:" in err and "parent_access_key_id:" in err and "bucket:" in err
     with mock_aws():
+        monkeypatch.setattr("sys.stdin", io.StringIO("vast key 123\n"))
+        code, _, err = run(capsys, "secrets", "set", "vast")
+        assert code == 2 and "Vast API key: must be" in err
+        # the parameter needs no stack (CloudFormation cannot create a SecureString)
         monkeypatch.setattr("sys.stdin", io.StringIO("vast-key-123\n"))
         code, _, err = run(capsys, "secrets", "set", "vast")
-        assert code == 1 and "deploy the stack first" in err
+        assert code == 0, err
+        stored = boto3.client("ssm").get_parameter(
+            Name=names.VAST_KEY_PARAMETER, WithDecryption=True
+        )["Parameter"]["Value"]
+        assert stored == "vast-key-123"
 
 
 def test_deploy_without_node_says_what_to_install() -> None:

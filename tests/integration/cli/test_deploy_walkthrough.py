@@ -21,6 +21,7 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
 from infra import names
@@ -30,7 +31,7 @@ from tether_cli import deploy
 from tether_cli.main import main
 
 REGION = "eu-west-1"  # the walk-through's; the environment says us-east-1 (tests/conftest.py)
-ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:tether/vast-api-key-AbCdEf"
+ARN = names.VAST_KEY_PARAMETER  # the output names the parameter
 
 
 def doc_block(heading: str) -> list[str]:
@@ -133,11 +134,15 @@ def test_deploy_checks_in_the_named_region_and_prints_the_outputs_verbatim(
             {
                 "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
                 "Outputs": {
-                    "VastSecretArn": {"Value": ARN},
+                    names.OUTPUT_VAST_SECRET_ARN: {"Value": ARN},
                     "ApiUrl": {"Value": "https://x.execute-api.eu-west-1.amazonaws.com/[bold]"},
                 },
             }
         ),
+    )
+    # the Vast secret of a stack from before the provider keys moved to SSM
+    boto3.client("secretsmanager", region_name=REGION).create_secret(
+        Name=names.VAST_SECRET_NAME, SecretString="old-vast-key"
     )
     ran: list[tuple[list[str], dict[str, str]]] = []
 
@@ -156,8 +161,31 @@ def test_deploy_checks_in_the_named_region_and_prints_the_outputs_verbatim(
     assert out.splitlines()[:3] == [
         "deployed Tether to account 123456789012, region eu-west-1 (--region)",
         "  ApiUrl: https://x.execute-api.eu-west-1.amazonaws.com/[bold]",
-        f"  VastSecretArn: {ARN}",
+        f"  {names.OUTPUT_VAST_SECRET_ARN}: {ARN}",
     ]
+    # Before the deploy, the provider keys' parameters: the old stack's Vast secret moved over,
+    # the Cloudflare one (never deployed here) created with the placeholder.
+    assert f"moved the vast key from secret {names.VAST_SECRET_NAME} to SSM" in err
+    assert (
+        f"created {names.CLOUDFLARE_PARAMETER}: set it with `tether secrets set cloudflare`" in err
+    )
+    ssm = boto3.client("ssm", region_name=REGION)
+    vast = ssm.get_parameter(Name=names.VAST_KEY_PARAMETER, WithDecryption=True)["Parameter"]
+    assert (vast["Type"], vast["Value"]) == ("SecureString", "old-vast-key")
+    cloudflare = ssm.get_parameter(Name=names.CLOUDFLARE_PARAMETER, WithDecryption=True)
+    assert json.loads(cloudflare["Parameter"]["Value"]) == dict.fromkeys(
+        names.CLOUDFLARE_SECRET_FIELDS, names.SECRET_PLACEHOLDER
+    )
+    # a second deploy leaves set keys alone
+    ssm.put_parameter(
+        Name=names.VAST_KEY_PARAMETER, Value="new", Type="SecureString", Overwrite=True
+    )
+    code, _, err = run(capsys, "deploy", "--region", REGION)
+    assert code == 0 and "moved" not in err and "created" not in err, err
+    assert (
+        ssm.get_parameter(Name=names.VAST_KEY_PARAMETER, WithDecryption=True)["Parameter"]["Value"]
+        == "new"
+    )
 
 
 def test_the_region_in_aws_region_wins_over_aws_default_region(
@@ -176,14 +204,15 @@ def test_the_region_in_aws_region_wins_over_aws_default_region(
 def test_secrets_set_writes_in_the_named_region(
     moto_server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    regional = boto3.client("secretsmanager", region_name=REGION)
-    regional.create_secret(Name=names.VAST_SECRET_NAME, SecretString=names.SECRET_PLACEHOLDER)
+    regional = boto3.client("ssm", region_name=REGION)
     monkeypatch.setattr(sys, "stdin", io.StringIO("vast-key-123\n"))
     code, out, err = run(capsys, "secrets", "set", "vast", "--region", REGION)
     assert code == 0, err
-    assert out.startswith("stored tether/vast-api-key in eu-west-1 (version ")
-    stored = regional.get_secret_value(SecretId=names.VAST_SECRET_NAME)["SecretString"]
-    assert stored == "vast-key-123"
+    assert out.startswith(f"stored {names.VAST_KEY_PARAMETER} in eu-west-1 (SSM SecureString")
+    stored = regional.get_parameter(Name=names.VAST_KEY_PARAMETER, WithDecryption=True)
+    assert stored["Parameter"]["Value"] == "vast-key-123"
+    with pytest.raises(ClientError):  # not in the other region
+        boto3.client("ssm", region_name="us-east-1").get_parameter(Name=names.VAST_KEY_PARAMETER)
 
 
 def test_destroy_refuses_when_it_cannot_check_for_active_jobs(
@@ -215,6 +244,6 @@ def test_destroy_says_what_stays_before_asking(
     assert code == 2 and "not destroyed" in err
     assert "a redeploy creates a new, empty table" in err
     assert (
-        "the secrets tether/vast-api-key and tether/cloudflare stay scheduled for deletion for "
-        "Secrets Manager's recovery window (7-30 days)" in err
+        f"the provider keys {names.VAST_KEY_PARAMETER} and {names.CLOUDFLARE_PARAMETER} (SSM "
+        "parameters, free) are kept for a redeploy" in err
     )

@@ -20,6 +20,7 @@ from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.domain.job import JobState
 from functions.monitor.service import MonitorDeps, run_monitor
+from infra import names
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.supervision_harness import Supervised, supervised_stack
 from tether_local.aws import LambdaInvocationError
@@ -58,8 +59,9 @@ def test_a_monitor_failing_on_secrets_manager_renews_no_lease_and_the_money_stop
     remaining_h = (0.2 - stored.spent_usd) / price
     assert lease == pytest.approx(sup.clock() + remaining_h * 3600)  # the budget's lease
 
-    secrets = sup.aws.client("secretsmanager")
-    secrets.delete_secret(SecretId=sup.secret_arn("VastApiKey"), RecoveryWindowInDays=7)
+    ssm = sup.aws.client("ssm")
+    key = ssm.get_parameter(Name=names.VAST_KEY_PARAMETER, WithDecryption=True)["Parameter"]
+    ssm.delete_parameter(Name=names.VAST_KEY_PARAMETER)
     sup.cold_start()  # new containers read the secret again, and cannot
     leases, failed_runs, stopped_at = set(), 0, None
     try:
@@ -74,7 +76,7 @@ def test_a_monitor_failing_on_secrets_manager_renews_no_lease_and_the_money_stop
                 sup.stop_instance(instance_id)  # the dead-man switch: the lease ran out
                 stopped_at = sup.clock()
     finally:
-        secrets.restore_secret(SecretId=sup.secret_arn("VastApiKey"))
+        ssm.put_parameter(Name=names.VAST_KEY_PARAMETER, Value=key["Value"], Type="SecureString")
 
     assert failed_runs == 120 and leases == {lease}  # never renewed while unsupervised
     assert stopped_at is not None and stopped_at - lease <= 300
@@ -145,9 +147,9 @@ def monitor_deps(sup: Supervised) -> MonitorDeps:
     return MonitorDeps(
         store=sup.store,
         transitions=TransitionStarter(sup.state_machine_arn, client=sup.sfn),
-        vast=lambda: factory.vast(sup.secret_arn("VastApiKey"), "https://console.vast.ai"),
+        vast=lambda: factory.vast(sup.secret_arn("vast"), "https://console.vast.ai"),
         cloudflare=lambda: factory.cloudflare(
-            sup.secret_arn("Cloudflare"), "https://api.cloudflare.com/client/v4"
+            sup.secret_arn("cloudflare"), "https://api.cloudflare.com/client/v4"
         ),
         clock=sup.clock,
     )

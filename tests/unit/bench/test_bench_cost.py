@@ -126,3 +126,44 @@ def test_recovery_breakdown_of_an_incident_never_detected() -> None:
     i = breakdown(m, threshold_s=0, monitor_interval_s=1)
     assert i.detection_s is None and i.total_s is None
     assert not i.detection_within_goal and not i.rent_within_execution
+
+
+def test_traced_invocations_and_secure_string_reads_are_priced() -> None:
+    """A traced invocation is an X-Ray trace; an SSM SecureString read a KMS request (aws/ssm)."""
+    usage = cost.invocation_usage(
+        256, 0.1, {"ssm.GetParameter": 2}, read_units=0, write_units=0, log_bytes=0,
+        via_http_api=False, traced=True,
+    )  # fmt: skip
+    assert (usage.xray_traces, usage.kms_requests, usage.secrets_calls) == (1, 2, 0)
+    listed = cost.priced(usage * 43_800)
+    assert listed["xray_traces"] == pytest.approx(0.219)  # a minutely traced function
+    assert cost.priced(usage * 43_800, free_used=Usage())["xray_traces"] == 0  # 100k free
+    untraced = cost.invocation_usage(
+        256, 0.1, {}, read_units=0, write_units=0, log_bytes=0, via_http_api=False
+    )
+    assert untraced.xray_traces == 0
+
+
+def test_alarms_and_dashboards_are_counted_from_the_template() -> None:
+    """A math alarm bills each metric it reads; the dashboard $3 beyond the 3 free."""
+    template = {
+        "Resources": {
+            "A": {"Type": "AWS::CloudWatch::Alarm", "Properties": {"MetricName": "X"}},
+            "B": {
+                "Type": "AWS::CloudWatch::Alarm",
+                "Properties": {
+                    "Metrics": [
+                        {"Id": "e", "Expression": "a+b"},
+                        {"MetricStat": {}},
+                        {"MetricStat": {}},
+                    ]
+                },
+            },
+            "D": {"Type": "AWS::CloudWatch::Dashboard", "Properties": {}},
+        }
+    }
+    assert (cost.alarm_metrics(template), cost.dashboards(template)) == (3, 1)
+    assert cost.observability_usd_per_month(template, free=False) == pytest.approx(
+        {"alarms": 0.30, "dashboard": 3.00}
+    )
+    assert cost.observability_usd_per_month(template, free=True) == {"alarms": 0, "dashboard": 0}

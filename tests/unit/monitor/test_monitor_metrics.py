@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from functions.domain.measures import MONITOR_RUN_MESSAGE
 from functions.monitor import handler as monitor_handler
 from functions.monitor import service as monitor_service
 from functions.monitor.service import MonitorReport
@@ -83,7 +84,7 @@ def test_records_vast_sent_that_could_not_be_read_are_counted(monkeypatch, capsy
     emitted = run_handler(monkeypatch, capsys, report)
     assert emitted["VastRecordsSkipped"] == ([2], "Count")
     assert emitted["VastFieldsDropped"] == ([1], "Count")
-    assert run_handler(monkeypatch, capsys, MonitorReport())["VastRecordsSkipped"] == ([0], "Count")
+    assert "VastRecordsSkipped" not in run_handler(monkeypatch, capsys, MonitorReport())
 
 
 def test_unsupervised_jobs_and_held_verdicts_reach_the_alarms(monkeypatch, capsys) -> None:
@@ -94,8 +95,9 @@ def test_unsupervised_jobs_and_held_verdicts_reach_the_alarms(monkeypatch, capsy
     assert emitted[obs.UNSUPERVISED_METRIC] == ([2], "Count")
     assert emitted[obs.HELD_METRIC] == ([4], "Count")
     quiet = run_handler(monkeypatch, capsys, MonitorReport(jobs=1, supervised=1))
+    # the alarm takes the Minimum over every run of ten minutes: the zeros count while jobs run
     assert quiet[obs.UNSUPERVISED_METRIC] == ([0], "Count")
-    assert quiet[obs.HELD_METRIC] == ([0], "Count")
+    assert obs.HELD_METRIC not in quiet  # a counter: only when non-zero (missing = OK)
 
 
 def test_the_handler_budgets_the_run_by_the_invocations_remaining_time(monkeypatch) -> None:
@@ -123,3 +125,49 @@ def test_later_attempts_and_a_stop_past_its_last_attempt_are_counted(monkeypatch
     assert emitted["TransitionsStarted"] == ([1], "Count")
     assert emitted["TransitionsRetried"] == ([2], "Count")
     assert emitted[obs.TRANSITIONS_EXHAUSTED_METRIC] == ([1], "Count")  # TransitionGaveUp
+
+
+def test_an_idle_run_emits_no_metric_at_all(monkeypatch, capsys) -> None:
+    """No job, Vast read, no labelled instance, nothing went wrong: every custom metric is
+    billed for each hour it gets a datapoint, so an idle deployment sends none."""
+    idle = MonitorReport(instances=0, tether_instances=0)
+    assert run_handler(monkeypatch, capsys, idle) == {}
+
+
+def test_counters_are_emitted_only_when_non_zero(monkeypatch, capsys) -> None:
+    report = MonitorReport(jobs=1, instances=1, tether_instances=1, orphans_destroyed=1)
+    emitted = run_handler(monkeypatch, capsys, report)
+    assert emitted[obs.ORPHANS_METRIC] == ([1], "Count")
+    assert emitted[obs.INSTANCES_METRIC] == ([1], "Count")
+    for zero in ("TransitionsStarted", "CredentialsRenewed", obs.MONITOR_ERRORS_METRIC,
+                 obs.HOSTS_BLAMED_METRIC, "VastListFailed", obs.RECOVERIES_METRIC):  # fmt: skip
+        assert zero not in emitted, zero
+    # the gauges the dashboard and the alarms read while a job is active
+    assert emitted[obs.JOBS_METRIC] == ([1], "Count")
+    assert emitted[obs.SPEND_METRIC] == ([0.0], "None")
+
+
+def test_verdicts_are_one_metric_their_causes_stay_in_the_log_line(
+    monkeypatch, capsys, caplog
+) -> None:
+    """`Verdict{cause=…}` would be billed as one metric per cause, like `Verdict_<cause>`: one
+    `Recoveries` count instead, the causes in the run's log line (the dashboard queries it)."""
+    report = MonitorReport(jobs=3, instances=3, tether_instances=3,
+                           verdicts={"dead": 2, "hung": 1, "finished": 1})  # fmt: skip
+    monkeypatch.setattr(monitor_handler, "dependencies", lambda: None)
+    monkeypatch.setattr(monitor_service, "run_monitor", lambda _deps, **_: report)
+    capsys.readouterr()
+    monitor_handler.handler({}, LocalLambdaContext())
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    metric_names = {
+        m["Name"]
+        for line in lines
+        if "_aws" in line
+        for d in line["_aws"]["CloudWatchMetrics"]
+        for m in d["Metrics"]
+    }
+    assert not {n for n in metric_names if n.startswith("Verdict")}
+    (recoveries,) = [line[obs.RECOVERIES_METRIC] for line in lines if "_aws" in line]
+    assert recoveries == [3.0]  # dead and hung; a finished job is no recovery
+    (run_line,) = [r for r in caplog.records if r.getMessage() == MONITOR_RUN_MESSAGE]
+    assert run_line.verdicts == {"dead": 2, "hung": 1, "finished": 1}
