@@ -24,16 +24,31 @@ and its pace is clamped to within `PACE_BOUND` times the speed prior's pace on t
 (`Generation.prior_steps_per_hour`, recorded with the rent when the job gives `total_steps`);
 without a prior in steps only `MAX_STEPS_PER_S` bounds it. Stored figures are sums (steps,
 seconds, runs) added atomically, so concurrent writers never lose a sample, and every sample
-names its generation, so an ended generation that is ended again adds nothing.
+names its generation, so an ended generation that is ended again adds nothing. The same ADD
+files what calibrating the prior needs, where the rent recorded it: the prior's steps in the
+sample's seconds (beside the sample's steps and a run count) and the host's dlperf as sums for
+a log-log fit (`calibration.FitSums`). Items stored before these lack them: uncalibrated.
 
 Estimates. With `total_steps`, the work left is `total_steps` less the step a replacement
-resumes from (the newest recorded checkpoint): on an offer whose GPU model and count have a
-measured pace, hours = steps left ÷ steps per hour (source `measured`, with its runs); else the
-prior's hours scaled to the share of steps left. Without `total_steps` but with
-`reference_gpu`, a pace measured both on the reference GPU and on the offer's GPU (same count)
-replaces the dlperf ratio: hours = expected_hours × reference pace ÷ offer pace. Otherwise the
-prior, unchanged. Start-up: the machine's own figure where seen, else the GPU model's, else the
-spec's `expected_startup_min`.
+resumes from (the newest recorded checkpoint); the measured runs calibrate the prior rather
+than replace it (BENCHMARKS.md, planner regret: a model's measured hours lose each host's own
+dlperf, and a job learns only the models it rented):
+
+- an offer whose GPU model and count were measured: this offer's prior hours for the steps
+  left × (prior steps ÷ measured steps on that model), shrunk toward 1 with the prior worth
+  `PRIOR_RUNS` run (source `measured`, with its runs). Uncalibrated items: steps left ÷ the
+  measured steps per hour, as before.
+- any other offer, for a job with `reference_gpu`, once two runs differ in dlperf: steps left ÷
+  the pace of the power law refitted to every run (`calibration.fit_power_law`); else, while
+  one dlperf level is known or for a job without `reference_gpu` (its hours do not follow the
+  GPU, so no law), the prior × the factor pooled over every calibrated run (`POOL`). Source
+  `prior`, basis "prior, calibrated by N runs".
+- nothing calibrated: the prior's hours scaled to the share of steps left.
+
+Without `total_steps` but with `reference_gpu`, a pace measured both on the reference GPU and on
+the offer's GPU (same count) replaces the dlperf ratio: hours = expected_hours × reference pace
+÷ offer pace. Otherwise the prior, unchanged. Start-up: the machine's own figure where seen,
+else the GPU model's, else the spec's `expected_startup_min`.
 """
 
 from __future__ import annotations
