@@ -2,8 +2,9 @@
 `functions/domain/pace.py`'s estimator; the rules and why are in its docstring).
 
 - `calibration_factor`: measured hours ÷ the prior's hours on the hosts that ran, from the
-  stored sums (the prior's steps and the measured steps over the same seconds), shrunk toward
-  1 in logs with the prior worth `prior_runs` runs: factor = (prior ÷ measured)^(n / (n + p)).
+  stored sums (the prior's steps and the measured steps over the same seconds), optionally
+  shrunk toward 1 in logs with the prior worth `prior_runs` runs: (prior ÷ measured)^(n/(n+p));
+  `PRIOR_RUNS` is 0: unshrunk.
 - `fit_power_law`: steps per hour = a × dlperf^e through every measured run (its host's dlperf,
   its pace), least squares in logs from sums the store adds atomically (`FitSums`), e clamped
   to `EXPONENT_RANGE`; None until two runs differ in dlperf (one level says nothing of e). Hosts
@@ -17,7 +18,9 @@ import math
 from dataclasses import dataclass
 
 EXPONENT_RANGE = (0.0, 1.5)  # speed ∝ dlperf^e: from "the GPU does not matter" to superlinear
-PRIOR_RUNS = 1  # the prior counts as one run against a model's measured ones
+# What the prior weighs against a model's measured runs: none. A run's pace is exact for its
+# host, and the regret bench did better under every truth unshrunk (BENCHMARKS.md).
+PRIOR_RUNS = 0
 
 
 def calibration_factor(

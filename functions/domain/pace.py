@@ -35,8 +35,8 @@ than replace it (BENCHMARKS.md, planner regret: a model's measured hours lose ea
 dlperf, and a job learns only the models it rented):
 
 - an offer whose GPU model and count were measured: this offer's prior hours for the steps
-  left × (prior steps ÷ measured steps on that model), shrunk toward 1 with the prior worth
-  `PRIOR_RUNS` run (source `measured`, with its runs). Uncalibrated items: steps left ÷ the
+  left × (prior steps ÷ measured steps on that model), unshrunk (`calibration.PRIOR_RUNS`)
+  (source `measured`, with its runs). Uncalibrated items: steps left ÷ the
   measured steps per hour, as before.
 - any other offer, for a job with `reference_gpu`, once two runs differ in dlperf: steps left ÷
   the pace of the power law refitted to every run (`calibration.fit_power_law`); else, while
@@ -231,7 +231,7 @@ class Pace(_Frozen):
         return FitSums(self.fit_runs, self.fit_x, self.fit_xx, self.fit_y, self.fit_xy)
 
     def factor(self, prior_runs: int = PRIOR_RUNS) -> float | None:
-        """Measured hours ÷ the prior's on this model, shrunk (`calibration_factor`)."""
+        """Measured hours ÷ the prior's on this model (`calibration_factor`)."""
         return calibration_factor(
             self.prior_steps, self.calibrated_steps, self.calibrated_runs, prior_runs
         )

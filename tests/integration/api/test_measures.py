@@ -58,8 +58,8 @@ def test_the_calibration_sums_add_atomically_with_the_pace(api: Api) -> None:
     assert found.fit_x == pytest.approx(math.log(100) + math.log(80))
     assert found.fit_xx == pytest.approx(math.log(100) ** 2 + math.log(80) ** 2)
     assert found.fit_y == pytest.approx(2 * y) and found.fit_xy == pytest.approx(found.fit_x * y)
-    # How far the prior was off: 3000 / 4500 of the hours, shrunk by one prior run.
-    assert found.factor() == pytest.approx((3000 / 4500) ** (2 / 3))
+    # How far the prior was off: 3000 / 4500 of the hours.
+    assert found.factor() == pytest.approx(3000 / 4500)
 
 
 def test_startup_files_per_machine_and_per_gpu_model(api: Api) -> None:

@@ -54,11 +54,11 @@ def test_a_run_is_filed_as_tether_files_a_sample() -> None:
     assert (pace.steps, pace.seconds, pace.runs) == (10_000, 4 * 3600, 1)
     assert pace.prior_steps == pytest.approx(5000)
     assert pace.fit_x == pytest.approx(math.log(24.4))
-    # tether's estimator: the 3090's prior 8 h × (5000 / 10 000)^(1/2); the 4090 by the pooled
-    # factor, the same.
+    # tether's estimator: the 3090's prior 8 h × 5000 / 10 000; the 4090 by the pooled factor,
+    # the same.
     estimate = memory.estimator()
-    assert estimate(JOB, SLOW).hours == pytest.approx(8 * math.sqrt(0.5))
-    assert estimate(JOB, FAST).hours == pytest.approx(2 * math.sqrt(0.5))
+    assert estimate(JOB, SLOW).hours == pytest.approx(4.0)
+    assert estimate(JOB, FAST).hours == pytest.approx(1.0)
     assert estimate(JOB, FAST).basis == "prior, calibrated by 1 run"
 
 

@@ -47,11 +47,12 @@ def measured(*samples: PaceSample) -> JobMeasures:
 # --- the arithmetic ----------------------------------------------------------------------------
 
 
-def test_the_factor_is_measured_over_prior_hours_shrunk_by_one_prior_run() -> None:
+def test_the_factor_is_measured_over_prior_hours_optionally_shrunk() -> None:
     # The prior said 9000 steps in the seconds that trained 6000: 1.5 × the hours.
-    assert calibration_factor(9000, 6000, 1, prior_runs=0) == pytest.approx(1.5)
-    assert calibration_factor(9000, 6000, 1) == pytest.approx(math.sqrt(1.5))  # 1.5^(1/2)
-    assert calibration_factor(9000, 6000, 3) == pytest.approx(1.5**0.75)  # 1.5^(3/4)
+    assert calibration_factor(9000, 6000, 1) == pytest.approx(1.5)
+    # The prior worth one run: 1.5^(1/2) after one run, 1.5^(3/4) after three.
+    assert calibration_factor(9000, 6000, 1, prior_runs=1) == pytest.approx(math.sqrt(1.5))
+    assert calibration_factor(9000, 6000, 3, prior_runs=1) == pytest.approx(1.5**0.75)
     assert calibration_factor(0, 6000, 1) is None
     assert calibration_factor(9000, 6000, 0) is None
 
@@ -87,7 +88,7 @@ def test_a_sample_carries_the_priors_steps_and_its_hosts_dlperf() -> None:
 
 # --- the estimator -----------------------------------------------------------------------------
 
-# The 4090s ran at 2000 steps/h where the prior said 3000: the hours × 1.5, shrunk to √1.5.
+# The 4090s ran at 2000 steps/h where the prior said 3000: the hours × 1.5.
 SLOW_4090 = measured(run(1, "RTX 4090", 97.6, 2000, prior_per_hour=3000, hours=3))
 
 
@@ -95,25 +96,25 @@ def test_within_a_measured_model_the_faster_host_gets_fewer_hours() -> None:
     estimate = pace_estimator(SLOW_4090)
     median = estimate(JOB, make_offer(1, dlperf=97.6))  # prior 2 h
     fast = estimate(JOB, make_offer(2, dlperf=122.0))  # prior 2 × 97.6 / 122 = 1.6 h
-    assert median.hours == pytest.approx(2 * math.sqrt(1.5))
-    assert fast.hours == pytest.approx(1.6 * math.sqrt(1.5))
+    assert median.hours == pytest.approx(3.0)  # the model's measured pace: 6000 / 2000
+    assert fast.hours == pytest.approx(2.4)  # 1.6 × 1.5
     assert (fast.source, fast.runs, fast.basis) == ("measured", 1, "measured, 1 run")
-    assert "prior × 1.22" in fast.detail
-    # Without the shrink the factor is the measured 1.5: 3 h, the model's measured pace.
-    assert pace_estimator(SLOW_4090, prior_runs=0)(JOB, make_offer(1, dlperf=97.6)).hours == (
-        pytest.approx(3.0)
+    assert "prior × 1.50" in fast.detail
+    # With the prior worth one run the factor is √1.5.
+    assert pace_estimator(SLOW_4090, prior_runs=1)(JOB, make_offer(1, dlperf=97.6)).hours == (
+        pytest.approx(2 * math.sqrt(1.5))
     )
 
 
 def test_a_replacement_prices_the_steps_left_on_the_calibrated_prior() -> None:
     half = pace_estimator(SLOW_4090, resume_step=3000)(JOB, make_offer(1, dlperf=97.6))
-    assert half.hours == pytest.approx(1 * math.sqrt(1.5))  # the prior's 1 h for 3000 steps
+    assert half.hours == pytest.approx(1.5)  # the prior's 1 h for 3000 steps × 1.5
     assert "3000 of 6000 steps left" in half.detail
 
 
 def test_one_dlperf_level_carries_the_pooled_factor_to_models_not_run() -> None:
     other = pace_estimator(SLOW_4090)(JOB, make_offer(3, gpu_name="RTX 3090", dlperf=24.4))
-    assert other.hours == pytest.approx(8 * math.sqrt(1.5))  # the prior's 8 h × √1.5
+    assert other.hours == pytest.approx(8 * 1.5)  # the prior's 8 h × 1.5
     assert (other.source, other.runs, other.basis) == ("prior", 0, "prior, calibrated by 1 run")
     unpooled = pace_estimator(SLOW_4090, pool=False)
     assert unpooled(JOB, make_offer(3, gpu_name="RTX 3090", dlperf=24.4)).hours == (
@@ -132,9 +133,9 @@ def test_two_dlperf_levels_refit_the_law_for_models_not_run() -> None:
     assert unseen.hours == pytest.approx(6000 / 750)  # 750 steps/h by the law; the prior: 32 h
     assert (unseen.source, unseen.basis) == ("prior", "prior, calibrated by 2 runs")
     assert "dlperf^0.50" in unseen.detail
-    # The 3090 itself: its prior 8 h × (750 / 1500)^(1/2).
+    # The 3090 itself: its prior 8 h × 750 / 1500.
     seen = estimate(JOB, make_offer(5, gpu_name="RTX 3090", dlperf=24.4))
-    assert seen.hours == pytest.approx(8 * math.sqrt(0.5))
+    assert seen.hours == pytest.approx(4.0)
     assert seen.source == "measured"
 
 
@@ -156,12 +157,12 @@ def test_items_stored_before_calibration_are_priced_as_before() -> None:
 def test_a_job_without_reference_gpu_pools_but_never_refits() -> None:
     # tiny-cpu-like: 2 h on any host. Two models measured at different dlperf, both 1.5 × slower
     # than the spec said: no law (the job says its hours do not follow the GPU), the pooled
-    # factor 1.5^(2/3) on a third model.
+    # factor 1.5 on a third model.
     job = make_job(total_steps=6000)
     measures = measured(
         run(1, "RTX 4090", 97.6, 2000, prior_per_hour=3000),
         run(2, "RTX 3090", 24.4, 2000, prior_per_hour=3000),
     )
     other = pace_estimator(measures)(job, make_offer(4, gpu_name="RTX 3060", dlperf=6.1))
-    assert other.hours == pytest.approx(2 * 1.5 ** (2 / 3))
+    assert other.hours == pytest.approx(2 * 1.5)
     assert (other.source, other.basis) == ("spec", "as given, calibrated by 2 runs")
