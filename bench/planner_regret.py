@@ -11,11 +11,11 @@ cost is the planner's own cost model (`cost_offer`) at the true hours and start-
 picks among the qualifying offers and its regret is its host's true cost / the oracle's − 1:
 
 - tether (speed prior):  `plan_job` as it is (hours from the offer's dlperf, or as given);
-- tether (measured, k):  `plan_job(estimate=...)` after the job ran k times on earlier books
-                         of the same world, learning the true pace of the GPU models it rented
-                         (a SIMULATED estimator, `bench/lib/learned.py`; tether's store is
-                         built elsewhere); `+ refit`: the prior calibrated and refitted to those
-                         runs (a proposal);
+- tether (measured, k):  `plan_job(estimate=pace_estimator(...))` after the job ran k times
+                         on earlier books of the same world, each run's true pace filed as
+                         tether files a sample (`bench/lib/learned.py`): tether's real
+                         estimator, calibrating the prior; `no pooling`: the same without
+                         carrying the pooled factor to models not measured;
 - cheapest $/h:          the lowest listed `dph_total`;
 - dstack's rule:         the lowest GPU + disk $/h for the job's disk (shared/reference/peers.md);
 - bound:                 the truth's own dlperf law, blind only to each host's noise: not a rule
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lib.jobs import example_jobs  # noqa: E402
-from bench.lib.learned import PaceMemory, learn_snapshots  # noqa: E402
+from bench.lib.learned import PaceMemory, learn_snapshots, with_steps  # noqa: E402
 from bench.lib.regret import (  # noqa: E402
     REFERENCE_DLPERF,
     REFERENCE_GPU,
@@ -84,21 +84,24 @@ class Learned:
 
     name: str
     runs: int
-    fit: bool
+    pool: bool
 
 
 def learned_rules(runs: int) -> tuple[Learned, ...]:
-    """Measured pace after 1 and after `runs` runs, and the refitted prior after `runs`."""
-    rules = [Learned("tether (measured, 1 run)", 1, False)]
+    """tether's estimator after 1 and after `runs` runs, and after 1 without pooling (what
+    decided `functions.domain.pace.POOL`)."""
+    rules = [Learned("tether (measured, 1 run)", 1, True)]
     if runs > 1:
-        rules.append(Learned(f"tether (measured, {runs} runs)", runs, False))
-    rules.append(Learned(f"tether (measured + refit, {runs} runs)", runs, True))
+        rules.append(Learned(f"tether (measured, {runs} runs)", runs, True))
+    rules.append(Learned("tether (measured, 1 run, no pooling)", 1, False))
     return tuple(rules)
 
 
 def measured_rule(memory: PaceMemory) -> Strategy:
+    estimate = memory.estimator()
+
     def choose(job: JobSpec, offers: Sequence[Offer]) -> Offer:
-        return plan_job(job, offers, estimate=memory.estimate).ranking[0].offer
+        return plan_job(with_steps(job), offers, estimate=estimate).ranking[0].offer
 
     return choose
 
@@ -174,13 +177,14 @@ def run_generated(
                 if bound:
                     law = DlperfRatio(exponent=truth_model.exponent)
                     judged[BOUND] = speed_aware(law)
-                for fit in sorted({rule.fit for rule in learned}):
+                for pool in sorted({rule.pool for rule in learned}):
                     snapshots = learn_snapshots(
-                        job, history, fit=fit, runs={r.runs for r in learned if r.fit == fit},
-                        rng=random.Random(f"measure-{seed}-{truth_model.name}-{job_name}-{fit}"),
+                        with_steps(job), history, pool=pool,
+                        runs={r.runs for r in learned if r.pool == pool},
+                        rng=random.Random(f"measure-{seed}-{truth_model.name}-{job_name}"),
                     )  # fmt: skip
                     for learned_rule in learned:
-                        if learned_rule.fit == fit:
+                        if learned_rule.pool == pool:
                             memory = snapshots[learned_rule.runs]
                             judged[learned_rule.name] = measured_rule(memory)
                 book_regrets = regrets(job, offers, truth, judged)

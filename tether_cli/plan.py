@@ -154,11 +154,12 @@ def hours_basis(job: JobSpec) -> str:
     """What the job's `expected_hours` mean, as the plan used them."""
     if job.total_steps is not None:
         return (
-            f"Work: total_steps {job.total_steps}; hours from the pace measured for {job.name} "
-            "on the offer's GPU model and count where seen, else expected_hours "
+            f"Work: total_steps {job.total_steps}; hours from expected_hours "
             f"{job.expected_hours:g} "
-            + (f"on {job.resources.gpu_count}x {job.reference_gpu}, scaled by speed." if
-               job.reference_gpu else "as given, on any host.")
+            + (f"on {job.resources.gpu_count}x {job.reference_gpu}, scaled by speed" if
+               job.reference_gpu else "as given, on any host")
+            + f", calibrated by the pace measured for {job.name} where any was (per GPU "
+            "model and count; `from` says which)."
         )  # fmt: skip
     if job.reference_gpu is None:
         return (

@@ -27,6 +27,8 @@ from functions.domain.pace import (
 
 # Every sample names its generation in the item's `samples` set: a generation ended twice (a
 # retried destroy) adds once. ADD is atomic, so concurrent writers never lose a sample.
+# The calibration sums (absent on items stored before them: 0, uncalibrated).
+_SUMS = ("calibrated_steps", "prior_steps", "fit_x", "fit_xx", "fit_y", "fit_xy")
 _ONCE = "attribute_not_exists(samples) OR NOT contains(samples, :id)"
 
 
@@ -45,10 +47,18 @@ class MeasureRecords(StoreBase):
             ":g": serialize_value(sample.gpu_name),
             ":c": serialize_value(sample.gpu_count),
         }
+        adds = ["steps :st", "#seconds :s", "runs :one", "samples :ids"]
+        if sample.prior_steps is not None:  # what calibrating the prior needs (domain/pace.py)
+            adds += ["calibrated_steps :st", "prior_steps :ps", "calibrated_runs :one"]
+            values[":ps"] = serialize_value(sample.prior_steps)
+        fit = sample.fit_sums()
+        if fit.runs:
+            adds += ["fit_runs :one", "fit_x :fx", "fit_xx :fxx", "fit_y :fy", "fit_xy :fxy"]
+            for key, value in ((":fx", fit.x), (":fxx", fit.xx), (":fy", fit.y), (":fxy", fit.xy)):
+                values[key] = serialize_value(value)
         return self._table.update(
             pace_key(name, gpu_key(sample.gpu_name), sample.gpu_count),
-            UpdateExpression="ADD steps :st, #seconds :s, runs :one, samples :ids "
-            "SET gpu_name = :g, gpu_count = :c",
+            UpdateExpression=f"ADD {', '.join(adds)} SET gpu_name = :g, gpu_count = :c",
             ConditionExpression=_ONCE,
             ExpressionAttributeNames={"#seconds": "seconds"},
             ExpressionAttributeValues=values,
@@ -94,6 +104,9 @@ class MeasureRecords(StoreBase):
                         gpu_name=str(item["gpu_name"]), gpu_count=int(item["gpu_count"]),
                         steps=float(item.get("steps", 0)), seconds=float(item.get("seconds", 0)),
                         runs=int(item.get("runs", 0)),
+                        **{f: float(item.get(f, 0)) for f in _SUMS},
+                        calibrated_runs=int(item.get("calibrated_runs", 0)),
+                        fit_runs=int(item.get("fit_runs", 0)),
                     )
                 )  # fmt: skip
             elif sk.startswith("STARTUP#") and int(item.get("runs", 0)) > 0:

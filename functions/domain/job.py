@@ -298,6 +298,7 @@ class Generation(BaseModel):
     prior_steps_per_hour: float | None = Field(
         default=None, description="total_steps / the speed prior's hours on this offer."
     )
+    dlperf: float | None = None  # the offer's dlperf: where the host sits on the speed prior
 
 
 class HostReputation(BaseModel):

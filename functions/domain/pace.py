@@ -24,16 +24,31 @@ and its pace is clamped to within `PACE_BOUND` times the speed prior's pace on t
 (`Generation.prior_steps_per_hour`, recorded with the rent when the job gives `total_steps`);
 without a prior in steps only `MAX_STEPS_PER_S` bounds it. Stored figures are sums (steps,
 seconds, runs) added atomically, so concurrent writers never lose a sample, and every sample
-names its generation, so an ended generation that is ended again adds nothing.
+names its generation, so an ended generation that is ended again adds nothing. The same ADD
+files what calibrating the prior needs, where the rent recorded it: the prior's steps in the
+sample's seconds (beside the sample's steps and a run count) and the host's dlperf as sums for
+a log-log fit (`calibration.FitSums`). Items stored before these lack them: uncalibrated.
 
 Estimates. With `total_steps`, the work left is `total_steps` less the step a replacement
-resumes from (the newest recorded checkpoint): on an offer whose GPU model and count have a
-measured pace, hours = steps left ÷ steps per hour (source `measured`, with its runs); else the
-prior's hours scaled to the share of steps left. Without `total_steps` but with
-`reference_gpu`, a pace measured both on the reference GPU and on the offer's GPU (same count)
-replaces the dlperf ratio: hours = expected_hours × reference pace ÷ offer pace. Otherwise the
-prior, unchanged. Start-up: the machine's own figure where seen, else the GPU model's, else the
-spec's `expected_startup_min`.
+resumes from (the newest recorded checkpoint); the measured runs calibrate the prior rather
+than replace it (BENCHMARKS.md, planner regret: a model's measured hours lose each host's own
+dlperf, and a job learns only the models it rented):
+
+- an offer whose GPU model and count were measured: this offer's prior hours for the steps
+  left × (prior steps ÷ measured steps on that model), unshrunk (`calibration.PRIOR_RUNS`)
+  (source `measured`, with its runs). Uncalibrated items: steps left ÷ the
+  measured steps per hour, as before.
+- any other offer, for a job with `reference_gpu`, once two runs differ in dlperf: steps left ÷
+  the pace of the power law refitted to every run (`calibration.fit_power_law`); else, while
+  one dlperf level is known or for a job without `reference_gpu` (its hours do not follow the
+  GPU, so no law), the prior × the factor pooled over every calibrated run (`POOL`). Source
+  `prior`, basis "prior, calibrated by N runs".
+- nothing calibrated: the prior's hours scaled to the share of steps left.
+
+Without `total_steps` but with `reference_gpu`, a pace measured both on the reference GPU and on
+the offer's GPU (same count) replaces the dlperf ratio: hours = expected_hours × reference pace
+÷ offer pace. Otherwise the prior, unchanged. Start-up: the machine's own figure where seen,
+else the GPU model's, else the spec's `expected_startup_min`.
 """
 
 from __future__ import annotations
@@ -43,6 +58,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.calibration import (
+    PRIOR_RUNS,
+    FitSums,
+    PowerLaw,
+    calibration_factor,
+    fit_power_law,
+)
 from functions.domain.cost import Estimator, StartupEstimator, download_minutes
 from functions.domain.job import Generation, Job
 from functions.domain.jobspec import JobSpec
@@ -55,6 +77,7 @@ MAX_SAMPLE_S = 6 * 3600.0  # one generation weighs at most six hours of training
 PACE_BOUND = 4.0  # a sample's pace stays within [prior / 4, prior × 4]
 MAX_STEPS_PER_S = 100.0  # without a prior in steps: no fine-tune steps faster than this
 MAX_STARTUP_S = 6 * 3600.0
+POOL = True  # before two dlperf levels are measured, carry the pooled factor to other models
 
 
 class _Frozen(BaseModel):
@@ -75,6 +98,15 @@ class PaceSample(_Frozen):
     gpu_count: int
     steps: float  # bounded (module docstring)
     seconds: float
+    # What calibrating the prior needs (module docstring), None when the rent did not record it:
+    prior_steps: float | None = None  # the prior's steps in `seconds` on this host
+    dlperf: float | None = None  # the host's dlperf
+
+    def fit_sums(self) -> FitSums:
+        """This run's point for the power-law refit (none without dlperf)."""
+        if self.dlperf is None or self.steps <= 0 or self.seconds <= 0:
+            return FitSums()
+        return FitSums.of(self.dlperf, self.steps / self.seconds * 3600)
 
 
 class StartupSample(_Frozen):
@@ -117,14 +149,29 @@ def pace_sample(generation: Generation) -> PaceSample | None:
     steps, seconds = float(end[0] - (start_step or 0)), end[1] - started
     if seconds < MIN_SAMPLE_S or steps < MIN_SAMPLE_STEPS:
         return None
+    return bounded_sample(
+        sample_id(generation), generation.gpu_name, generation.gpu_count or 1, steps, seconds,
+        prior_steps_per_hour=generation.prior_steps_per_hour, dlperf=generation.dlperf,
+    )  # fmt: skip
+
+
+def bounded_sample(
+    sample: str, gpu_name: str, gpu_count: int, steps: float, seconds: float, *,
+    prior_steps_per_hour: float | None, dlperf: float | None,
+) -> PaceSample:  # fmt: skip
+    """`steps` trained in `seconds` on a host as a sample: weighed at most `MAX_SAMPLE_S`, its
+    pace bounded, with the prior's steps in the same seconds where the rent recorded them."""
     if seconds > MAX_SAMPLE_S:
         steps, seconds = steps * MAX_SAMPLE_S / seconds, MAX_SAMPLE_S
+    prior = prior_steps_per_hour
     return PaceSample(
-        sample_id=sample_id(generation),
-        gpu_name=generation.gpu_name,
-        gpu_count=generation.gpu_count or 1,
-        steps=bounded_steps(steps, seconds, generation.prior_steps_per_hour),
+        sample_id=sample,
+        gpu_name=gpu_name,
+        gpu_count=gpu_count,
+        steps=bounded_steps(steps, seconds, prior),
         seconds=seconds,
+        prior_steps=prior * seconds / 3600 if prior is not None and prior > 0 else None,
+        dlperf=dlperf if dlperf is not None and dlperf > 0 else None,
     )
 
 
@@ -162,10 +209,55 @@ class Pace(_Frozen):
     steps: float = Field(ge=0)
     seconds: float = Field(ge=0)
     runs: int = Field(ge=0)
+    # Over the samples that knew the prior's pace: their measured steps, the prior's steps in
+    # the same seconds, and how many runs they are. Over those that knew the host's dlperf: the
+    # sums a fit of log pace on log dlperf needs (`FitSums`). 0 on items stored before
+    # calibration: uncalibrated, priced as before.
+    calibrated_steps: float = Field(default=0, ge=0)
+    prior_steps: float = Field(default=0, ge=0)
+    calibrated_runs: int = Field(default=0, ge=0)
+    fit_runs: int = Field(default=0, ge=0)
+    fit_x: float = 0.0
+    fit_xx: float = 0.0
+    fit_y: float = 0.0
+    fit_xy: float = 0.0
 
     @property
     def steps_per_hour(self) -> float:
         return self.steps / self.seconds * 3600 if self.seconds > 0 else 0.0
+
+    @property
+    def fit_sums(self) -> FitSums:
+        return FitSums(self.fit_runs, self.fit_x, self.fit_xx, self.fit_y, self.fit_xy)
+
+    def factor(self, prior_runs: int = PRIOR_RUNS) -> float | None:
+        """Measured hours ÷ the prior's on this model (`calibration_factor`)."""
+        return calibration_factor(
+            self.prior_steps, self.calibrated_steps, self.calibrated_runs, prior_runs
+        )
+
+
+def add_sample(pace: Pace | None, sample: PaceSample) -> Pace:
+    """`pace` with `sample` added, as the store's atomic ADD does (`MeasureRecords.record_pace`)."""
+    base = pace or Pace(gpu_name=sample.gpu_name, gpu_count=sample.gpu_count, steps=0, seconds=0,
+                        runs=0)  # fmt: skip
+    calibrated = sample.prior_steps is not None
+    fit = sample.fit_sums()
+    return base.model_copy(
+        update={
+            "steps": base.steps + sample.steps,
+            "seconds": base.seconds + sample.seconds,
+            "runs": base.runs + 1,
+            "calibrated_steps": base.calibrated_steps + (sample.steps if calibrated else 0),
+            "prior_steps": base.prior_steps + (sample.prior_steps or 0),
+            "calibrated_runs": base.calibrated_runs + calibrated,
+            "fit_runs": base.fit_runs + fit.runs,
+            "fit_x": base.fit_x + fit.x,
+            "fit_xx": base.fit_xx + fit.xx,
+            "fit_y": base.fit_y + fit.y,
+            "fit_xy": base.fit_xy + fit.xy,
+        }
+    )
 
 
 StartupKind = Literal["machine", "gpu"]
@@ -198,6 +290,17 @@ class JobMeasures(_Frozen):
                 return pace if pace.steps_per_hour > 0 else None
         return None
 
+    def power_law(self) -> PowerLaw | None:
+        """Steps per hour against dlperf through every measured run (`fit_power_law`)."""
+        return fit_power_law(sum((p.fit_sums for p in self.paces), FitSums()))
+
+    def pooled_factor(self, prior_runs: int = PRIOR_RUNS) -> tuple[float | None, int]:
+        """How far the prior was off over every calibrated run, and their number."""
+        runs = sum(p.calibrated_runs for p in self.paces)
+        prior = sum(p.prior_steps for p in self.paces)
+        measured = sum(p.calibrated_steps for p in self.paces)
+        return calibration_factor(prior, measured, runs, prior_runs), runs
+
     def startup_for(self, kind: StartupKind, key: str) -> LearnedStartup | None:
         wanted = gpu_key(key) if kind == "gpu" else key
         for startup in self.startups:
@@ -227,8 +330,50 @@ def _measured(hours: float, pace: Pace, detail: str) -> SpeedEstimate:
     )
 
 
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
+
+
+def _carried(
+    measures: JobMeasures, job: JobSpec, offer: Offer, base: SpeedEstimate, left: int, pool: bool,
+    prior_runs: int,
+) -> SpeedEstimate | None:  # fmt: skip
+    """An unmeasured model's hours from what the job measured on others (module docstring);
+    None when nothing carries over. The refit only for a job that scales by dlperf
+    (`reference_gpu`): a job without one says its hours do not follow the GPU."""
+    if job.total_steps is None:
+        return None
+    law = None if job.reference_gpu is None else measures.power_law()
+    if law is not None and offer.dlperf is not None and offer.dlperf > 0:
+        return SpeedEstimate(
+            hours=left / law.steps_per_hour(offer.dlperf),
+            source="prior",
+            basis=f"prior, calibrated by {_runs(law.runs)}",
+            detail=f"prior refitted to {_runs(law.runs)}: steps/h "
+            f"∝ dlperf^{law.exponent:.2f}, dlperf {offer.dlperf:.1f}; {left} of "
+            f"{job.total_steps} steps left",
+        )
+    factor, runs = measures.pooled_factor(prior_runs) if pool else (None, 0)
+    if factor is None:
+        return None
+    return base.model_copy(
+        update={
+            "hours": base.hours * left / job.total_steps * factor,
+            "basis": f"{'prior' if base.source == 'prior' else 'as given'}, calibrated by "
+            f"{_runs(runs)}",
+            "detail": f"{base.detail}; × {factor:.2f}, how far the prior was off on the "
+            f"{_runs(runs)} measured; {left} of {job.total_steps} steps left",
+        }
+    )
+
+
 def pace_estimator(
-    measures: JobMeasures, *, resume_step: int = 0, prior: Estimator = prior_estimate
+    measures: JobMeasures,
+    *,
+    resume_step: int = 0,
+    prior: Estimator = prior_estimate,
+    prior_runs: int = PRIOR_RUNS,
+    pool: bool = POOL,
 ) -> Estimator:
     """The job's hours on an offer from its measured paces (module docstring), for the work
     left after `resume_step`; the prior where nothing applies."""
@@ -239,8 +384,15 @@ def pace_estimator(
         if job.total_steps is not None:
             left = max(0, job.total_steps - resume_step)
             steps_left = f"{left} of {job.total_steps} steps left"
-            if pace is not None:
+            factor = None if pace is None else pace.factor(prior_runs)
+            if pace is not None and factor is not None:
+                hours = base.hours * left / job.total_steps * factor
+                return _measured(hours, pace, f"this host's prior × {factor:.2f}; {steps_left}")
+            if pace is not None:  # stored before calibration: the model's pace as it is
                 return _measured(left / pace.steps_per_hour, pace, steps_left)
+            carried = _carried(measures, job, offer, base, left, pool, prior_runs)
+            if carried is not None:
+                return carried
             if resume_step <= 0:
                 return base
             share = left / job.total_steps

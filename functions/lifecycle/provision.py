@@ -237,6 +237,7 @@ def _record(
         gpu_count=offer.num_gpus,
         inet_down_mbps=offer.inet_down,
         prior_steps_per_hour=prior_steps_per_hour(job.spec, offer),
+        dlperf=offer.dlperf,
         usd_per_hour=prices.usd_per_hour,
         prices=prices_record(prices),
         created_at=now,

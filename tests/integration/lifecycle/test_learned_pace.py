@@ -35,6 +35,7 @@ def test_a_replacement_is_priced_at_the_pace_its_predecessor_measured(sup: Super
     assert (first.gpu_name, first.gpu_count) == ("RTX 3090", 1)
     assert first.prior_steps_per_hour == pytest.approx(2000)
     assert first.inet_down_mbps is not None and first.inet_down_mbps > 0
+    assert first.dlperf is not None and first.dlperf > 0  # where the host sits on the prior
 
     # The first step after the (fresh) start, 240 s after the rent; then 2400 steps in 30 min:
     # 4800 steps/h, within 4 × the prior.
@@ -63,6 +64,9 @@ def test_a_replacement_is_priced_at_the_pace_its_predecessor_measured(sup: Super
     learned = sup.store.job_measures("tiny-cpu")
     pace = learned.pace_for("RTX 3090", 1)
     assert pace is not None and (pace.steps, pace.seconds, pace.runs) == (2400, 1800, 1)
+    # The prior's 2000 steps/h over the same 30 min: 1000 steps, against 2400 measured.
+    assert (pace.prior_steps, pace.calibrated_steps, pace.calibrated_runs) == (1000, 2400, 1)
+    assert pace.fit_runs == 1
     fixed_s = 240 - download_minutes(0.1, first.inet_down_mbps) * 60
     by_machine = learned.startup_for("machine", str(first.machine_id))
     assert by_machine is not None and by_machine.seconds == pytest.approx(fixed_s)
@@ -74,8 +78,10 @@ def test_a_replacement_is_priced_at_the_pace_its_predecessor_measured(sup: Super
     rented = [e for e in view.events if e.kind == "rented"]
     assert len(rented) == 2
     data = max(rented, key=lambda e: e.at).data
-    # 1000 − 500 steps left at 4800 steps/h.
+    # 1000 − 500 steps left: the prior's 0.25 h × 1000 / 2400, how far it was off on the
+    # 3090 (= 500 steps at the measured 4800 steps/h: the host is a 3090 like the first).
     assert data["hours_source"] == "measured" and data["hours_runs"] == 1
+    assert data["expected_hours"] == pytest.approx(0.25 * 1000 / 2400)
     assert data["expected_hours"] == pytest.approx(500 / 4800)
     assert data["startup_source"] in ("machine", "gpu")
     assert data["startup_min"] == pytest.approx(fixed_s / 60)

@@ -1,5 +1,5 @@
-"""The regret bench's simulated measured-pace estimator (bench/lib/learned.py): what it learns
-from runs, and how it estimates hours from them. Pure, hand-made offers."""
+"""The regret bench's measured-pace rule (bench/lib/learned.py): simulated runs filed as tether
+files a sample, priced by tether's real `pace_estimator`. Pure, hand-made offers."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import random
 
 import pytest
 
-from bench.lib.learned import PaceMemory, learn_snapshots
+from bench.lib.learned import BENCH_TOTAL_STEPS, PaceMemory, learn_snapshots, with_steps
 from bench.lib.regret import HostTruth
 from functions.domain.jobspec import parse_job
 from functions.domain.offer import Offer
 from functions.domain.speed import prior_estimate
 
-JOB = parse_job({
+JOB = with_steps(parse_job({
     "name": "hand", "image": "i", "run": "r", "budget_usd": 50, "expected_hours": 2,
     "reference_gpu": "RTX 4090", "expected_startup_min": 5,
     "resources": {"min_disk_gb": 100, "min_reliability": 0, "min_download_mbps": 0},
     "data": {"download_gb": 0, "upload_gb_per_checkpoint": 0},
     "checkpoint": {"interval_min": 30},
-})  # fmt: skip
+}))  # fmt: skip
 
 
 def _offer(offer_id: int, gpu: str, dlperf: float, usd_per_hour: float) -> Offer:
@@ -36,41 +36,40 @@ FAST = _offer(1, "RTX 4090", 97.6, 0.40)  # the reference: the prior says 2 h
 SLOW = _offer(2, "RTX 3090", 24.4, 0.20)  # a quarter of the dlperf: the prior says 8 h
 
 
+def test_the_bench_job_is_in_steps() -> None:
+    assert JOB.total_steps == BENCH_TOTAL_STEPS
+
+
 def test_without_runs_it_is_the_prior() -> None:
     memory = PaceMemory()
     for offer in (FAST, SLOW):
-        assert memory.estimate(JOB, offer) == prior_estimate(JOB, offer)
+        assert memory.estimator()(JOB, offer) == prior_estimate(JOB, offer)
 
 
-def test_a_measured_model_gets_the_geometric_mean_of_its_runs() -> None:
+def test_a_run_is_filed_as_tether_files_a_sample() -> None:
     memory = PaceMemory()
-    memory.observe(SLOW, 3.0)
-    memory.observe(_offer(3, "RTX 3090", 30.0, 0.2), 12.0)
-    got = memory.estimate(JOB, SLOW)
-    assert got.hours == pytest.approx(6.0)
-    assert (got.source, got.runs) == ("measured", 2)
-    assert memory.estimate(JOB, FAST) == prior_estimate(JOB, FAST)  # not measured: the prior
+    memory.observe(JOB, SLOW, 4.0)  # the prior said 8 h: 10 000 steps, prior 5000 in 4 h
+    pace = memory.measures().pace_for("RTX 3090", 1)
+    assert pace is not None
+    assert (pace.steps, pace.seconds, pace.runs) == (10_000, 4 * 3600, 1)
+    assert pace.prior_steps == pytest.approx(5000)
+    assert pace.fit_x == pytest.approx(math.log(24.4))
+    # tether's estimator: the 3090's prior 8 h × 5000 / 10 000; the 4090 by the pooled factor,
+    # the same.
+    estimate = memory.estimator()
+    assert estimate(JOB, SLOW).hours == pytest.approx(4.0)
+    assert estimate(JOB, FAST).hours == pytest.approx(1.0)
+    assert estimate(JOB, FAST).basis == "prior, calibrated by 1 run"
 
 
-def test_refit_calibrates_the_prior_and_refits_its_exponent() -> None:
-    # Measured: the 4090 as the prior says (2 h), the 3090 in 4 h, not 8: hours ∝ dlperf^-0.5.
-    memory = PaceMemory(fit=True)
-    memory.observe(FAST, 2.0, prior_hours=2.0)
-    memory.observe(SLOW, 4.0, prior_hours=8.0)
-    _, e = memory.exponent_fit() or (0.0, 0.0)
-    assert e == pytest.approx(0.5)
-    # An unseen model at a 16th of the 4090's dlperf, by the refitted law: 2 × (97.6 / 6.1)^0.5.
-    unseen = _offer(4, "RTX 3060", 6.1, 0.05)
-    assert memory.estimate(JOB, unseen).hours == pytest.approx(2.0 * 4.0)
-    # A seen model: its host's prior (now the refitted law) × the model's ratio shrunk by one
-    # prior run: 3090 ratio 0.5 → exp(log 0.5 / 2) = 0.7071; refitted law at SLOW = 4 h.
-    assert memory.estimate(JOB, SLOW).hours == pytest.approx(4.0 * math.sqrt(0.5))
-
-
-def test_one_dlperf_level_is_not_enough_to_refit() -> None:
-    memory = PaceMemory(fit=True)
-    memory.observe(FAST, 3.0, prior_hours=2.0)
-    assert memory.exponent_fit() is None
+def test_two_dlperf_levels_refit_the_law() -> None:
+    memory = PaceMemory()
+    memory.observe(JOB, FAST, 2.0)  # as the prior said
+    memory.observe(JOB, SLOW, 4.0)  # not 8 h: hours ∝ dlperf^-0.5
+    law = memory.measures().power_law()
+    assert law is not None and law.exponent == pytest.approx(0.5)
+    unseen = _offer(4, "RTX 3060", 6.1, 0.05)  # a 16th of the 4090's dlperf: 2 × 4 h
+    assert memory.estimator()(JOB, unseen).hours == pytest.approx(8.0)
 
 
 def test_learning_rents_what_tether_would_and_measures_its_true_hours() -> None:
@@ -78,10 +77,9 @@ def test_learning_rents_what_tether_would_and_measures_its_true_hours() -> None:
     # rents the 4090 ($0.80 vs $1.60 at 8 h), measures ~2 h, and stays there.
     truth = {1: HostTruth(speed=1.0, startup_min=5), 2: HostTruth(speed=0.5, startup_min=5)}
     history = [([FAST, SLOW], truth)] * 3
-    snapshots = learn_snapshots(JOB, history, fit=False, runs={1, 3}, rng=random.Random(0))
+    snapshots = learn_snapshots(JOB, history, pool=True, runs={1, 3}, rng=random.Random(0))
     assert set(snapshots) == {1, 3}
-    assert list(snapshots[1].runs) == [("RTX 4090", 1)]
-    assert len(snapshots[3].runs[("RTX 4090", 1)]) == 3
-    hours = snapshots[3].estimate(JOB, FAST).hours
+    assert list(snapshots[1].paces) == [("rtx 4090", 1)]
+    assert snapshots[3].paces[("rtx 4090", 1)].runs == 3
+    hours = snapshots[3].estimator()(JOB, FAST).hours
     assert hours == pytest.approx(2.0, rel=0.2)  # measured with a 5 % noise
-    assert snapshots[3].estimate(JOB, SLOW) == prior_estimate(JOB, SLOW)

@@ -189,7 +189,7 @@ def test_the_run_judges_the_measured_rules_and_the_bound_beside_the_others() -> 
     results = run(seeds=1, count=80, runs=2, shared=Path("/nonexistent/offers.json"))
     assert results["strategies"] == [
         "tether (speed prior)", "cheapest $/h", "dstack's rule", "tether (measured, 1 run)",
-        "tether (measured, 2 runs)", "tether (measured + refit, 2 runs)",
+        "tether (measured, 2 runs)", "tether (measured, 1 run, no pooling)",
         "bound: the truth's dlperf law",
     ]  # fmt: skip
     for per_job in results["jobs"].values():
