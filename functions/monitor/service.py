@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,7 +77,7 @@ from functions.domain.recovery import LostWork
 from functions.domain.spend import VastCharges
 from functions.monitor import repair
 from functions.monitor.report import MonitorReport, report_fields
-from functions.monitor.vast_reads import count_issues, list_instances, read_charges
+from functions.monitor.vast_reads import count_issues, read_vast
 from functions.observability import logger
 
 __all__ = [  # the report is named here too: the handler and tests reach it as `service.…`
@@ -97,6 +98,9 @@ APPLY_RESERVE_S = 20.0
 JOB_RESERVE_S = 5.0
 CLOUDFLARE_RESERVE_S = 35.0
 ORPHAN_RESERVE_S = 3.0
+# Jobs applied at once: each job's few writes are sequential round trips (~10 ms from Lambda),
+# so a bounded pool turns thousands of them into a few seconds without a burst DynamoDB throttles.
+APPLY_WORKERS = 16
 
 
 def unbounded() -> float:
@@ -127,13 +131,10 @@ def run_monitor(
     snapshots = _snapshots(deps, report)
     vast = _vast(deps, remaining_s() - APPLY_RESERVE_S)
     issues: list[RecordIssue] = []
-    instances = list_instances(vast, issues) if vast is not None else None
+    instances, charges = read_vast(vast, snapshots, issues)
     report.instances = None if instances is None else len(instances)
     report.tether_instances = None if instances is None else tether_instances(instances)
     report.heartbeat_age_max_s = heartbeat_age_max_s(snapshots, now)
-    charges = None
-    if vast is not None and instances is not None and snapshots:
-        charges = read_charges(vast, snapshots, issues)
     count_issues(issues, report)
     first_seen: dict[int, float] = {}
     if instances is not None:
@@ -150,20 +151,7 @@ def run_monitor(
     report.budget_used_max_fraction = budget_used_max_fraction(
         (d.spend_usd, s.job.budget_usd) for (s, _), d in zip(decided, decisions, strict=True)
     )
-    for index, ((snapshot, _), decision) in enumerate(zip(decided, decisions, strict=True)):
-        if remaining_s() < JOB_RESERVE_S:
-            left = len(decisions) - index
-            report.unsupervised += left
-            logger.warning("monitor: out of time; %d job(s) left unsupervised this run", left)
-            break
-        try:
-            _apply(deps, snapshot, decision, now, report, remaining_s)
-        except Exception:  # one job's trouble must not stop the others; it renews nothing
-            report.errors += 1
-            report.unsupervised += 1
-            logger.exception("monitor: job evaluation failed", extra={"job_id": decision.job_id})
-        else:
-            report.supervised += 1
+    _apply_all(deps, [s for s, _ in decided], decisions, now, report, remaining_s)
     if vast is not None and instances is not None:
         _sweep(deps, vast, snapshots, instances, first_seen, now, report, remaining_s)
     return report
@@ -181,23 +169,25 @@ def _vast(deps: MonitorDeps, seconds: float) -> VastClient | None:
 
 
 def _snapshots(deps: MonitorDeps, report: MonitorReport) -> list[JobSnapshot]:
-    """Every active job with its generations; a job whose items cannot be read is counted and
-    left out (its lease is not renewed), never fatal to the others."""
+    """Every active job with its generations, read in pages (`JobStore.read_generations`, not
+    a Query per job); a job whose items cannot be read is counted and left out (its lease is
+    not renewed), never fatal to the others."""
     active = deps.store.read_active_jobs()
     for key, why in active.unreadable:
         logger.error("monitor: job item cannot be read; not supervised: %s", why, extra={"pk": key})
     report.jobs = len(active.jobs) + len(active.unreadable)
     report.unsupervised += len(active.unreadable)
     report.errors += len(active.unreadable)
+    reads = deps.store.read_generations(active.jobs)
     snapshots = []
     for job in active.jobs:
-        try:
-            generations = tuple(deps.store.list_generations(job.job_id))
-        except Exception:
+        why = reads.failed.get(job.job_id)
+        if why is not None:
             report.errors += 1
             report.unsupervised += 1
-            logger.exception("monitor: generations cannot be read", extra={"job_id": job.job_id})
+            logger.error("monitor: %s", why, extra={"job_id": job.job_id})
             continue
+        generations = tuple(reads.generations.get(job.job_id, ()))
         snapshots.append(JobSnapshot(job=job, generations=generations))
     return snapshots
 
@@ -227,6 +217,48 @@ def _decide(
             continue
         decided.append((snapshot, decision))
     return decided
+
+
+def _apply_all(
+    deps: MonitorDeps,
+    snapshots: list[JobSnapshot],
+    decisions: tuple[JobDecision, ...] | list[JobDecision],
+    now: float,
+    report: MonitorReport,
+    remaining_s: Callable[[], float],
+) -> None:
+    """Apply every job's decision, `APPLY_WORKERS` jobs at a time (their writes are remote
+    round trips; boto3 clients are thread-safe). A job's own actions stay in order, and each
+    job counts into a report of its own, merged after: one job's failure stops no other."""
+
+    def one(snapshot: JobSnapshot, decision: JobDecision) -> MonitorReport:
+        part = MonitorReport()
+        if remaining_s() < JOB_RESERVE_S:
+            part.unsupervised += 1
+            part.out_of_time += 1
+            return part
+        try:
+            _apply(deps, snapshot, decision, now, part, remaining_s)
+        except Exception:  # one job's trouble must not stop the others; it renews nothing
+            part.errors += 1
+            part.unsupervised += 1
+            logger.exception("monitor: job evaluation failed", extra={"job_id": decision.job_id})
+        else:
+            part.supervised += 1
+        return part
+
+    pairs = list(zip(snapshots, decisions, strict=True))
+    if len(pairs) <= 1:
+        parts = [one(s, d) for s, d in pairs]
+    else:
+        with ThreadPoolExecutor(max_workers=min(APPLY_WORKERS, len(pairs))) as pool:
+            parts = list(pool.map(lambda pair: one(*pair), pairs))
+    for part in parts:
+        report.merge(part)
+    if report.out_of_time:
+        logger.warning(
+            "monitor: out of time; %d job(s) left unsupervised this run", report.out_of_time
+        )
 
 
 def _apply(

@@ -1,13 +1,43 @@
 """What a monitor run reads from Vast: the account's instances as the rules see them, Vast's own
-charges per instance (best effort), and the count of records that could not be read."""
+charges per instance (best effort), and the count of records that could not be read.
+
+The two listings are read at once (`read_vast`). Each is a chain of keyset pages (`next_token`
+→ `after_token`; /api/v1/instances/ gives 25 a page): a page's token comes only with the page
+before it, and the API offers no offset, so the pages of one chain cannot be fetched in
+parallel even though the first reply says how many there are (`total_instances`).
+"""
 
 from __future__ import annotations
+
+import copy
+from concurrent.futures import ThreadPoolExecutor
 
 from functions.adapters.vast import RecordIssue, VastClient, VastError, describe_issues
 from functions.domain.reconcile import InstanceFacts, JobSnapshot
 from functions.domain.spend import VastCharges, vast_charges
 from functions.monitor.report import MonitorReport
 from functions.observability import logger
+
+
+def read_vast(
+    vast: VastClient | None, snapshots: list[JobSnapshot], issues: list[RecordIssue]
+) -> tuple[list[InstanceFacts] | None, VastCharges | None]:
+    """The instances and, while any job is active, the charges: the two page chains in
+    flight together (each on its own copy of the client: it is not thread-safe). Charges
+    count only with the instances read (as when they were read one after the other)."""
+    if vast is None:
+        return None, None
+    if not snapshots:
+        return list_instances(vast, issues), None
+    charge_issues: list[RecordIssue] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(read_charges, copy.copy(vast), snapshots, charge_issues)
+        instances = list_instances(vast, issues)
+        charges = pending.result()
+    if instances is None:
+        return None, None
+    issues.extend(charge_issues)
+    return instances, charges
 
 
 def list_instances(vast: VastClient, issues: list[RecordIssue]) -> list[InstanceFacts] | None:
