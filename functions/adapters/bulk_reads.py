@@ -16,13 +16,13 @@ batch call that raises falls back to one Query per job of that batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from functions.adapters.store_base import StoreBase
 from functions.adapters.table import as_generation, deserialize, generation_key, serialize
 from functions.domain.job import Generation, Job
+from functions.pool import map_bounded
 
 BATCH_GET_KEYS = 100  # the most one BatchGetItem may ask for
 BATCH_GET_WORKERS = 8
@@ -47,17 +47,17 @@ class BulkReads(StoreBase):
     """Reads of many jobs at once (the monitor's)."""
 
     def read_generations(
-        self, jobs: Sequence[Job], *, workers: int = BATCH_GET_WORKERS
+        self, jobs: Sequence[Job], *, workers: int | None = None
     ) -> GenerationReads:
         """Every generation of `jobs` (module docstring), in BatchGetItem calls of 100 keys,
-        at most `workers` in flight."""
+        at most `workers` (default `BATCH_GET_WORKERS`) in flight."""
         keys = generation_keys(jobs)
         batches = [keys[i : i + BATCH_GET_KEYS] for i in range(0, len(keys), BATCH_GET_KEYS)]
         reads = GenerationReads(generations={job.job_id: [] for job in jobs})
         if not batches:
             return reads
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(batches)))) as pool:
-            replies = list(pool.map(self._batch_or_none, batches))
+        in_flight = BATCH_GET_WORKERS if workers is None else workers
+        replies = map_bounded(self._batch_or_none, batches, workers=in_flight)
         for batch, items in zip(batches, replies, strict=True):
             if items is None:
                 self._query_each(batch, reads)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +78,7 @@ from functions.monitor import repair
 from functions.monitor.report import MonitorReport, report_fields
 from functions.monitor.vast_reads import count_issues, read_vast
 from functions.observability import logger
+from functions.pool import map_bounded
 
 __all__ = [  # the report is named here too: the handler and tests reach it as `service.…`
     "EvaluationIncomplete",
@@ -179,13 +179,13 @@ def _snapshots(deps: MonitorDeps, report: MonitorReport) -> list[JobSnapshot]:
     report.unsupervised += len(active.unreadable)
     report.errors += len(active.unreadable)
     reads = deps.store.read_generations(active.jobs)
-    snapshots = []
+    snapshots: list[JobSnapshot] = []
     for job in active.jobs:
-        why = reads.failed.get(job.job_id)
-        if why is not None:
+        failed = reads.failed.get(job.job_id)
+        if failed is not None:
             report.errors += 1
             report.unsupervised += 1
-            logger.error("monitor: %s", why, extra={"job_id": job.job_id})
+            logger.error("monitor: %s", failed, extra={"job_id": job.job_id})
             continue
         generations = tuple(reads.generations.get(job.job_id, ()))
         snapshots.append(JobSnapshot(job=job, generations=generations))
@@ -248,11 +248,7 @@ def _apply_all(
         return part
 
     pairs = list(zip(snapshots, decisions, strict=True))
-    if len(pairs) <= 1:
-        parts = [one(s, d) for s, d in pairs]
-    else:
-        with ThreadPoolExecutor(max_workers=min(APPLY_WORKERS, len(pairs))) as pool:
-            parts = list(pool.map(lambda pair: one(*pair), pairs))
+    parts = map_bounded(lambda pair: one(*pair), pairs, workers=APPLY_WORKERS)
     for part in parts:
         report.merge(part)
     if report.out_of_time:
