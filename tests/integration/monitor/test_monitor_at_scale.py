@@ -6,6 +6,7 @@ the simulator's request log; nothing here is timed."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -219,5 +220,5 @@ def test_id_ranges_cover_every_id_without_overlap() -> None:
     assert id_ranges(list(range(1, 40))) == [(None, None)]  # two pages: one chain
     ranges = id_ranges(list(range(100, 300)))
     assert len(ranges) == 4 and ranges[0][0] is None and ranges[-1][1] is None
-    for (_, high), (low, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, high), (low, _) in itertools.pairwise(ranges):
         assert high == low  # adjacent: every id falls in exactly one
