@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from functions.adapters.pool import map_bounded
 from functions.adapters.store_base import StoreBase
 from functions.adapters.table import as_generation, deserialize, generation_key, serialize
 from functions.domain.job import Generation, Job
-from functions.pool import map_bounded
 
 BATCH_GET_KEYS = 100  # the most one BatchGetItem may ask for
 BATCH_GET_WORKERS = 8

@@ -30,6 +30,14 @@ attempt that is due, if one is, counting later attempts (`TransitionsRetried`) a
 their last attempt (`TransitionsExhausted`). A job over budget is stopped even while a provision
 or replace is under way (`functions/domain/reconcile.py`).
 
+Cost grows with pages and changes, not jobs × calls (issue 16): the generations of every active
+job are read in BatchGetItem pages (`JobStore.read_generations`), Vast's instance pages in a few
+id-range chains beside the charges (`functions/monitor/vast_reads.py`), and the jobs' decisions
+are applied `APPLY_WORKERS` at a time, each job's actions in order and its report its own. A
+write is made only for what moved (spend only upwards, a replaced generation's clock only when
+it changed); the observation and `supervised_at` are written every run a job's evaluation
+completes, since that is what renews its lease.
+
 What a run did is its `MonitorReport` (`functions/monitor/report.py`); what it reads from Vast
 (instances, charges, the records it could not read) is `functions/monitor/vast_reads.py`.
 """
@@ -48,6 +56,7 @@ from functions.adapters.cloudflare import (
     mint_job_credentials,
 )
 from functions.adapters.factory import SecretNotSet
+from functions.adapters.pool import map_bounded
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import RecordIssue, VastClient, VastError
@@ -78,7 +87,6 @@ from functions.monitor import repair
 from functions.monitor.report import MonitorReport, report_fields
 from functions.monitor.vast_reads import count_issues, read_vast
 from functions.observability import logger
-from functions.pool import map_bounded
 
 __all__ = [  # the report is named here too: the handler and tests reach it as `service.…`
     "EvaluationIncomplete",

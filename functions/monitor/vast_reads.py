@@ -18,6 +18,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from functions.adapters.pool import beside, map_bounded
 from functions.adapters.vast import (
     INSTANCES_PAGE_LIMIT,
     Instance,
@@ -30,7 +31,6 @@ from functions.domain.reconcile import InstanceFacts, JobSnapshot
 from functions.domain.spend import VastCharges, vast_charges
 from functions.monitor.report import MonitorReport
 from functions.observability import logger
-from functions.pool import beside, map_bounded
 
 LIST_CHAINS = 4
 
