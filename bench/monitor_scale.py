@@ -13,7 +13,9 @@ Measured per run (a cold one, which also reads the secrets, then a warm one a mi
 wall time, time spent inside the simulators (subtracted: a real Vast answers in its own time),
 Vast API calls (`request_log`) and pages, every AWS call by operation, estimated DynamoDB units
 (`bench.lib.meter`: moto reports a constant capacity, so units come from item sizes), and the
-peak Python memory of a third run (tracemalloc) and the process's peak RSS.
+peak Python memory of a third run (tracemalloc) and the process's peak RSS. Own time is also
+taken as CPU (the process's, less moto's and the simulators'), which the estimate uses: the
+wall of a shared machine swings with what else runs on it.
 Goals (issue 16): 1,000 jobs ≤ 10 s and 10,000 jobs ≤ 45 s estimated per run; DynamoDB calls
 per run ≤ 1 per job changed + pages; Vast calls grow with pages (25 instances each), not jobs.
 """
@@ -122,13 +124,14 @@ class TimedTransport(httpx.BaseTransport):
     def __init__(self, handle: Callable[[httpx.Request], httpx.Response]) -> None:
         self.handle = handle
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
         self.calls = 0
 
     lock = threading.Lock()  # one simulator call at a time: chains side by side never overlap
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         with self.lock:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             self.calls += 1
             try:
                 response = self.handle(request)
@@ -136,6 +139,7 @@ class TimedTransport(httpx.BaseTransport):
                 return response
             finally:
                 self.seconds += time.perf_counter() - start
+                self.cpu_seconds += time.thread_time() - start_cpu
 
 
 class FakeContext:
@@ -358,29 +362,35 @@ def run(jobs: int, *, trace_memory: bool = True) -> dict[str, Any]:
             meter.reset()
             vast_sim.request_log.clear()
             for t in transports.values():
-                t.seconds, t.calls = 0.0, 0
+                t.seconds, t.cpu_seconds, t.calls = 0.0, 0.0, 0
             charge_rows = len(vast_sim.charges())
             listed = len(vast_sim.instances())
             if name == "traced":
                 tracemalloc.start()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             with quiet():
                 reply = handler({}, FakeContext())
-            wall = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
             peak = None
             if name == "traced":
                 peak = tracemalloc.get_traced_memory()[1]
                 tracemalloc.stop()
             sim_s = sum(t.seconds for t in transports.values()) + meter.backend_seconds
+            # The handler's own CPU (all its threads), apart from moto's and the simulators':
+            # unlike the wall, it does not grow when other work shares the machine's cores.
+            own_cpu = (
+                cpu - meter.backend_cpu_seconds - sum(t.cpu_seconds for t in transports.values())
+            )
             runs.append(
                 {
                     "run": name,
                     "wall_s": wall,
                     "simulators_s": sim_s,
                     "wall_without_simulators_s": wall - sim_s,
+                    "own_cpu_s": own_cpu,
                     "vast_sim_s": transports["vast"].seconds,
                     "estimated_lambda_s": estimated_lambda_s(
-                        wall - sim_s,
+                        own_cpu,
                         dict(meter.calls),
                         dict(meter.pooled),
                         vast_chains(vast_sim.request_log),
@@ -421,7 +431,11 @@ def print_results(results: dict[str, Any]) -> None:
             f"{p}wall_s: {r['wall_s']:.2f} (in moto {r['moto_s']:.2f}, in the Vast simulator "
             f"{r['vast_sim_s']:.2f})"
         )
-        print(f"{p}own_s: {r['wall_without_simulators_s']:.2f} (wall minus moto and simulators)")
+        print(
+            f"{p}own_s: {r['wall_without_simulators_s']:.2f} (wall minus moto and simulators); "
+            f"own_cpu_s: {r['own_cpu_s']:.2f} (CPU of the process minus moto's and the "
+            "simulators': the estimate's own time)"
+        )
         print(
             f"{p}estimated_lambda_s: {r['estimated_lambda_s']:.2f} (own + {AWS_CALL_S * 1000:.0f}"
             f" ms per AWS call, pooled calls / pool size + {VAST_CALL_S * 1000:.0f} ms per Vast"

@@ -86,6 +86,7 @@ class AwsMeter:
     _sizes: dict[tuple[str, str], int] = field(default_factory=dict)
     _indexes: dict[tuple[str, str], int] = field(default_factory=dict)
     backend_seconds: float = 0.0  # time inside moto (the stand-in for AWS), when installed
+    backend_cpu_seconds: float = 0.0  # CPU time of the calling threads inside moto
     _unpatch: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -114,12 +115,13 @@ class AwsMeter:
         meter = self
 
         def timed(stubber: BotocoreStubber, request: Any) -> Any:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             try:
                 return original(stubber, request)
             finally:
                 with meter._lock:
                     meter.backend_seconds += time.perf_counter() - start
+                    meter.backend_cpu_seconds += time.thread_time() - start_cpu
 
         BotocoreStubber.process_request = timed  # type: ignore[method-assign,assignment]
 
@@ -129,7 +131,7 @@ class AwsMeter:
         self._unpatch = unpatch
 
     def reset(self) -> None:
-        self.backend_seconds = 0.0
+        self.backend_seconds = self.backend_cpu_seconds = 0.0
         self.calls.clear()
         self.pooled.clear()
         self.read_units = self.write_units = 0.0
@@ -141,6 +143,7 @@ class AwsMeter:
             "pooled_calls": dict(sorted(self.pooled.items())),
             "aws_calls": sum(self.calls.values()),
             "moto_s": self.backend_seconds,
+            "moto_cpu_s": self.backend_cpu_seconds,
             "dynamodb_read_units": self.read_units,
             "dynamodb_write_units": self.write_units,
             "dynamodb_items_read": self.items_read,
