@@ -52,18 +52,25 @@ def id_ranges(known_ids: Sequence[int], chains: int = LIST_CHAINS) -> list[IdRan
 def read_vast(
     vast: VastClient | None, snapshots: list[JobSnapshot], issues: list[RecordIssue]
 ) -> tuple[list[InstanceFacts] | None, VastCharges | None]:
-    """The instances and, while any job is active, the charges: the two page chains in
-    flight together (each on its own copy of the client: it is not thread-safe). Charges
-    count only with the instances read (as when they were read one after the other)."""
+    """The instances and, while any job is active, the charges: in flight together once the
+    instances take more than one chain (each chain on its own copy of the client: it is not
+    thread-safe); a small fleet reads them one after the other, on this thread, as before.
+    Charges count only with the instances read."""
     if vast is None:
         return None, None
     if not snapshots:
         return list_instances(vast, issues), None
     known = [g.instance_id for s in snapshots for g in s.generations if g.instance_id is not None]
+    ranges = id_ranges(known)
+    if len(ranges) == 1:
+        instances = list_instances(vast, issues)
+        if instances is None:
+            return None, None
+        return instances, read_charges(vast, snapshots, issues)
     charge_issues: list[RecordIssue] = []
     copied = copy.copy(vast)
     with beside(lambda: read_charges(copied, snapshots, charge_issues)) as pending:
-        instances = list_instances(vast, issues, id_ranges(known))
+        instances = list_instances(vast, issues, ranges)
         charges = pending.result()
     if instances is None:
         return None, None
