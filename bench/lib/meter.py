@@ -17,6 +17,7 @@ instead, from item sizes as DynamoDB's on-demand billing defines them:
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -77,6 +78,7 @@ class AwsMeter:
 
     index_keys: tuple[str, ...] = ()  # attributes that put an item into a GSI
     calls: Counter[str] = field(default_factory=Counter)
+    pooled: Counter[str] = field(default_factory=Counter)  # of `calls`, made off the main thread
     read_units: float = 0.0
     write_units: float = 0.0
     items_read: int = 0
@@ -84,7 +86,9 @@ class AwsMeter:
     _sizes: dict[tuple[str, str], int] = field(default_factory=dict)
     _indexes: dict[tuple[str, str], int] = field(default_factory=dict)
     backend_seconds: float = 0.0  # time inside moto (the stand-in for AWS), when installed
+    backend_cpu_seconds: float = 0.0  # CPU time of the calling threads inside moto
     _unpatch: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, *, time_moto: bool = True) -> AwsMeter:
         """Hook boto3's current default session (inside `mock_aws`: the mock's session)."""
@@ -111,11 +115,13 @@ class AwsMeter:
         meter = self
 
         def timed(stubber: BotocoreStubber, request: Any) -> Any:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             try:
                 return original(stubber, request)
             finally:
-                meter.backend_seconds += time.perf_counter() - start
+                with meter._lock:
+                    meter.backend_seconds += time.perf_counter() - start
+                    meter.backend_cpu_seconds += time.thread_time() - start_cpu
 
         BotocoreStubber.process_request = timed  # type: ignore[method-assign,assignment]
 
@@ -125,16 +131,19 @@ class AwsMeter:
         self._unpatch = unpatch
 
     def reset(self) -> None:
-        self.backend_seconds = 0.0
+        self.backend_seconds = self.backend_cpu_seconds = 0.0
         self.calls.clear()
+        self.pooled.clear()
         self.read_units = self.write_units = 0.0
         self.items_read = self.items_written = 0
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "calls": dict(sorted(self.calls.items())),
+            "pooled_calls": dict(sorted(self.pooled.items())),
             "aws_calls": sum(self.calls.values()),
             "moto_s": self.backend_seconds,
+            "moto_cpu_s": self.backend_cpu_seconds,
             "dynamodb_read_units": self.read_units,
             "dynamodb_write_units": self.write_units,
             "dynamodb_items_read": self.items_read,
@@ -152,9 +161,13 @@ class AwsMeter:
 
     def _after(self, http_response: Any, parsed: Any, model: Any, context: Any, **_: Any) -> None:
         service = model.service_model.service_name
-        self.calls[f"{service}.{model.name}"] += 1
-        if service == "dynamodb" and isinstance(parsed, dict) and "Error" not in parsed:
-            self._dynamodb(model.name, context.get("tether_meter_request") or {}, parsed)
+        name = f"{service}.{model.name}"
+        with self._lock:  # code under test may call from a thread pool
+            self.calls[name] += 1
+            if threading.current_thread() is not threading.main_thread():
+                self.pooled[name] += 1
+            if service == "dynamodb" and isinstance(parsed, dict) and "Error" not in parsed:
+                self._dynamodb(model.name, context.get("tether_meter_request") or {}, parsed)
 
     # -- DynamoDB units ---------------------------------------------------------------------
 

@@ -8,13 +8,15 @@ indexes and the codec between items and records are `functions/adapters/table.py
 
 `JobStore` is the one class callers hold; its methods live by concern in `job_records.py`
 (jobs and their timeline), `generation_records.py` (generations, heartbeats, checkpoints,
-credentials: the conditions that only the current generation writes) and
-`supervision_records.py` (spend only upwards, incidents, one blame per failure, sightings) and
-`measure_records.py` (pace and start-up learned per job name).
+credentials: the conditions that only the current generation writes),
+`supervision_records.py` (spend only upwards, incidents, one blame per failure, sightings),
+`measure_records.py` (pace and start-up learned per job name) and `bulk_reads.py` (the
+monitor's read of every active job's generations in pages).
 """
 
 from __future__ import annotations
 
+from functions.adapters.bulk_reads import BulkReads, GenerationReads
 from functions.adapters.generation_records import GenerationRecords
 from functions.adapters.job_records import (
     ActiveJobs,
@@ -29,6 +31,7 @@ from functions.adapters.supervision_records import SupervisionRecords
 
 __all__ = [
     "ActiveJobs",
+    "GenerationReads",
     "IdempotencyConflict",
     "JobPage",
     "JobStore",
@@ -37,5 +40,5 @@ __all__ = [
 ]
 
 
-class JobStore(JobRecords, GenerationRecords, SupervisionRecords, MeasureRecords):
+class JobStore(JobRecords, GenerationRecords, SupervisionRecords, MeasureRecords, BulkReads):
     """Every read and write of the tether table. `client=None` builds a default client."""

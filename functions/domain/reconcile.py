@@ -60,7 +60,6 @@ from functions.domain.job import (
     TransitionRequest,
     UnrecordedInstance,
 )
-from functions.domain.labels import parse_label
 from functions.domain.orphans import (
     RENTING_STATES,
     Orphan,
@@ -256,11 +255,8 @@ def _unrecorded_spends(
         for u in merged.values()
         if u.instance_id not in recorded
     ]
-    labels = charges.labels if charges is not None else {}
-    for instance_id, label in labels.items():
-        parsed = parse_label(label)
-        if parsed is None or parsed[0] != job.job_id:
-            continue
+    charged = charges.by_job.get(job.job_id, ()) if charges is not None else ()
+    for instance_id in charged:
         if instance_id in recorded or str(instance_id) in merged:
             continue
         spends.append(charged_only(amounts.get(instance_id, 0.0)))

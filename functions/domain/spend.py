@@ -22,10 +22,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
+from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions.domain.job import Generation, UnrecordedInstance
+from functions.domain.labels import parse_label
 from functions.domain.offer import Offer
 
 # Decimal GB: for the same bytes this gives the larger GB count, so our estimate errs high,
@@ -215,6 +217,17 @@ class VastCharges(_Frozen):
 
     amounts: dict[int, float] = Field(default_factory=dict)
     labels: dict[int, str] = Field(default_factory=dict)
+
+    @cached_property
+    def by_job(self) -> dict[str, tuple[int, ...]]:
+        """The charged instances per job their label names: parsed once per run, not once
+        per job (the monitor judges every job against the same charges)."""
+        found: dict[str, list[int]] = {}
+        for instance_id, label in self.labels.items():
+            parsed = parse_label(label)
+            if parsed is not None:
+                found.setdefault(parsed[0], []).append(instance_id)
+        return {job_id: tuple(ids) for job_id, ids in found.items()}
 
 
 def instance_charge(row: Mapping[str, object]) -> InstanceCharge | None:

@@ -31,6 +31,23 @@ class MonitorReport:
     work_lost_s: list[float] = field(default_factory=list)  # one per replace started
     vast_records_skipped: int = 0  # records Vast sent that could not be read: left out
     vast_fields_dropped: int = 0  # instance records kept without a field that could not be read
+    out_of_time: int = 0  # jobs not applied: the run ran out of time (counted in unsupervised)
+
+    def merge(self, part: MonitorReport) -> None:
+        """Add what one job's evaluation counted (`service._apply_all`: one report per job,
+        so the pool's threads never share one)."""
+        for name in _ADDED:
+            setattr(self, name, getattr(self, name) + getattr(part, name))
+        for verdict, count in part.verdicts.items():
+            self.verdicts[verdict] = self.verdicts.get(verdict, 0) + count
+        self.work_lost_s.extend(part.work_lost_s)
+
+
+_ADDED = (
+    "supervised", "unsupervised", "transitions_started", "transitions_retried",
+    "transitions_exhausted", "credentials_renewed", "hosts_blamed", "errors", "spend_usd",
+    "out_of_time",
+)  # fmt: skip
 
 
 def report_fields(report: MonitorReport) -> dict[str, Any]:

@@ -30,6 +30,14 @@ attempt that is due, if one is, counting later attempts (`TransitionsRetried`) a
 their last attempt (`TransitionsExhausted`). A job over budget is stopped even while a provision
 or replace is under way (`functions/domain/reconcile.py`).
 
+Cost grows with pages and changes, not jobs × calls (issue 16): the generations of every active
+job are read in BatchGetItem pages (`JobStore.read_generations`), Vast's instance pages in a few
+id-range chains beside the charges (`functions/monitor/vast_reads.py`), and the jobs' decisions
+are applied `APPLY_WORKERS` at a time, each job's actions in order and its report its own. A
+write is made only for what moved (spend only upwards, a replaced generation's clock only when
+it changed); the observation and `supervised_at` are written every run a job's evaluation
+completes, since that is what renews its lease.
+
 What a run did is its `MonitorReport` (`functions/monitor/report.py`); what it reads from Vast
 (instances, charges, the records it could not read) is `functions/monitor/vast_reads.py`.
 """
@@ -48,6 +56,7 @@ from functions.adapters.cloudflare import (
     mint_job_credentials,
 )
 from functions.adapters.factory import SecretNotSet
+from functions.adapters.pool import map_bounded
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import RecordIssue, VastClient, VastError
@@ -76,7 +85,7 @@ from functions.domain.recovery import LostWork
 from functions.domain.spend import VastCharges
 from functions.monitor import repair
 from functions.monitor.report import MonitorReport, report_fields
-from functions.monitor.vast_reads import count_issues, list_instances, read_charges
+from functions.monitor.vast_reads import count_issues, read_vast
 from functions.observability import logger
 
 __all__ = [  # the report is named here too: the handler and tests reach it as `service.…`
@@ -97,6 +106,9 @@ APPLY_RESERVE_S = 20.0
 JOB_RESERVE_S = 5.0
 CLOUDFLARE_RESERVE_S = 35.0
 ORPHAN_RESERVE_S = 3.0
+# Jobs applied at once: each job's few writes are sequential round trips (~10 ms from Lambda),
+# so a bounded pool turns thousands of them into a few seconds without a burst DynamoDB throttles.
+APPLY_WORKERS = 16
 
 
 def unbounded() -> float:
@@ -127,13 +139,10 @@ def run_monitor(
     snapshots = _snapshots(deps, report)
     vast = _vast(deps, remaining_s() - APPLY_RESERVE_S)
     issues: list[RecordIssue] = []
-    instances = list_instances(vast, issues) if vast is not None else None
+    instances, charges = read_vast(vast, snapshots, issues)
     report.instances = None if instances is None else len(instances)
     report.tether_instances = None if instances is None else tether_instances(instances)
     report.heartbeat_age_max_s = heartbeat_age_max_s(snapshots, now)
-    charges = None
-    if vast is not None and instances is not None and snapshots:
-        charges = read_charges(vast, snapshots, issues)
     count_issues(issues, report)
     first_seen: dict[int, float] = {}
     if instances is not None:
@@ -150,20 +159,7 @@ def run_monitor(
     report.budget_used_max_fraction = budget_used_max_fraction(
         (d.spend_usd, s.job.budget_usd) for (s, _), d in zip(decided, decisions, strict=True)
     )
-    for index, ((snapshot, _), decision) in enumerate(zip(decided, decisions, strict=True)):
-        if remaining_s() < JOB_RESERVE_S:
-            left = len(decisions) - index
-            report.unsupervised += left
-            logger.warning("monitor: out of time; %d job(s) left unsupervised this run", left)
-            break
-        try:
-            _apply(deps, snapshot, decision, now, report, remaining_s)
-        except Exception:  # one job's trouble must not stop the others; it renews nothing
-            report.errors += 1
-            report.unsupervised += 1
-            logger.exception("monitor: job evaluation failed", extra={"job_id": decision.job_id})
-        else:
-            report.supervised += 1
+    _apply_all(deps, [s for s, _ in decided], decisions, now, report, remaining_s)
     if vast is not None and instances is not None:
         _sweep(deps, vast, snapshots, instances, first_seen, now, report, remaining_s)
     return report
@@ -181,23 +177,25 @@ def _vast(deps: MonitorDeps, seconds: float) -> VastClient | None:
 
 
 def _snapshots(deps: MonitorDeps, report: MonitorReport) -> list[JobSnapshot]:
-    """Every active job with its generations; a job whose items cannot be read is counted and
-    left out (its lease is not renewed), never fatal to the others."""
+    """Every active job with its generations, read in pages (`JobStore.read_generations`, not
+    a Query per job); a job whose items cannot be read is counted and left out (its lease is
+    not renewed), never fatal to the others."""
     active = deps.store.read_active_jobs()
     for key, why in active.unreadable:
         logger.error("monitor: job item cannot be read; not supervised: %s", why, extra={"pk": key})
     report.jobs = len(active.jobs) + len(active.unreadable)
     report.unsupervised += len(active.unreadable)
     report.errors += len(active.unreadable)
-    snapshots = []
+    reads = deps.store.read_generations(active.jobs)
+    snapshots: list[JobSnapshot] = []
     for job in active.jobs:
-        try:
-            generations = tuple(deps.store.list_generations(job.job_id))
-        except Exception:
+        failed = reads.failed.get(job.job_id)
+        if failed is not None:
             report.errors += 1
             report.unsupervised += 1
-            logger.exception("monitor: generations cannot be read", extra={"job_id": job.job_id})
+            logger.error("monitor: %s", failed, extra={"job_id": job.job_id})
             continue
+        generations = tuple(reads.generations.get(job.job_id, ()))
         snapshots.append(JobSnapshot(job=job, generations=generations))
     return snapshots
 
@@ -227,6 +225,44 @@ def _decide(
             continue
         decided.append((snapshot, decision))
     return decided
+
+
+def _apply_all(
+    deps: MonitorDeps,
+    snapshots: list[JobSnapshot],
+    decisions: tuple[JobDecision, ...] | list[JobDecision],
+    now: float,
+    report: MonitorReport,
+    remaining_s: Callable[[], float],
+) -> None:
+    """Apply every job's decision, `APPLY_WORKERS` jobs at a time (their writes are remote
+    round trips; boto3 clients are thread-safe). A job's own actions stay in order, and each
+    job counts into a report of its own, merged after: one job's failure stops no other."""
+
+    def one(snapshot: JobSnapshot, decision: JobDecision) -> MonitorReport:
+        part = MonitorReport()
+        if remaining_s() < JOB_RESERVE_S:
+            part.unsupervised += 1
+            part.out_of_time += 1
+            return part
+        try:
+            _apply(deps, snapshot, decision, now, part, remaining_s)
+        except Exception:  # one job's trouble must not stop the others; it renews nothing
+            part.errors += 1
+            part.unsupervised += 1
+            logger.exception("monitor: job evaluation failed", extra={"job_id": decision.job_id})
+        else:
+            part.supervised += 1
+        return part
+
+    pairs = list(zip(snapshots, decisions, strict=True))
+    parts = map_bounded(lambda pair: one(*pair), pairs, workers=APPLY_WORKERS)
+    for part in parts:
+        report.merge(part)
+    if report.out_of_time:
+        logger.warning(
+            "monitor: out of time; %d job(s) left unsupervised this run", report.out_of_time
+        )
 
 
 def _apply(
