@@ -19,6 +19,7 @@ Install it before the stack starts (clients built earlier would miss the botocor
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import json
 import threading
@@ -32,7 +33,11 @@ import httpx
 
 from bench.lib.meter import AwsMeter
 
-_current = threading.local()
+# The invocation being recorded. A ContextVar, not a thread-local: the monitor's pools run each
+# task in a copy of the caller's context, so calls made on pool threads count for it too.
+_current: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar(
+    "tether_bench_invocation", default=None
+)
 INDEX_KEYS = ("active_pk", "list_pk")  # attributes that put an item into the table's GSIs
 
 
@@ -84,13 +89,13 @@ class _GatedMeter(AwsMeter):
     """AwsMeter that counts only calls made inside a recorded invocation, and times them."""
 
     def _before(self, params: Any, model: Any, context: Any, **kwargs: Any) -> None:
-        if getattr(_current, "invocation", None) is None:
+        if _current.get() is None:
             return
         context["tether_bench_started"] = time.perf_counter()
         super()._before(params=params, model=model, context=context, **kwargs)
 
     def _after(self, http_response: Any, parsed: Any, model: Any, context: Any, **kw: Any) -> None:
-        invocation: Invocation | None = getattr(_current, "invocation", None)
+        invocation: Invocation | None = _current.get()
         if invocation is None:
             return
         reads, writes = self.read_units, self.write_units
@@ -111,7 +116,7 @@ class _CountingTransport(httpx.BaseTransport):
         self.inner = httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        invocation: Invocation | None = getattr(_current, "invocation", None)
+        invocation: Invocation | None = _current.get()
         started = time.perf_counter()
         try:
             response = self.inner.handle_request(request)
@@ -127,7 +132,7 @@ class _LogCounter(io.TextIOBase):
     """Stands in for the functions' log stream: counts the bytes each invocation logs."""
 
     def write(self, text: str) -> int:
-        invocation: Invocation | None = getattr(_current, "invocation", None)
+        invocation: Invocation | None = _current.get()
         if invocation is not None:
             invocation.log_bytes += len(text.encode())
         return len(text)
@@ -211,7 +216,7 @@ class StackRecorder:
                 started_at=time.time(),
             )
             printed = io.StringIO()
-            _current.invocation = invocation
+            token = _current.set(invocation)
             started = time.perf_counter()
             try:
                 with contextlib.redirect_stdout(printed):  # EMF lines are printed
@@ -221,7 +226,7 @@ class StackRecorder:
                 raise
             finally:
                 invocation.wall_s = time.perf_counter() - started
-                _current.invocation = None
+                _current.reset(token)
                 invocation.metrics, emf_bytes = emf_metrics(printed.getvalue())
                 invocation.log_bytes += emf_bytes
                 with self._lock:
