@@ -27,7 +27,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,7 +128,7 @@ def _expired(creds: Credentials) -> bool:
     return creds.expires_at is not None and creds.expires_at <= time.time()
 
 
-def _error_code(exc: ClientError) -> str:
+def error_code(exc: ClientError) -> str:
     err = exc.response.get("Error", {})
     code = str(err.get("Code", ""))
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -180,6 +180,11 @@ class Storage:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def warm(self) -> None:
+        """Build the S3 client now (boto3 takes 0.06–0.6 s of CPU for one, by the machine's
+        load), so the first transfer does not wait for it."""
+        self.store.client(self.store.current())
+
     def _lower_priority(self) -> None:
         """Transfers must not starve training: raise this thread's niceness (Linux: per thread)."""
         if self._nice:
@@ -200,7 +205,7 @@ class Storage:
             try:
                 return fn(self.store.client(creds), creds)
             except ClientError as exc:
-                code = _error_code(exc)
+                code = error_code(exc)
                 if code == "NoSuchUpload":
                     raise UploadLost(what) from exc
                 if code in NOT_FOUND:
@@ -293,7 +298,7 @@ class Storage:
         try:
             data = self.call(f"get {key}", get)
         except ClientError as exc:
-            if _error_code(exc) in NOT_FOUND:
+            if error_code(exc) in NOT_FOUND:
                 return None
             raise StorageError(f"get {key}: {exc}") from exc
         self.stats.add(down=len(data))
@@ -323,13 +328,17 @@ class Storage:
         self.put_bytes(key, data, "application/json")
         return key, hashlib.sha256(data).hexdigest()
 
-    def delete_checkpoint(self, cid: RemoteCheckpointId) -> None:
-        """Manifest first: a half-deleted checkpoint must already count as nonexistent."""
+    def delete_checkpoint(self, cid: RemoteCheckpointId, keys: Iterable[str] | None = None) -> None:
+        """Manifest first: a half-deleted checkpoint must already count as nonexistent. `keys`:
+        every key the directory may hold, when the caller knows them (no listing then)."""
         manifest_key = cid.manifest_key(self.prefix)
         self._delete([manifest_key])
-        self._delete([k for k in self.list_keys(cid.dir_key(self.prefix)) if k != manifest_key])
+        rest = self.list_keys(cid.dir_key(self.prefix)) if keys is None else sorted(keys)
+        self._delete([k for k in rest if k != manifest_key])
 
     def _delete(self, keys: list[str]) -> None:
+        if not keys:
+            return
         for start in range(0, len(keys), 1000):
             batch = [{"Key": k} for k in keys[start : start + 1000]]
 
@@ -425,6 +434,9 @@ class Storage:
         finally:
             self._window.release()
 
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        self._abort(key, upload_id)
+
     def _abort(self, key: str, upload_id: str) -> None:
         try:
             creds = self.store.current()
@@ -482,9 +494,9 @@ class Storage:
         try:
             data = self.call(f"get {key} [{start}-{end}]", get)
         except ClientError as exc:
-            if _error_code(exc) in NOT_FOUND:
+            if error_code(exc) in NOT_FOUND:
                 raise IntegrityError(f"{key}: missing") from exc
-            raise StorageError(f"get {key}: {_error_code(exc)}") from exc
+            raise StorageError(f"get {key}: {error_code(exc)}") from exc
         expected = max(0, end - start + 1)
         if len(data) != expected:
             raise IntegrityError(f"{key}: got {len(data)} bytes at {start}, expected {expected}")
