@@ -158,3 +158,18 @@ def test_the_largest_file_goes_up_first_and_the_manifest_last(tmp_path: Path) ->
     assert ops.index("manifest") == len(uploads)  # after every file, before retention's listing
     manifest = Manifest.model_validate_json(fake.objects[ref.manifest_key])
     assert [f.path for f in manifest.files] == [MARKER, "a_small.json", "m_big.bin", "z_mid.bin"]
+
+
+def test_ranged_gets_split_small_files_and_keep_large_ranges_for_large_ones() -> None:
+    from tether_agent.storage import Storage as RealStorage
+    from tether_agent.storage_credentials import Credentials, CredentialStore
+
+    store = CredentialStore(Credentials("k", "s", "", None, "http://127.0.0.1:9", "b"))
+    storage = RealStorage(store, PREFIX, part_size=16 * 2**20)
+    mib = 2**20
+    try:
+        ranges = [storage.range_for(n) // mib for n in (1, 32 * mib, 64 * mib, 100 * mib)]
+        assert ranges == [16, 16, 16, 25]  # a 64 MiB shard: four ranges, not one stream
+        assert storage.range_for(2**30) // mib == 64
+    finally:
+        storage.close()
