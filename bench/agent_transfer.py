@@ -240,6 +240,7 @@ class SizeRun:
         side.restore.append(mb / (t3 - t2))
         side.cpu_up += c1 - c0
         side.cpu_restore += c3 - c2
+        self._progress("agent", side)
         return side.upload[-1]
 
     def s5(self) -> float:
@@ -258,7 +259,15 @@ class SizeRun:
         shutil.rmtree(self.work / "s3" / self.ep.bucket / "s5" / str(self.step))  # on disk
         self.s5_side.upload.append(mb / (t1 - t0))
         self.s5_side.restore.append(mb / (t2 - t1))
+        self._progress("s5cmd", self.s5_side)
         return self.s5_side.upload[-1]
+
+    def _progress(self, name: str, side: Side) -> None:
+        """Each transfer as it ends (stderr): a long run shows where it is, and an interrupted
+        one leaves its pairs."""
+        print(f"    {self.nbytes / MIB:.0f} MiB step {self.step} {name}: upload "
+              f"{side.upload[-1]:.1f} MB/s restore {side.restore[-1]:.1f} MB/s",
+              file=sys.stderr, flush=True)  # fmt: skip
 
     def close(self) -> None:
         self.uploader.close()

@@ -66,9 +66,7 @@ def test_own_generations_stale_uploads_are_aborted_through_the_front(r2: R2) -> 
     finally:
         storage.close()
     assert _open_keys(mine, OWN) == []
-    assert _open_keys(r2.client(older_key), OLDER) == [
-        f"{OLDER}checkpoints/000000000010/model.bin"
-    ]
+    assert _open_keys(r2.client(older_key), OLDER) == [f"{OLDER}checkpoints/000000000010/model.bin"]
 
 
 def test_rclone_serve_s3_lists_them_too(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
