@@ -44,8 +44,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.domain.health import Health, OutbidView, Verdict
 from functions.domain.job import Generation, Job
-from functions.domain.jobspec import Resources
-from functions.domain.offer import Offer
 from functions.domain.spend import STOPPED, GenerationPrices, generation_prices, stopped_seconds
 from functions.domain.supervision_facts import InstanceFacts, Observation
 
