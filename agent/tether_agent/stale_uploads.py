@@ -38,6 +38,8 @@ def abort_stale_uploads(storage: Storage, prefix: str) -> int | None:
             except ClientError as exc:
                 if error_code(exc) in UNSUPPORTED:
                     return None  # not retried: it will not start working
+                if error_code(exc) == "NoSuchUpload":
+                    return {}  # rclone's answer for a bucket that never had one open
                 raise
 
         try:

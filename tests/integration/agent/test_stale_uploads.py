@@ -72,6 +72,8 @@ def test_own_generations_stale_uploads_are_aborted_through_the_front(r2: R2) -> 
 def test_rclone_serve_s3_lists_them_too(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
     storage = make_storage(s3_server.endpoint_url, bucket)
     try:
+        # a bucket that never had an open upload: rclone answers NoSuchUpload, meaning none
+        assert abort_stale_uploads(storage, OWN) == 0
         creds = storage.store.current()
         client = storage.store.client(creds)
         upload_id = client.create_multipart_upload(Bucket=bucket, Key=f"{OWN}x.bin")["UploadId"]
