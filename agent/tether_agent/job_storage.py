@@ -52,6 +52,15 @@ class JobStorage:
         self.reader = self._storage(
             self.read_credentials, limiter, self.writer.stats, self.writer.cancel
         )
+        # Both clients are built while the agent starts (heartbeat, code), not by the restore.
+        threading.Thread(target=self._warm, name="s3-warm", daemon=True).start()
+
+    def _warm(self) -> None:
+        for storage in (self.reader, self.writer):
+            try:
+                storage.warm()
+            except Exception as exc:  # a bad endpoint fails the first transfer, as before
+                log.warning("storage client not built ahead: %s", exc)
 
     def _storage(
         self,

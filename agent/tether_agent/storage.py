@@ -27,7 +27,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,7 +128,7 @@ def _expired(creds: Credentials) -> bool:
     return creds.expires_at is not None and creds.expires_at <= time.time()
 
 
-def _error_code(exc: ClientError) -> str:
+def error_code(exc: ClientError) -> str:
     err = exc.response.get("Error", {})
     code = str(err.get("Code", ""))
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -168,10 +168,13 @@ class Storage:
         self._nice = nice
         # Parts in memory at once (read but not yet sent, or received but not yet hashed).
         self._window = threading.BoundedSemaphore(concurrency * 2)
-        # Ranged GETs are larger than upload parts: per-request overhead dominated restores with
-        # 16 MiB ranges (bench/agent_transfer.py: 26 vs 70 MB/s at 64 MiB). Memory is bounded
-        # by `concurrency` ranges in flight.
+        # Ranged GETs: 64 MiB for large files (a 1 GiB file in 16 MiB ranges took 64–83 s on
+        # the local stack, in 64 MiB ones 22–24 s), about a quarter of a smaller file, at least
+        # 16 MiB, so it is not one stream (a 128 MiB checkpoint: 1.0–1.6 s against 1.5–2.2 s,
+        # and half the CPU: a 64 MiB buffer is fresh memory each time). Memory is bounded by
+        # `concurrency` ranges in flight.
         self.download_range = max(64 * MIB, part_size)
+        self.min_download_range = max(16 * MIB, part_size)
         self._download_window = threading.BoundedSemaphore(concurrency)
         self._pool = ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="s3-part", initializer=self._lower_priority
@@ -179,6 +182,11 @@ class Storage:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def warm(self) -> None:
+        """Build the S3 client now (boto3 takes 0.06–0.6 s of CPU for one, by the machine's
+        load), so the first transfer does not wait for it."""
+        self.store.client(self.store.current())
 
     def _lower_priority(self) -> None:
         """Transfers must not starve training: raise this thread's niceness (Linux: per thread)."""
@@ -200,7 +208,7 @@ class Storage:
             try:
                 return fn(self.store.client(creds), creds)
             except ClientError as exc:
-                code = _error_code(exc)
+                code = error_code(exc)
                 if code == "NoSuchUpload":
                     raise UploadLost(what) from exc
                 if code in NOT_FOUND:
@@ -293,7 +301,7 @@ class Storage:
         try:
             data = self.call(f"get {key}", get)
         except ClientError as exc:
-            if _error_code(exc) in NOT_FOUND:
+            if error_code(exc) in NOT_FOUND:
                 return None
             raise StorageError(f"get {key}: {exc}") from exc
         self.stats.add(down=len(data))
@@ -323,13 +331,17 @@ class Storage:
         self.put_bytes(key, data, "application/json")
         return key, hashlib.sha256(data).hexdigest()
 
-    def delete_checkpoint(self, cid: RemoteCheckpointId) -> None:
-        """Manifest first: a half-deleted checkpoint must already count as nonexistent."""
+    def delete_checkpoint(self, cid: RemoteCheckpointId, keys: Iterable[str] | None = None) -> None:
+        """Manifest first: a half-deleted checkpoint must already count as nonexistent. `keys`:
+        every key the directory may hold, when the caller knows them (no listing then)."""
         manifest_key = cid.manifest_key(self.prefix)
         self._delete([manifest_key])
-        self._delete([k for k in self.list_keys(cid.dir_key(self.prefix)) if k != manifest_key])
+        rest = self.list_keys(cid.dir_key(self.prefix)) if keys is None else sorted(keys)
+        self._delete([k for k in rest if k != manifest_key])
 
     def _delete(self, keys: list[str]) -> None:
+        if not keys:
+            return
         for start in range(0, len(keys), 1000):
             batch = [{"Key": k} for k in keys[start : start + 1000]]
 
@@ -425,6 +437,9 @@ class Storage:
         finally:
             self._window.release()
 
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        self._abort(key, upload_id)
+
     def _abort(self, key: str, upload_id: str) -> None:
         try:
             creds = self.store.current()
@@ -439,7 +454,7 @@ class Storage:
     def download_file(self, key: str, dest: Path, size: int) -> str:
         """Download `key` to `dest` in parallel ranged parts; returns the sha256 of the bytes,
         hashed in order as the parts arrive (one pass, bounded memory)."""
-        part_size = part_size_for(size, self.download_range)
+        part_size = part_size_for(size, self.range_for(size))
         sha = hashlib.sha256()
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -471,6 +486,12 @@ class Storage:
             os.close(fd)
         return sha.hexdigest()
 
+    def range_for(self, size: int) -> int:
+        """The ranged GET size for a file of `size` bytes: about a quarter of it, within
+        [`min_download_range`, `download_range`]."""
+        quarter = -(-size // 4 // MIB) * MIB
+        return min(self.download_range, max(self.min_download_range, quarter))
+
     def _fetch_range(self, key: str, fd: int, start: int, end: int) -> bytes:
         def get(client: Any, creds: Credentials) -> bytes:
             kwargs: dict[str, Any] = {"Bucket": creds.bucket, "Key": key}
@@ -482,9 +503,9 @@ class Storage:
         try:
             data = self.call(f"get {key} [{start}-{end}]", get)
         except ClientError as exc:
-            if _error_code(exc) in NOT_FOUND:
+            if error_code(exc) in NOT_FOUND:
                 raise IntegrityError(f"{key}: missing") from exc
-            raise StorageError(f"get {key}: {_error_code(exc)}") from exc
+            raise StorageError(f"get {key}: {error_code(exc)}") from exc
         expected = max(0, end - start + 1)
         if len(data) != expected:
             raise IntegrityError(f"{key}: got {len(data)} bytes at {start}, expected {expected}")
