@@ -110,7 +110,9 @@ def test_stop_command_uploads_final_checkpoint(
 ) -> None:
     env = agent_env(tmp_path, s3_server, bucket, control_plane)
     agent = start_agent(env, fake_train("--steps", "1", "--hold", "--save-on-term"))
-    control_plane.wait_for(lambda hb: hb["phase"] == "training")
+    # Past step 1 the script has set its SIGTERM handler (it does before its first step): a stop
+    # at the first `training` beat could reach it still importing, and it would die unsaved.
+    control_plane.wait_for(lambda hb: hb["phase"] == "training" and (hb.get("step") or 0) >= 1)
     control_plane.command = "stop"
     code, out = finish(agent)
     assert code == ExitCode.STOPPED, out
@@ -369,7 +371,9 @@ def test_stop_uploads_the_outputs_after_the_final_checkpoint(
         tmp_path, s3_server, bucket, control_plane, TETHER_OUTPUTS_DIR=str(tmp_path / "out")
     )
     agent = start_agent(env, fake_train("--steps", "1", "--hold", "--save-on-term", "--outputs"))
-    control_plane.wait_for(lambda hb: hb["phase"] == "training")
+    # Past step 1 the script has set its SIGTERM handler (it does before its first step): a stop
+    # at the first `training` beat could reach it still importing, and it would die unsaved.
+    control_plane.wait_for(lambda hb: hb["phase"] == "training" and (hb.get("step") or 0) >= 1)
     control_plane.command = "stop"
     code, out = finish(agent)
     assert code == ExitCode.STOPPED, out
