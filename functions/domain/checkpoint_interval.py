@@ -33,6 +33,7 @@ from functions.domain.job import Generation
 from functions.domain.jobspec import JobSpec
 from functions.domain.market import Bid
 from functions.domain.offer import Offer
+from functions.domain.rates import posterior_rate_per_hour
 
 PRIOR_WEIGHT_H = 24.0  # hours on host the reliability prior counts as
 HOST_FAILURES = frozenset({"dead", "hung"})  # a crash is the script's, not the host's
@@ -87,7 +88,7 @@ def blended_failure_rate(
     prior_per_hour: float, failures: int, hours: float, *, weight_h: float = PRIOR_WEIGHT_H
 ) -> float:
     """The prior rate and the job's own record, as in the module docstring."""
-    return (prior_per_hour * weight_h + failures) / (weight_h + max(0.0, hours))
+    return posterior_rate_per_hour(prior_per_hour, failures, hours, prior_hours=weight_h)
 
 
 def generation_interval(

@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict
 
 from functions.domain.jobspec import JobSpec, Market
 from functions.domain.offer import Offer
+from functions.domain.rates import posterior_rate_per_hour
 
 OfferMarket = Literal["on-demand", "interruptible"]
 HazardSource = Literal["spec", "learned"]
@@ -140,7 +141,7 @@ def learned_hazard(
             source="spec",
             detail="the prior; no outbids measured yet",
         )
-    rate = (prior_per_hour * prior_hours + outbids) / (prior_hours + hours)
+    rate = posterior_rate_per_hour(prior_per_hour, outbids, hours, prior_hours=prior_hours)
     return OutbidHazard(
         per_hour=rate,
         source="learned",
