@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.paths import ROOT
+from tests.unit.domain.test_market import offer_record
 from tether_cli.main import main
 
 QLORA = ROOT / "examples" / "qlora-7b" / "job.yaml"
@@ -26,26 +27,7 @@ def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
 
 
 def offer(offer_id: int, **fields: Any) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "id": offer_id,
-        "machine_id": offer_id + 10_000,
-        "gpu_name": "RTX 4090",
-        "num_gpus": 1,
-        "gpu_ram": 24564,
-        "disk_space": 500,
-        "dph_base": 0.40,
-        "min_bid": 0.20,
-        "storage_cost": 0,
-        "inet_down": 8000,
-        "inet_up": 8000,
-        "inet_down_cost": 0.02,
-        "inet_up_cost": 0,
-        "reliability2": 0.8,
-        "rentable": True,
-        "rented": False,
-        "geolocation": "Texas, US",
-    }
-    return {**record, **fields}
+    return offer_record(offer_id, **({"geolocation": "Texas, US"} | fields))
 
 
 def job_file(tmp_path: Path, **resources: Any) -> str:

@@ -45,7 +45,8 @@ def make_job(**resources: Any) -> JobSpec:
     return parse_job(spec)
 
 
-def make_offer(offer_id: int, **fields: Any) -> Offer:
+def offer_record(offer_id: int, **fields: Any) -> dict[str, Any]:
+    """A Vast offer record (a 4090 at $0.40/h, min_bid $0.20) as the API returns it."""
     record: dict[str, Any] = {
         "id": offer_id,
         "machine_id": offer_id + 10_000,
@@ -64,8 +65,11 @@ def make_offer(offer_id: int, **fields: Any) -> Offer:
         "rentable": True,
         "rented": False,
     }
-    record.update(fields)
-    return Offer.model_validate(record)
+    return record | fields
+
+
+def make_offer(offer_id: int, **fields: Any) -> Offer:
+    return Offer.model_validate(offer_record(offer_id, **fields))
 
 
 def interruptible_total(hazard: float) -> float:
