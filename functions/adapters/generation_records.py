@@ -242,12 +242,22 @@ class GenerationRecords(StoreBase):
         self, job_id: str, generation: int, observation: Observation, *, at: float
     ) -> bool:
         """The monitor completed this job's evaluation of the run that started at `at`: what
-        it saw (progress and status clocks, spend) and `supervised_at`, the time the
-        heartbeat renews leases by; only while the generation is current. Written last, after
-        every other action of the evaluation."""
+        it saw (progress and status clocks, the generation's spend and the whole job's) and
+        `supervised_at`, the time the heartbeat renews leases by; only while the generation is
+        current. Written last, after every other action of the evaluation: the monitor's one
+        write per job and run. The job's spend only moves up (as on the job item): False, and
+        nothing written, when an overlapping run with newer facts stored a higher one."""
         fields = {**observation.model_dump(exclude_none=True), "supervised_at": at}
-        key = generation_key(job_id, generation)
-        return self._table.set_fields(key, fields, only_if_current=True)
+        expression, names, values = set_clause(fields)
+        values.update({":true": True, ":spent": observation.job_spent_usd})
+        return self._table.update(
+            generation_key(job_id, generation),
+            UpdateExpression=expression,
+            ConditionExpression="attribute_exists(pk) AND is_current = :true AND "
+            "(attribute_not_exists(job_spent_usd) OR job_spent_usd <= :spent)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=serialize(values),
+        )
 
     def record_status_clock(self, job_id: str, generation: int, clock: StatusClock) -> bool:
         """A replaced generation's status clock (its instance may bill on, stopped or not,

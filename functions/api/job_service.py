@@ -34,6 +34,7 @@ from functions.domain.job import (
     cancel_outcome,
     new_job,
     new_job_id,
+    with_known_spend,
 )
 from functions.domain.job_events import submission_event, transition_event
 from functions.domain.jobspec import SpecError, parse_job
@@ -251,6 +252,8 @@ def _ended(job: Job) -> Conflict:
 
 
 def job_summary(job: Job) -> dict[str, Any]:
+    """A job in `GET /jobs`: its spend is the job item's, which the monitor refreshes in steps
+    (within 1 % of the budget or a cent: `functions/domain/spend.py`); the detail's is exact."""
     return {
         "job_id": job.job_id,
         "name": job.name,
@@ -278,7 +281,7 @@ def _generation_view(gen: Generation) -> dict[str, Any]:
 
 
 def job_detail(view: JobView, now: float) -> dict[str, Any]:
-    job = view.job
+    job = with_known_spend(view.job, view.generations)  # the spend as last measured
     checkpoints = [
         g.heartbeat.last_checkpoint
         for g in view.generations

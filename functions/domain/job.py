@@ -18,6 +18,7 @@ one job, writes nothing there, so the host stops itself within its lease.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -248,6 +249,13 @@ class Generation(BaseModel):
     host_blamed: bool = Field(default=False, description="Replaced as dead or hung.")
     # Written by the monitor each run (functions/domain/reconcile.py).
     spend_usd: float = Field(default=0.0, ge=0)
+    job_spent_usd: float = Field(
+        default=0.0,
+        ge=0,
+        description="The job's spend as the monitor run that last supervised this generation "
+        "measured it (all its instances): fresher than `Job.spent_usd`, which is refreshed in "
+        "steps (`known_spend_usd`).",
+    )
     progress_step: int | None = None
     progress_at: float | None = Field(default=None, description="When the step last advanced.")
     observed_status: str | None = Field(default=None, description="Vast's actual_status.")
@@ -299,6 +307,20 @@ class Generation(BaseModel):
         default=None, description="total_steps / the speed prior's hours on this offer."
     )
     dlperf: float | None = None  # the offer's dlperf: where the host sits on the speed prior
+
+
+def known_spend_usd(job: Job, generations: Iterable[Generation]) -> float:
+    """The job's spend as last measured. The monitor writes it every run with the current
+    generation's observation (`Generation.job_spent_usd`: one write per job and run) and onto
+    the job item only in steps (`functions/domain/spend.py`, `job_item_spend_due`), so the
+    exact figure is the larger of the two; pass every generation read, or the current one."""
+    return max([job.spent_usd, *(g.job_spent_usd for g in generations)])
+
+
+def with_known_spend(job: Job, generations: Iterable[Generation]) -> Job:
+    """The job with `spent_usd` as last measured (`known_spend_usd`)."""
+    spent = known_spend_usd(job, generations)
+    return job if spent == job.spent_usd else job.model_copy(update={"spent_usd": spent})
 
 
 class HostReputation(BaseModel):
@@ -420,7 +442,9 @@ def decide_heartbeat(
             now,
             lease_window_s=job.spec.policy.lease_window_s,
             budget_usd=job.budget_usd,
-            spent_usd=job.spent_usd,
+            # As this generation's last supervision measured it, never the job item's stepped
+            # figure: with the supervisor dead, spend passes the cap by at most this lease.
+            spent_usd=known_spend_usd(job, (generation,)),
             usd_per_hour=generation.usd_per_hour,
         )
         if generation.credentials is not None:

@@ -21,9 +21,10 @@ whose facts cannot be read stops no other; `hold_correlated_loss` then looks acr
   attempt only if the last one closed unfinished (`functions/monitor/repair.py`). The orphan
   sweep destroys a stuck STOPPING job's instances, and a stuck REPLACING job's old one
   (`functions/domain/orphans.py`).
-- **Spend only moves up.** A job's spend is never below what is stored (`Job.spent_usd`): a run
-  that could not read Vast's charges must not lower what an earlier run measured (and the store
-  writes it conditionally too, for overlapping runs).
+- **Spend only moves up.** A job's spend is never below what is stored (`known_spend_usd`: the
+  job item's `spent_usd`, refreshed in steps, or the figure the last run kept on a generation):
+  a run that could not read Vast's charges must not lower what an earlier run measured (and the
+  store writes both conditionally too, for overlapping runs).
 - **Every instance is counted**, recorded or not (`functions/domain/spend.py`).
 - **Ages without a start date.** An instance Vast lists without a `start_date` is as old as its
   first sighting (`first_seen`, kept by the monitor): an orphan without one is still swept.
@@ -59,6 +60,7 @@ from functions.domain.job import (
     JobState,
     TransitionRequest,
     UnrecordedInstance,
+    known_spend_usd,
 )
 from functions.domain.orphans import (
     RENTING_STATES,
@@ -307,11 +309,11 @@ def decide_job(
             current_spend = cost.total_usd
     sightings = _sightings(job, labelled, recorded, seen_first, now)
     spends.extend(_unrecorded_spends(job, sightings, recorded, charges))
-    spend = max(job.spent_usd, job_spend_usd(spends))
+    spend = max(known_spend_usd(job, snapshot.generations), job_spend_usd(spends))
     price = sum(billing_usd_per_hour(g) for g in billed) + sum(s.usd_per_hour for s in sightings)
     if current is not None:
         observation = observe(current, instance, listed=listed, now=now).model_copy(
-            update={"spend_usd": current_spend}
+            update={"spend_usd": current_spend, "job_spent_usd": spend}
         )
     base = JobDecision(
         job_id=job.job_id,

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from functions.domain.blame import blocklist
 from functions.domain.checkpoint_interval import IntervalChoice, generation_interval
 from functions.domain.cost import NoQualifyingOffer, OfferCost, plan_job
-from functions.domain.job import Generation, HostReputation, Job
+from functions.domain.job import Generation, HostReputation, Job, with_known_spend
 from functions.domain.labels import instance_label
 from functions.domain.lease import lease_expires_at
 from functions.domain.market import OutbidHazard, job_hazard
@@ -85,6 +85,7 @@ def plan_rent(
     start-up learned for the job's name (`functions/domain/pace.py`), priced for the work left
     after the step this generation resumes from; None: the prior and the spec's start-up."""
     generations = tuple(generations)
+    job = with_known_spend(job, generations)  # the budget and the lease on the exact spend
     blocked = blocklist(generations, reputations, now=now)
     learned = measures or JobMeasures(name=job.name)
     try:

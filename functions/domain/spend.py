@@ -114,6 +114,35 @@ def job_spend_usd(generations: Iterable[GenerationSpend]) -> float:
     return math.fsum(g.total_usd for g in generations)
 
 
+# The job item's `spent_usd` is refreshed in steps; the exact figure goes every run with the
+# current generation's observation (`functions.domain.job.known_spend_usd`). What reads the job
+# item alone (the job list) then lags by at most a step — 1 % of the budget, at least a cent,
+# the precision `tether jobs` shows — and the job item, billed three times for its two indexes
+# and all on the ActiveJobs index's one partition, is written ~100 times over a job's budget
+# (and once per transition) instead of every monitor run.
+JOB_ITEM_SPEND_STEP_FRACTION = 0.01
+JOB_ITEM_SPEND_STEP_MIN_USD = 0.01
+SPEND_EPSILON_USD = 1e-6
+
+
+def job_item_spend_step_usd(budget_usd: float) -> float:
+    return max(JOB_ITEM_SPEND_STEP_MIN_USD, budget_usd * JOB_ITEM_SPEND_STEP_FRACTION)
+
+
+def job_item_spend_due(
+    stored_usd: float, spend_usd: float, budget_usd: float, *, carried: bool, transition: bool
+) -> bool:
+    """Whether a monitor run writes the job's spend onto the job item (only ever upwards): when
+    no generation write carries it this run (`carried` False: nothing rented to supervise),
+    when the run names a transition (a stop, over budget included, or a replace: the job item's
+    figure is what lists and the end-of-job message show), or when it lags by a step."""
+    if spend_usd <= stored_usd + SPEND_EPSILON_USD:
+        return False
+    if not carried or transition:
+        return True
+    return spend_usd - stored_usd >= job_item_spend_step_usd(budget_usd)
+
+
 # --- a generation's spend, from what the table holds ------------------------------------------
 
 

@@ -78,6 +78,7 @@ class Observation(_Frozen):
     observed_status_since: float | None = None
     stopped_s: float = 0.0
     spend_usd: float = 0.0
+    job_spent_usd: float = 0.0  # the whole job's: `Generation.job_spent_usd`
     outbids: int = 0  # functions/domain/outbid.py counts them
     outbid_since: float | None = None
 
@@ -111,6 +112,7 @@ def observe(
         progress_step=progress_step,
         progress_at=progress_at,
         spend_usd=generation.spend_usd,
+        job_spent_usd=generation.job_spent_usd,
         outbids=generation.outbids,
         outbid_since=generation.outbid_since,
         **clock.model_dump(),

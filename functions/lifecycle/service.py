@@ -28,6 +28,7 @@ from functions.domain.job import (
     Job,
     JobState,
     is_terminal,
+    known_spend_usd,
 )
 from functions.domain.labels import parse_label
 from functions.domain.pace import pace_sample, startup_sample
@@ -228,7 +229,12 @@ def finish(deps: LifecycleDeps, inp: FinishInput) -> StepOutput:
             deps, job, target, (JobState.STOPPING,), now, target.value.lower(),
             f"job ended {target.value}: {job.state_reason or job.stop_reason}",
         )  # fmt: skip
-    spent = f"${job.spent_usd:.2f} of ${job.budget_usd:.2f}"
+    # The monitor keeps the exact spend on the generations and the job item's in steps: the
+    # ended job's item gets the exact figure (what lists show from now on), only upwards.
+    spent_usd = known_spend_usd(job, deps.store.list_generations(job.job_id))
+    if spent_usd > job.spent_usd:
+        deps.store.record_spend(job.job_id, spent_usd)
+    spent = f"${spent_usd:.2f} of ${job.budget_usd:.2f}"
     return StepOutput(
         outcome="finished",
         state=job.state.value,

@@ -82,7 +82,7 @@ from functions.domain.reconcile import (
     unseen_starts,
 )
 from functions.domain.recovery import LostWork
-from functions.domain.spend import VastCharges
+from functions.domain.spend import VastCharges, job_item_spend_due
 from functions.monitor import repair
 from functions.monitor.report import MonitorReport, report_fields
 from functions.monitor.vast_reads import count_issues, read_vast
@@ -96,7 +96,6 @@ __all__ = [  # the report is named here too: the handler and tests reach it as `
     "run_monitor",
 ]
 
-SPEND_EPSILON_USD = 1e-6
 # The monitor's Lambda runs for at most 55 s (one interval less 5 s). Of what is left when a
 # run starts, Vast's listing and charges may take all but APPLY_RESERVE_S; a job's evaluation
 # starts only with JOB_RESERVE_S left (a few table writes, the repair's DescribeExecution calls
@@ -277,7 +276,13 @@ def _apply(
     job = snapshot.job
     store = deps.store
     report.spend_usd += decision.spend_usd
-    if decision.spend_usd > job.spent_usd + SPEND_EPSILON_USD:
+    # The exact spend goes with the observation (`record_supervised`, below); the job item
+    # (billed 3x, on the ActiveJobs index's one partition) only in steps and at transitions.
+    carried = None not in (snapshot.current, decision.generation, decision.observation)
+    if job_item_spend_due(
+        job.spent_usd, decision.spend_usd, job.budget_usd,
+        carried=carried, transition=decision.transition is not None,
+    ):  # fmt: skip
         store.record_spend(job.job_id, decision.spend_usd)
     if decision.sightings:
         store.record_unrecorded_instances(job.job_id, decision.sightings)

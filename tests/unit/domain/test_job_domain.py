@@ -93,6 +93,18 @@ def test_lease_is_the_window_or_the_remaining_budget_whichever_is_shorter():
     assert decide(make_job(spent=5.0), make_gen()).lease_expires_at == NOW  # over budget
 
 
+def test_the_lease_is_computed_from_the_spend_the_last_supervision_measured():
+    """The job item's `spent_usd` is written in steps; the monitor's last run keeps the exact
+    figure on the generation. With the supervisor dead, spend passes the cap by at most the
+    lease (invariant 4): a lease from the lagging job item would run on past the budget."""
+    lagging = make_job(spent=0.25)  # $1 budget: a lease of 1.5 h at $0.50/h from this figure
+    assert decide(lagging, make_gen(job_spent_usd=0.75)).lease_expires_at == NOW + 1800
+    # a generation figure below the job item's (older than its last step) lengthens nothing
+    assert decide(make_job(spent=0.75), make_gen(job_spent_usd=0.25)).lease_expires_at == (
+        NOW + 1800
+    )
+
+
 @pytest.mark.parametrize(
     ("case", "supervised_at", "renewed"),
     [

@@ -105,6 +105,14 @@ def test_the_plan_tries_qualifying_offers_in_order(
             "remaining budget $0.01 does not cover start-up and one checkpoint interval on the "
             "best offer ($0.06 at $0.300/h)",
         ),
+        (
+            "the spend the last monitor run kept on a generation, not the job item's step",
+            MARKET,
+            {"job": job(spent_usd=9.5), "generations": (gen(1, job_spent_usd=9.99),)},
+            "over_budget",
+            "remaining budget $0.01 does not cover start-up and one checkpoint interval on the "
+            "best offer ($0.06 at $0.300/h)",
+        ),
     ],
 )
 def test_the_plan_is_refused_with_its_reason(
