@@ -29,6 +29,7 @@ from functions.domain.job import (
     Job,
     TransitionAction,
     TransitionRequest,
+    known_spend_usd,
     new_job,
     new_job_id,
 )
@@ -274,6 +275,14 @@ class Supervised:
     def monitor(self) -> dict[str, Any]:
         result: dict[str, Any] = self.aws.invoke(self.monitor_arn, {})
         return result
+
+    def spent_usd(self, job_id: str) -> float:
+        """The job's spend as last measured (what `GET /jobs/{id}` shows): the job item's
+        figure is refreshed only in steps, the monitor's last run keeps the exact one on the
+        generation (`known_spend_usd`)."""
+        job = self.store.get_job(job_id)
+        assert job is not None
+        return known_spend_usd(job, self.store.list_generations(job_id))
 
     def wait_for(self, name: str) -> dict[str, Any]:
         return self.aws.wait_execution(self.execution_arn(name), timeout_s=60)

@@ -41,7 +41,7 @@ def test_the_monitor_marks_a_healthy_job_supervised_and_leaves_it_alone(sup: Sup
     assert report["verdicts"] == {"healthy": 1} and report["transitions_started"] == 0
     assert (report["supervised"], report["unsupervised"]) == (1, 0)
     found = sup.store.get_job(job.job_id)
-    assert found is not None and found.state == JobState.RUNNING and found.spent_usd > 0
+    assert found is not None and found.state == JobState.RUNNING and sup.spent_usd(job.job_id) > 0
     observed = sup.store.get_generation(job.job_id, 1)
     assert observed is not None and observed.progress_step == 5
     assert observed.supervised_at == pytest.approx(sup.clock())
