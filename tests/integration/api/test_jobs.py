@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from functions.domain.job import JobState, TimelineEvent
+from functions.domain.reconcile import Observation
 from tests.integration.api.helpers import running_job, spec, submit
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
@@ -149,6 +150,26 @@ def test_get_shows_host_spend_checkpoint_and_timeline(api):
     }
     assert job["last_checkpoint"] == {"step": 100, "generation": 1, "manifest_key": "m.json"}
     assert [e["kind"] for e in job["timeline"]] == ["submitted", "running"]
+
+
+def test_the_detail_shows_the_spend_as_last_measured_and_the_list_the_job_items(api):
+    """The monitor keeps the exact spend on the current generation every run, the job item's
+    only in steps: the detail reads the generations, the list only the job items."""
+    job_id = running_job(api, usd_per_hour=0.4)
+    seen = Observation(spend_usd=0.25, job_spent_usd=0.25)
+    assert api.store.record_supervised(job_id, 1, seen, at=api.clock.now)
+
+    detail = api.jobs("GET", f"/jobs/{job_id}").body
+    listed = api.jobs("GET", "/jobs").body["jobs"]
+
+    assert detail["spent_usd"] == 0.25
+    assert detail["spend"] == {
+        "spent_usd": 0.25,
+        "budget_usd": 1.0,
+        "remaining_usd": 0.75,
+        "fraction_used": 0.25,
+    }
+    assert [j["spent_usd"] for j in listed if j["job_id"] == job_id] == [0.0]
 
 
 def test_get_unknown_job_is_404(api):

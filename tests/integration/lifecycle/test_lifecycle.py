@@ -13,6 +13,7 @@ from functions.adapters.transitions import TransitionStarter
 from functions.api import job_service
 from functions.domain.job import JobState, TimelineEvent, TransitionRequest
 from functions.domain.labels import instance_label
+from functions.domain.reconcile import Observation
 from functions.settings import JobsApiSettings
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.supervision_harness import Supervised, supervised_stack
@@ -172,6 +173,21 @@ def test_provision_reads_around_odd_records_and_needs_no_instance_api_key(
     assert stopped["status"] == "SUCCEEDED"
     assert sup.vast.instance(generation.instance_id) is None
     assert sup.vast.instance(first) is not None and sup.vast.instance(second) is not None
+
+
+def test_an_ended_jobs_item_gets_the_spend_as_last_measured(sup: Supervised) -> None:
+    """The monitor writes the job item's spend only in steps (the exact figure goes on the
+    generation): the stop's `finish` writes the last measured figure onto the ended job, which
+    is what lists show from then on."""
+    job, _ = sup.provisioned()
+    seen = Observation(spend_usd=0.31, job_spent_usd=0.31)
+    assert sup.store.record_supervised(job.job_id, 1, seen, at=sup.clock())
+
+    stopped = sup.run("stop", job.job_id, 1, "cancelled")
+
+    found = sup.store.get_job(job.job_id)
+    assert stopped["status"] == "SUCCEEDED" and found is not None
+    assert (found.state, found.spent_usd) == (JobState.CANCELLED, 0.31)
 
 
 def test_a_transition_started_twice_is_started_once(sup: Supervised) -> None:

@@ -15,6 +15,7 @@ from functions.adapters.store import JobStore
 from functions.adapters.table import job_key
 from functions.domain.heartbeat import GpuProbe
 from functions.domain.job import Heartbeat, known_spend_usd
+from functions.domain.reconcile import Observation
 from tests.integration.monitor.test_monitor_at_scale import World, world
 
 
@@ -130,3 +131,20 @@ def test_the_job_items_spend_is_written_when_the_job_is_stopped(
     stored, carried_now = spends(small, job_id)
     assert written == [(job_id, carried_now)] and stored == carried_now > carried
     assert small.updates() == 30 + 1  # the observations, and this job item
+
+
+def test_an_overlapping_run_with_older_facts_never_lowers_the_generations_figure(
+    small: World,
+) -> None:
+    small.clock.now += 60
+    small.run()
+    newer = small.store.get_generation("bench-00007", 1)
+    assert newer is not None and newer.job_spent_usd > 0
+    older = Observation(spend_usd=0.001, job_spent_usd=newer.job_spent_usd / 2)
+
+    written = small.store.record_supervised("bench-00007", 1, older, at=small.clock() - 90)
+
+    after = small.store.get_generation("bench-00007", 1)
+    assert written is False and after == newer  # nothing of the older run's write
+    same = Observation(spend_usd=newer.spend_usd, job_spent_usd=newer.job_spent_usd)
+    assert small.store.record_supervised("bench-00007", 1, same, at=small.clock())
