@@ -30,8 +30,10 @@ class SupervisionRecords(StoreBase):
 
     def record_spend(self, job_id: str, spent_usd: float) -> bool:
         """The job's spend as the monitor measured it, only upwards: overlapping monitor runs
-        (or a run that could not read Vast's charges) never lower it. False when it was not
-        written (no such job, or a higher spend is stored)."""
+        (or a run that could not read Vast's charges) never lower it. Written in steps and at
+        transitions (`functions.domain.spend.job_item_spend_due`), and when the job ends; every
+        run's figure goes on the current generation (`record_supervised`). False when it was
+        not written (no such job, or a higher spend is stored)."""
         return self._table.update(
             job_key(job_id),
             UpdateExpression="SET spent_usd = :s",

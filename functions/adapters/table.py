@@ -1,7 +1,9 @@
 """The tether table: one table, on demand, point-in-time recovery (the single-table layout).
 
-- job — `pk=JOB#<id> sk=JOB`: the `Job` record (spec as a map, state, budget, spend, current
-  generation, the recorded checkpoints a new generation may restore and their version);
+- job — `pk=JOB#<id> sk=JOB`: the `Job` record (spec as a map, state, budget, spend — written
+  by the monitor only in steps and at transitions, the exact figure is on the current
+  generation —, current generation, the recorded checkpoints a new generation may restore and
+  their version);
   `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"` only while the
   job is active.
 - generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
@@ -10,7 +12,9 @@
   status, `is_current`, `lease_expires_at`,
   `heartbeat` (at, agent time, phase, step, GPU probe, last/restored checkpoint, exit code,
   bytes down/up, how the restore went), `credentials` (endpoint, bucket, and the read and the
-  write R2 key, each with its secret, session token, expiry and prefix).
+  write R2 key, each with its secret, session token, expiry and prefix); and what the monitor
+  writes each run, in one UpdateItem: the observation (progress and status clocks, the
+  generation's `spend_usd`), the job's `job_spent_usd` and `supervised_at`.
 - timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
 - idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
   TTL removes it after a day).
@@ -28,7 +32,9 @@
   string set of the `<job>:g<n>` that added to it, so a sample counts once.
 
 A generation's `supervised_at` (written by the monitor when it completed that job's
-evaluation) is what the heartbeat renews leases by; there is no global pulse.
+evaluation) is what the heartbeat renews leases by; there is no global pulse. The job's spend
+as last measured is the larger of the job item's `spent_usd` and its generations'
+`job_spent_usd` (`functions.domain.job.known_spend_usd`).
 
 Indexes (both project all attributes):
 - `ActiveJobs` — partition `active_pk`, sort `created_key` (`<iso created>#<id>`). Sparse: the

@@ -34,9 +34,13 @@ Cost grows with pages and changes, not jobs × calls (issue 16): the generations
 job are read in BatchGetItem pages (`JobStore.read_generations`), Vast's instance pages in a few
 id-range chains beside the charges (`functions/monitor/vast_reads.py`), and the jobs' decisions
 are applied `APPLY_WORKERS` at a time, each job's actions in order and its report its own. A
-write is made only for what moved (spend only upwards, a replaced generation's clock only when
-it changed); the observation and `supervised_at` are written every run a job's evaluation
-completes, since that is what renews its lease.
+write is made only for what moved (a replaced generation's clock only when it changed); the
+observation, the job's spend and `supervised_at` are written every run a job's evaluation
+completes, in one UpdateItem on the current generation, since that is what renews its lease. So
+a running job costs one write a run: the job item's `spent_usd` (billed three times for its two
+indexes, all on the ActiveJobs index's one partition) is written only when it lags by a step,
+when a transition is named, or when no generation carries the spend
+(`functions.domain.spend.job_item_spend_due`); spend only ever moves upwards on both.
 
 What a run did is its `MonitorReport` (`functions/monitor/report.py`); what it reads from Vast
 (instances, charges, the records it could not read) is `functions/monitor/vast_reads.py`.
