@@ -92,7 +92,9 @@ def test_a_failing_shard_extends_no_lease_of_another(fleet: World, monkeypatch) 
 
 
 def test_orphans_are_swept_by_their_own_shard_only(fleet: World) -> None:
-    ghost = next(f"ghost-{n:08x}" for n in range(100) if Shard(2, SHARDS).owns_job(f"ghost-{n:08x}"))
+    ghost = next(
+        f"ghost-{n:08x}" for n in range(100) if Shard(2, SHARDS).owns_job(f"ghost-{n:08x}")
+    )
     vast = fleet.deps().vast()
     offer = sorted(fleet.vast_sim.offers(), key=lambda o: o["id"])[-1]
     orphan = vast.rent(
