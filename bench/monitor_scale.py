@@ -1,6 +1,6 @@
 """Monitor at scale: one monitor run over 1,000 active jobs.
 
-    python bench/monitor_scale.py [--quick] [--jobs N]
+    python bench/monitor_scale.py [--quick] [--jobs N] [--shards K] [--cold-only]
 
 The real monitor Lambda handler (`functions.monitor.handler.handler`, settings from the
 environment, clients from `functions.adapters.factory`) runs in process against moto
@@ -16,8 +16,12 @@ Vast API calls (`request_log`) and pages, every AWS call by operation, estimated
 peak Python memory of a third run (tracemalloc) and the process's peak RSS. Own time is also
 taken as CPU (the process's, less moto's and the simulators'), which the estimate uses: the
 wall of a shared machine swings with what else runs on it.
-Goals (issue 16): 1,000 jobs ≤ 10 s and 10,000 jobs ≤ 45 s estimated per run; DynamoDB calls
-per run ≤ 1 per job changed + pages; Vast calls grow with pages (25 instances each), not jobs.
+`--shards K` splits the fleet as a deployment with `monitorShards=K` does
+(`functions/domain/shards.py`): each run is K handler invocations, one per shard (`{"shard": k}`),
+each measured on its own; the run's estimate is the slowest shard's.
+Goals (issue 16): 1,000 jobs ≤ 10 s and 10,000 jobs ≤ 45 s estimated per run (or per shard);
+DynamoDB calls per run ≤ 1 per job changed + pages; Vast calls grow with pages (25 instances
+each), not jobs.
 """
 
 from __future__ import annotations
@@ -161,9 +165,10 @@ def expected_vast_calls(instances: int, charge_rows: int, charges_page: int = 50
     return max(1, math.ceil(instances / VAST_PAGE)) + max(1, math.ceil(charge_rows / charges_page))
 
 
-def _environment(secrets: dict[str, str], state_machine_arn: str) -> None:
+def _environment(secrets: dict[str, str], state_machine_arn: str, shards: int) -> None:
     os.environ.update(
         {
+            env_names.MONITOR_SHARDS_ENV: str(shards),
             env_names.SERVICE_NAME_ENV: "tether",
             env_names.METRICS_NAMESPACE_ENV: "Tether",
             env_names.TABLE_NAME_ENV: TABLE,
@@ -289,7 +294,9 @@ def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, in
     return {"jobs": jobs, "dead_hosts": dead, "credentials_due": jobs // renew_every}
 
 
-def run(jobs: int, *, trace_memory: bool = True, cold_only: bool = False) -> dict[str, Any]:
+def run(
+    jobs: int, *, trace_memory: bool = True, cold_only: bool = False, shards: int = 1
+) -> dict[str, Any]:
     import boto3
     from moto import mock_aws
 
@@ -321,7 +328,7 @@ def run(jobs: int, *, trace_memory: bool = True, cold_only: bool = False) -> dic
             definition='{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": true}}}',
             roleArn="arn:aws:iam::123456789012:role/bench",
         )
-        _environment(secrets, machine["stateMachineArn"])
+        _environment(secrets, machine["stateMachineArn"], shards)
 
         clock = Clock(1_790_000_000.0)
         vast_sim = VastSimulator(
@@ -357,9 +364,7 @@ def run(jobs: int, *, trace_memory: bool = True, cold_only: bool = False) -> dic
         pools = (bulk_reads.BATCH_GET_WORKERS, service.APPLY_WORKERS)
         bulk_reads.BATCH_GET_WORKERS = service.APPLY_WORKERS = 1
 
-        runs: list[dict[str, Any]] = []
-        names = ("cold", "warm", "traced") if trace_memory else ("cold", "warm")
-        for name in names[:1] if cold_only else names:
+        def measure(name: str, shard: int) -> dict[str, Any]:
             meter.reset()
             vast_sim.request_log.clear()
             for t in transports.values():
@@ -370,7 +375,7 @@ def run(jobs: int, *, trace_memory: bool = True, cold_only: bool = False) -> dic
                 tracemalloc.start()
             start, start_cpu = time.perf_counter(), time.process_time()
             with quiet():
-                reply = handler({}, FakeContext())
+                reply = handler({"shard": shard} if shards > 1 else {}, FakeContext())
             wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
             peak = None
             if name == "traced":
@@ -382,31 +387,35 @@ def run(jobs: int, *, trace_memory: bool = True, cold_only: bool = False) -> dic
             own_cpu = (
                 cpu - meter.backend_cpu_seconds - sum(t.cpu_seconds for t in transports.values())
             )
-            runs.append(
-                {
-                    "run": name,
-                    "wall_s": wall,
-                    "simulators_s": sim_s,
-                    "wall_without_simulators_s": wall - sim_s,
-                    "own_cpu_s": own_cpu,
-                    "vast_sim_s": transports["vast"].seconds,
-                    "estimated_lambda_s": estimated_lambda_s(
-                        own_cpu,
-                        dict(meter.calls),
-                        dict(meter.pooled),
-                        vast_chains(vast_sim.request_log),
-                        pools,
-                    ),
-                    "vast_chains": vast_chains(vast_sim.request_log),
-                    "vast_calls": len(vast_sim.request_log),
-                    "vast_calls_expected": expected_vast_calls(listed, charge_rows),
-                    "vast_instances_listed": listed,
-                    "cloudflare_calls": transports["cloudflare"].calls,
-                    "reply": reply,
-                    "peak_python_mib": None if peak is None else peak / 2**20,
-                    **meter.snapshot(),
-                }
-            )
+            return {
+                "run": name,
+                "shard": shard,
+                "wall_s": wall,
+                "simulators_s": sim_s,
+                "wall_without_simulators_s": wall - sim_s,
+                "own_cpu_s": own_cpu,
+                "vast_sim_s": transports["vast"].seconds,
+                "estimated_lambda_s": estimated_lambda_s(
+                    own_cpu,
+                    dict(meter.calls),
+                    dict(meter.pooled),
+                    vast_chains(vast_sim.request_log),
+                    pools,
+                ),
+                "vast_chains": vast_chains(vast_sim.request_log),
+                "vast_calls": len(vast_sim.request_log),
+                "vast_calls_expected": expected_vast_calls(listed, charge_rows),
+                "vast_instances_listed": listed,
+                "cloudflare_calls": transports["cloudflare"].calls,
+                "reply": reply,
+                "peak_python_mib": None if peak is None else peak / 2**20,
+                **meter.snapshot(),
+            }
+
+        runs: list[dict[str, Any]] = []
+        names = ("cold", "warm", "traced") if trace_memory else ("cold", "warm")
+        for name in names[:1] if cold_only else names:
+            runs.extend(measure(name, shard) for shard in range(shards))
             clock.now += INTERVAL_S
         factory.reset()
         meter.uninstall()
@@ -416,61 +425,82 @@ def run(jobs: int, *, trace_memory: bool = True, cold_only: bool = False) -> dic
         "runs": runs,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "goal_s": goal_s(jobs),
+        "shards": shards,
     }
 
 
 def print_results(results: dict[str, Any]) -> None:
     setup = results["setup"]
+    shards = results.get("shards", 1)
     print(
         f"book: {setup['jobs']} running jobs, {setup['dead_hosts']} dead hosts, "
         f"{setup['credentials_due']} credentials due (setup {setup['setup_s']:.1f} s)"
+        + (f"; {shards} monitor shards" if shards > 1 else "")
     )
-    for r in results["runs"][:2]:
-        p = f"{r['run']}."
-        reply = r["reply"]
-        print(
-            f"{p}wall_s: {r['wall_s']:.2f} (in moto {r['moto_s']:.2f}, in the Vast simulator "
-            f"{r['vast_sim_s']:.2f})"
-        )
-        print(
-            f"{p}own_s: {r['wall_without_simulators_s']:.2f} (wall minus moto and simulators); "
-            f"own_cpu_s: {r['own_cpu_s']:.2f} (CPU of the process minus moto's and the "
-            "simulators': the estimate's own time)"
-        )
-        print(
-            f"{p}estimated_lambda_s: {r['estimated_lambda_s']:.2f} (own + {AWS_CALL_S * 1000:.0f}"
-            f" ms per AWS call, pooled calls / pool size + {VAST_CALL_S * 1000:.0f} ms per Vast"
-            f" call, chains side by side, then the rest {r['vast_chains']}, assumed)"
-        )
-        print(
-            f"{p}vast_calls: {r['vast_calls']} (pages expected {r['vast_calls_expected']}, "
-            f"{r['vast_instances_listed']} instances)"
-        )
-        print(
-            f"{p}verdicts: {reply.get('verdicts')} transitions {reply.get('transitions_started')} "
-            f"renewed {reply.get('credentials_renewed')} errors {reply.get('errors')}; "
-            f"cloudflare calls {r['cloudflare_calls']}"
-        )
-        calls = r["calls"]
-        ddb = {k.split(".", 1)[1]: v for k, v in calls.items() if k.startswith("dynamodb.")}
-        print(f"{p}dynamodb_calls: {sum(ddb.values())} {ddb} (from pools: {r['pooled_calls']})")
-        print(
-            f"{p}dynamodb_units: read {r['dynamodb_read_units']:.0f} write "
-            f"{r['dynamodb_write_units']:.0f} (estimated from item sizes; items read "
-            f"{r['dynamodb_items_read']}, written {r['dynamodb_items_written']})"
-        )
-        other = {k: v for k, v in calls.items() if not k.startswith("dynamodb.")}
-        print(f"{p}other_aws_calls: {other}")
-    if len(results["runs"]) > 2:
-        traced = results["runs"][2]
-        print(f"peak_python_mib_per_run: {traced['peak_python_mib']:.1f} (tracemalloc)")
+    shown = [r for r in results["runs"] if r["run"] in ("cold", "warm")]
+    for r in shown if shards == 1 else shown[:1]:
+        _print_run(r, f"{r['run']}.")
+    if shards > 1:
+        for r in shown:
+            reply, ddb = r["reply"], _dynamodb_calls(r)
+            print(
+                f"{r['run']}.shard{r['shard']}: jobs {reply.get('jobs')} estimated_lambda_s "
+                f"{r['estimated_lambda_s']:.2f} own_cpu_s {r['own_cpu_s']:.2f} vast_calls "
+                f"{r['vast_calls']} chains {r['vast_chains']} dynamodb_calls "
+                f"{sum(ddb.values())} {ddb}"
+            )
+    traced = [r for r in results["runs"] if r["run"] == "traced"]
+    if traced:
+        peak = max(r["peak_python_mib"] for r in traced)
+        print(f"peak_python_mib_per_run: {peak:.1f} (tracemalloc)")
     print(f"peak_rss_mib_process: {results['peak_rss_mib']:.0f} (includes moto and simulators)")
-    cold = results["runs"][0]
+    cold = max((r for r in shown if r["run"] == "cold"), key=lambda r: r["estimated_lambda_s"])
     jobs = setup["jobs"]
+    per = "" if shards == 1 else f" per shard, the slowest of {shards}: shard {cold['shard']}"
     print(
         f"monitor_run_estimated_s_{jobs}_jobs: {cold['estimated_lambda_s']:.2f} "
-        f"(cold; goal ≤ {results['goal_s']:.0f})"
+        f"(cold{per}; goal ≤ {results['goal_s']:.0f})"
     )
+
+
+def _dynamodb_calls(r: dict[str, Any]) -> dict[str, int]:
+    return {k.split(".", 1)[1]: v for k, v in r["calls"].items() if k.startswith("dynamodb.")}
+
+
+def _print_run(r: dict[str, Any], p: str) -> None:
+    reply = r["reply"]
+    print(
+        f"{p}wall_s: {r['wall_s']:.2f} (in moto {r['moto_s']:.2f}, in the Vast simulator "
+        f"{r['vast_sim_s']:.2f})"
+    )
+    print(
+        f"{p}own_s: {r['wall_without_simulators_s']:.2f} (wall minus moto and simulators); "
+        f"own_cpu_s: {r['own_cpu_s']:.2f} (CPU of the process minus moto's and the "
+        "simulators': the estimate's own time)"
+    )
+    print(
+        f"{p}estimated_lambda_s: {r['estimated_lambda_s']:.2f} (own + {AWS_CALL_S * 1000:.0f}"
+        f" ms per AWS call, pooled calls / pool size + {VAST_CALL_S * 1000:.0f} ms per Vast"
+        f" call, chains side by side, then the rest {r['vast_chains']}, assumed)"
+    )
+    print(
+        f"{p}vast_calls: {r['vast_calls']} (pages expected for the whole account "
+        f"{r['vast_calls_expected']}, {r['vast_instances_listed']} instances)"
+    )
+    print(
+        f"{p}verdicts: {reply.get('verdicts')} transitions {reply.get('transitions_started')} "
+        f"renewed {reply.get('credentials_renewed')} errors {reply.get('errors')}; "
+        f"cloudflare calls {r['cloudflare_calls']}"
+    )
+    ddb = _dynamodb_calls(r)
+    print(f"{p}dynamodb_calls: {sum(ddb.values())} {ddb} (from pools: {r['pooled_calls']})")
+    print(
+        f"{p}dynamodb_units: read {r['dynamodb_read_units']:.0f} write "
+        f"{r['dynamodb_write_units']:.0f} (estimated from item sizes; items read "
+        f"{r['dynamodb_items_read']}, written {r['dynamodb_items_written']})"
+    )
+    other = {k: v for k, v in r["calls"].items() if not k.startswith("dynamodb.")}
+    print(f"{p}other_aws_calls: {other}")
 
 
 def main() -> int:
@@ -482,11 +512,17 @@ def main() -> int:
     parser.add_argument(
         "--cold-only", action="store_true", help="one run (moto is slow at 10,000 jobs)"
     )
+    parser.add_argument(
+        "--shards", type=int, default=1, help="split the fleet as monitorShards=K does (1–16)"
+    )
     args = parser.parse_args()
+    if not 1 <= args.shards <= 16:
+        parser.error("--shards: give 1 to 16")
     jobs = args.jobs or (60 if args.quick else 1000)
-    results = run(jobs, trace_memory=not args.quick, cold_only=args.cold_only)
+    results = run(jobs, trace_memory=not args.quick, cold_only=args.cold_only, shards=args.shards)
     print_results(results)
-    write_results(NAME if jobs == 1000 else f"{NAME}_{jobs}", results)
+    suffix = "" if args.shards == 1 else f"_{args.shards}shards"
+    write_results((NAME if jobs == 1000 else f"{NAME}_{jobs}") + suffix, results)
     return 0
 
 

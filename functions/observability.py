@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions.settings import METRICS_NAMESPACE_ENV, SERVICE_NAME_ENV
@@ -26,4 +26,4 @@ logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 
-__all__ = ["NAMESPACE", "SERVICE", "MetricUnit", "logger", "metrics", "tracer"]
+__all__ = ["NAMESPACE", "SERVICE", "MetricUnit", "logger", "metrics", "single_metric", "tracer"]

@@ -32,6 +32,7 @@ ARTIFACTS_BUCKET_ENV = "TETHER_ARTIFACTS_BUCKET"
 AGENT_WHEEL_PREFIX = "agent/"  # where the deploy puts the agent wheel in that bucket
 API_URL_ENV = "TETHER_API_URL"
 MONITOR_INTERVAL_ENV = "TETHER_MONITOR_INTERVAL_S"
+MONITOR_SHARDS_ENV = "TETHER_MONITOR_SHARDS"
 JOB_EVENTS_TOPIC_ARN_ENV = "TETHER_JOB_EVENTS_TOPIC_ARN"
 # Powertools reads these two itself; the stack sets them from one place (infra/names.py).
 SERVICE_NAME_ENV = "POWERTOOLS_SERVICE_NAME"
@@ -134,6 +135,14 @@ class _ProviderSettings(_Settings):
 class MonitorSettings(_ProviderSettings):
     state_machine_arn: str = Field(
         alias=STATE_MACHINE_ARN_ENV, pattern=r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:"
+    )
+    monitor_shards: int = Field(
+        default=1,
+        alias=MONITOR_SHARDS_ENV,
+        ge=1,
+        le=16,
+        description="How many schedules split the fleet by job hash; each invocation names its "
+        'shard in the event (`{"shard": k}`).',
     )
 
 

@@ -16,6 +16,7 @@ from functions.settings import (
     MAX_BODY_BYTES_ENV,
     METRICS_NAMESPACE_ENV,
     MONITOR_INTERVAL_ENV,
+    MONITOR_SHARDS_ENV,
     PULSE_MAX_AGE_ENV,
     SERVICE_NAME_ENV,
     STATE_MACHINE_ARN_ENV,
@@ -106,6 +107,9 @@ LOG_RETENTION_DAYS = 30
 MONITOR_INTERVAL_S = 60
 PULSE_MAX_AGE_S = 3 * MONITOR_INTERVAL_S
 MONITOR_SCHEDULE_EXPRESSION = "rate(1 minute)"
+# CDK context (`-c monitorShards=4`, or TETHER_MONITOR_SHARDS for `tether deploy`): how many
+# schedules split the fleet by job hash (functions/domain/shards.py). 1: one run sees every job.
+MONITOR_SHARDS_CONTEXT = "monitorShards"
 # The lifecycle's longest path: an hour of waiting for capacity plus retried destroys.
 LIFECYCLE_TIMEOUT_HOURS = 3
 
@@ -119,6 +123,7 @@ __all__ = [
     "MAX_BODY_BYTES_ENV",
     "METRICS_NAMESPACE_ENV",
     "MONITOR_INTERVAL_ENV",
+    "MONITOR_SHARDS_ENV",
     "PULSE_MAX_AGE_ENV",
     "SERVICE_NAME_ENV",
     "STATE_MACHINE_ARN_ENV",

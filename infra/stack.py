@@ -11,6 +11,7 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from functions.domain.shards import MAX_SHARDS
 from infra import names
 from infra.constructs.api import Api
 from infra.constructs.artifacts import Artifacts
@@ -63,6 +64,7 @@ class TetherStack(Stack):
             state_machine=self.lifecycle.state_machine,
             vast_secret=self.secrets.vast_api_key,
             cloudflare_secret=self.secrets.cloudflare,
+            shards=monitor_shards(self.node.try_get_context(names.MONITOR_SHARDS_CONTEXT)),
         )
         # Every function that moves a job publishes its transitions (the monitor only starts
         # lifecycle executions; the lifecycle moves the job).
@@ -85,6 +87,7 @@ class TetherStack(Stack):
             },
             monitor_logs=self.monitor.function.log_group,
             lifecycle_logs=self.lifecycle.task_function.log_group,
+            monitor_shards=self.monitor.shards,
         )
         for output_id, value, description in (
             (names.OUTPUT_API_URL, self.api.url, "Base URL of the tether API"),
@@ -121,3 +124,19 @@ class TetherStack(Stack):
             ),
         ):
             CfnOutput(self, output_id, value=value, description=description)
+
+
+def monitor_shards(value: object) -> int:
+    """The `monitorShards` context (default 1), checked: a bad value fails the synth, naming it."""
+    if value is None:
+        return 1
+    try:
+        shards = int(str(value))
+    except ValueError:
+        shards = 0
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(
+            f"context {names.MONITOR_SHARDS_CONTEXT}={value!r}: give a whole number of monitor "
+            f"shards from 1 to {MAX_SHARDS} (e.g. -c {names.MONITOR_SHARDS_CONTEXT}=4)"
+        )
+    return shards

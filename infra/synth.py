@@ -191,11 +191,14 @@ def build_app(*, bundle: bool, outdir: str | None = None, nag: bool = True) -> t
     from aws_cdk import App, Validations
     from cdk_nag import AwsSolutionsChecks
 
+    from infra import names
     from infra.stack import TetherStack
 
     lambda_asset = build_lambda_asset(bundle=bundle)
     wheel_dir = build_agent_wheel(bundle=bundle)
-    app = App(outdir=outdir, analytics_reporting=False)
+    shards = os.environ.get(names.MONITOR_SHARDS_ENV)  # `tether deploy`'s way to set the context
+    context = {names.MONITOR_SHARDS_CONTEXT: shards} if shards else None
+    app = App(outdir=outdir, analytics_reporting=False, context=context)
     stack = TetherStack(app, lambda_asset_dir=lambda_asset, agent_wheel_dir=wheel_dir)
     if nag:
         Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
@@ -205,7 +208,10 @@ def build_app(*, bundle: bool, outdir: str | None = None, nag: bool = True) -> t
 def _template_cache(bundle: bool) -> Path:
     paths = [ROOT / "infra", FUNCTIONS] + ([AGENT / "tether_agent"] if bundle else [])
     kind = "bundled" if bundle else "source"
-    return BUILD / "synth" / f"template-{kind}-{source_hash(*paths)}.json"
+    from functions.settings import MONITOR_SHARDS_ENV
+
+    shards = os.environ.get(MONITOR_SHARDS_ENV, "1")  # a context the template depends on
+    return BUILD / "synth" / f"template-{kind}-s{shards}-{source_hash(*paths)}.json"
 
 
 def synth_template(*, bundle: bool) -> dict[str, Any]:

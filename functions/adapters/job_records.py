@@ -3,7 +3,7 @@ append an event; with the exceptions and views these return."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -201,10 +201,11 @@ class JobRecords(StoreBase):
         """Every active job (the monitor's view), oldest first."""
         return self.read_active_jobs().jobs
 
-    def read_active_jobs(self) -> ActiveJobs:
+    def read_active_jobs(self, owns: Callable[[str], bool] | None = None) -> ActiveJobs:
         """Every active job, oldest first, each read on its own: an item that no longer
         validates (written by another version, edited by hand) is named in `unreadable`
-        with why, and hides no other job."""
+        with why, and hides no other job. `owns`: only the job ids it accepts (a monitor
+        shard's), chosen before the items are parsed."""
         items = self._table.query_all(
             IndexName=ACTIVE_INDEX,
             KeyConditionExpression="active_pk = :p",
@@ -213,6 +214,8 @@ class JobRecords(StoreBase):
         jobs: list[Job] = []
         unreadable: list[tuple[str, str]] = []
         for item in items:
+            if owns is not None and not owns(str(item.get("pk", "")).removeprefix("JOB#")):
+                continue
             try:
                 jobs.append(as_job(item))
             except ValueError as exc:  # pydantic's ValidationError is a ValueError

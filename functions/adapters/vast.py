@@ -214,19 +214,23 @@ class VastClient:
     # -- instances ------------------------------------------------------------------------
 
     def list_instances(
-        self, *, id_range: tuple[int | None, int | None] | None = None
+        self, *, label_range: tuple[str, str] | None = None, label: str | None = None
     ) -> Listing[Instance]:
         """Every instance of the account, following `next_token` through all pages. A record
         whose id, label or status cannot be read is skipped; one whose other fields cannot be
-        read is kept without them; both are named in `issues`. `id_range=(low, high)`: only
-        the ids `low <= id < high` (either end None: open), a `select_filters` on `id`, so
-        that disjoint ranges can be listed side by side (keyset pages cannot)."""
+        read is kept without them; both are named in `issues`. `label_range=(low, high)`: only
+        the labels `low <= label < high`; `label`: only that label (a `select_filters` on
+        `label`, so that disjoint ranges can be listed side by side: keyset pages cannot).
+        Callers still check each record's label: a filter narrows the pages, it does not
+        vouch for what comes back."""
+        wanted: dict[str, str] = {}
+        if label_range is not None:
+            wanted = {"gte": label_range[0], "lt": label_range[1]}
+        if label is not None:
+            wanted["eq"] = label
         params: dict[str, str] = {}
-        if id_range is not None:
-            bounds = {"gte": id_range[0], "lt": id_range[1]}
-            wanted = {op: bound for op, bound in bounds.items() if bound is not None}
-            if wanted:
-                params["select_filters"] = json.dumps({"id": wanted}, separators=(",", ":"))
+        if wanted:
+            params["select_filters"] = json.dumps({"label": wanted}, separators=(",", ":"))
         return parse_records(
             self._pages("/api/v1/instances/", "instances", INSTANCES_PAGE_LIMIT, params),
             parse_instance,

@@ -37,6 +37,7 @@ WORK_LOST_METRIC = "WorkLostS"
 JOBS_METRIC = "JobsSupervised"  # monitor: active jobs this run (sent while there are any)
 SPEND_METRIC = "ActiveSpendUsd"  # monitor: spend of all active jobs, USD (idem)
 UNSUPERVISED_METRIC = "JobsUnsupervised"  # monitor: evaluations not completed (idem)
+SHARD_DIMENSION = "shard"  # JobsUnsupervised of a sharded fleet: one figure per shard
 HELD_METRIC = "DeadVerdictsHeld"  # monitor: dead verdicts held (heartbeats lost together)
 TRANSITIONS_EXHAUSTED_METRIC = "TransitionsExhausted"  # monitor: a stop past its last attempt
 ORPHANS_METRIC = "OrphansDestroyed"  # monitor

@@ -103,7 +103,7 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
 def _destroy_strays(vast: VastClient, label: str) -> None:
     """An earlier attempt of this step may have rented and died before recording: not ours to
     adopt (its agent token is lost), so it goes before we rent again."""
-    for stray in read(vast.list_instances(), "stray instances"):
+    for stray in read(vast.list_instances(label=label), "stray instances"):
         if stray.label == label:
             vast.destroy_instance(stray.id)
 
@@ -323,7 +323,7 @@ def _assumed_data(candidate: RentCandidate) -> dict[str, float | int | str]:
 
 def _rented_anyway(vast: VastClient, label: str) -> RentResult | None:
     """After a rent that may have reached Vast: the instance with our label, if it exists."""
-    for instance in read(vast.list_instances(), "instances after an unsure rent"):
+    for instance in read(vast.list_instances(label=label), "instances after an unsure rent"):
         if instance.label == label:
             return RentResult(instance_id=instance.id)
     return None

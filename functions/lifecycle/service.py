@@ -30,7 +30,7 @@ from functions.domain.job import (
     is_terminal,
     known_spend_usd,
 )
-from functions.domain.labels import parse_label
+from functions.domain.labels import job_label_ranges, parse_label
 from functions.domain.pace import pace_sample, startup_sample
 from functions.domain.reasons import reason_health, stop_reason_for
 from functions.lifecycle.provision import provision
@@ -133,11 +133,16 @@ def destroy(deps: LifecycleDeps, inp: DestroyInput) -> StepOutput:
         for g in deps.store.list_generations(inp.job_id)
         if inp.below_generation is None or g.generation < inp.below_generation
     ]
-    targets = {i.id for i in read(vast.list_instances(), "destroy") if doomed(i.label)}
+    labelled = [
+        i
+        for label_range in job_label_ranges(inp.job_id)  # the job's labels, not the account's
+        for i in read(vast.list_instances(label_range=label_range), "destroy")
+    ]
+    targets = {i.id for i in labelled if doomed(i.label)}
     targets |= {g.instance_id for g in generations if g.instance_id is not None}
     for instance_id in sorted(targets):
         vast.destroy_instance(instance_id)  # idempotent: gone counts as done
-    remaining = sorted(i.id for i in vast.list_instances() if i.id in targets)
+    remaining = sorted(i for i in targets if vast.show_instance(i) is not None)
     if remaining:
         raise InstancesStillPresent(f"Vast still lists instances {remaining}; retrying")
     ending = [g for g in generations if g.ended_at is None or g.status not in _ENDED]

@@ -17,6 +17,11 @@ run (no active job, no labelled instance, nothing went wrong) emits nothing:
   per-cause dimension: a dimension value is billed like a metric name of its own, so
   `Verdict{cause=dead}` costs what `Verdict_dead` did. The cause stays in the run's log line
   (`verdicts`), which the dashboard's "Recoveries by cause" widget queries.
+
+A sharded fleet (`functions/domain/shards.py`) sends `JobsUnsupervised` with a `shard` dimension:
+its alarm takes each shard's Minimum, and one shard's zeros must not hide another's failures
+(one metric per shard is billed, only while jobs are active). Every other metric adds up across
+shards as it is.
 """
 
 from __future__ import annotations
@@ -32,13 +37,15 @@ from functions.domain.measures import (
     ORPHANS_METRIC,
     RECOVERIES_METRIC,
     RECOVERY_CAUSES,
+    SHARD_DIMENSION,
     SPEND_METRIC,
     TRANSITIONS_EXHAUSTED_METRIC,
     UNSUPERVISED_METRIC,
     WORK_LOST_METRIC,
 )
+from functions.domain.shards import Shard
 from functions.monitor.report import MonitorReport
-from functions.observability import MetricUnit, metrics
+from functions.observability import NAMESPACE, SERVICE, MetricUnit, metrics, single_metric
 
 RECORDS_SKIPPED_METRIC = "VastRecordsSkipped"
 FIELDS_DROPPED_METRIC = "VastFieldsDropped"
@@ -63,11 +70,18 @@ def _counters(report: MonitorReport) -> dict[str, int]:
     }
 
 
-def emit(report: MonitorReport) -> None:
+def emit(report: MonitorReport, shard: Shard | None = None) -> None:
     count = MetricUnit.Count
     if report.jobs:
         metrics.add_metric(name=JOBS_METRIC, unit=count, value=report.jobs)
-        metrics.add_metric(name=UNSUPERVISED_METRIC, unit=count, value=report.unsupervised)
+        if shard is None or shard.whole:
+            metrics.add_metric(name=UNSUPERVISED_METRIC, unit=count, value=report.unsupervised)
+        else:
+            with single_metric(
+                name=UNSUPERVISED_METRIC, unit=count, value=report.unsupervised,
+                namespace=NAMESPACE, default_dimensions={"service": SERVICE},
+            ) as metric:  # fmt: skip
+                metric.add_dimension(name=SHARD_DIMENSION, value=str(shard.index))
         metrics.add_metric(name=SPEND_METRIC, unit=MetricUnit.NoUnit, value=report.spend_usd)
     for name, value in _counters(report).items():
         if value:

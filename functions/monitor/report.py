@@ -11,6 +11,7 @@ from typing import Any
 class MonitorReport:
     """What one run did; `functions/monitor/metrics.py` turns it into metrics."""
 
+    shard: str = "0/1"  # which shard of the fleet this run judged (functions/domain/shards.py)
     jobs: int = 0
     supervised: int = 0  # jobs whose evaluation completed (supervised_at written)
     unsupervised: int = 0  # active jobs whose evaluation failed or did not fit in the run
@@ -52,6 +53,7 @@ _ADDED = (
 
 def report_fields(report: MonitorReport) -> dict[str, Any]:
     return {
+        "shard": report.shard,
         "jobs": report.jobs,
         "supervised": report.supervised,
         "unsupervised": report.unsupervised,

@@ -86,6 +86,7 @@ from functions.domain.reconcile import (
     unseen_starts,
 )
 from functions.domain.recovery import LostWork
+from functions.domain.shards import Shard
 from functions.domain.spend import VastCharges, job_item_spend_due
 from functions.monitor import repair
 from functions.monitor.report import MonitorReport, report_fields
@@ -134,15 +135,17 @@ class EvaluationIncomplete(Exception):
 
 
 def run_monitor(
-    deps: MonitorDeps, *, remaining_s: Callable[[], float] = unbounded
+    deps: MonitorDeps, *, remaining_s: Callable[[], float] = unbounded, shard: Shard | None = None
 ) -> MonitorReport:
-    """One run. `remaining_s`: the seconds this invocation has left (Lambda's context)."""
+    """One run over the jobs of `shard` (default: the whole fleet). `remaining_s`: the seconds
+    this invocation has left (Lambda's context)."""
     now = deps.clock()
-    report = MonitorReport()
-    snapshots = _snapshots(deps, report)
+    shard = shard or Shard()
+    report = MonitorReport(shard=str(shard))
+    snapshots = _snapshots(deps, report, shard)
     vast = _vast(deps, remaining_s() - APPLY_RESERVE_S)
     issues: list[RecordIssue] = []
-    instances, charges = read_vast(vast, snapshots, issues)
+    instances, charges = read_vast(vast, snapshots, issues, shard)
     report.instances = None if instances is None else len(instances)
     report.tether_instances = None if instances is None else tether_instances(instances)
     report.heartbeat_age_max_s = heartbeat_age_max_s(snapshots, now)
@@ -179,11 +182,11 @@ def _vast(deps: MonitorDeps, seconds: float) -> VastClient | None:
         return None
 
 
-def _snapshots(deps: MonitorDeps, report: MonitorReport) -> list[JobSnapshot]:
-    """Every active job with its generations, read in pages (`JobStore.read_generations`, not
-    a Query per job); a job whose items cannot be read is counted and left out (its lease is
-    not renewed), never fatal to the others."""
-    active = deps.store.read_active_jobs()
+def _snapshots(deps: MonitorDeps, report: MonitorReport, shard: Shard) -> list[JobSnapshot]:
+    """Every active job of the shard with its generations, read in pages
+    (`JobStore.read_generations`, not a Query per job); a job whose items cannot be read is
+    counted and left out (its lease is not renewed), never fatal to the others."""
+    active = deps.store.read_active_jobs(None if shard.whole else shard.owns_job)
     for key, why in active.unreadable:
         logger.error("monitor: job item cannot be read; not supervised: %s", why, extra={"pk": key})
     report.jobs = len(active.jobs) + len(active.unreadable)

@@ -1,20 +1,26 @@
-"""What a monitor run reads from Vast: the account's instances as the rules see them, Vast's own
+"""What a monitor run reads from Vast: the shard's instances as the rules see them, Vast's own
 charges per instance (best effort), and the count of records that could not be read.
 
 Both are chains of keyset pages (`next_token` → `after_token`; /api/v1/instances/ gives 25 a
 page): a page's token comes only with the page before it and the API offers no offset, so the
 pages of one chain cannot be fetched in parallel, even though the first reply says how many
-there are (`total_instances`). What can run side by side: the charges chain beside the
-instances, and the instances split into disjoint id ranges (`select_filters` on `id`), up to
-`LIST_CHAINS` chains, cut at the quantiles of the instance ids our generations record (the
-ranges cover every id, so an instance we do not know of is still listed). Vast limits calls per
-endpoint (429 past it, retried by the adapter with back-off), which is why the chains are few.
+there are (`total_instances`). What runs side by side: the charges chain beside the instances,
+and the instances split into disjoint label ranges (`select_filters` on `label`): the shard's
+label slots cut into up to `LIST_CHAINS` runs, and the labels written before slots
+(`functions/domain/shards.py`). Vast limits calls per endpoint (429 past it, retried by the
+adapter with back-off), which is why the chains are few.
+
+A filter narrows the pages; it does not decide what is ours. Each listed record is kept only if
+its label is one of this shard's jobs, and every instance a live generation of the shard
+records must be in the listing: one that is not is looked up by id (`MISSING_CHECKS` at most a
+run), and only an instance Vast no longer shows is gone. More missing than that means the
+filter did not select what it should: the listing counts as unread this run (no instance rule,
+no orphan sweep), never as a fleet of dead hosts.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 from collections.abc import Sequence
 
@@ -27,50 +33,61 @@ from functions.adapters.vast import (
     VastError,
     describe_issues,
 )
+from functions.domain.labels import LabelRange
 from functions.domain.reconcile import InstanceFacts, JobSnapshot
+from functions.domain.shards import Shard
 from functions.domain.spend import VastCharges, vast_charges
 from functions.monitor.report import MonitorReport
 from functions.observability import logger
 
 LIST_CHAINS = 4
+MISSING_CHECKS = 16
 
-IdRange = tuple[int | None, int | None]
+
+def list_chains(known: int) -> int:
+    """Page chains for a shard that knows `known` live instances: one while they fit in two
+    pages, up to `LIST_CHAINS` past that."""
+    if known <= 2 * INSTANCES_PAGE_LIMIT:
+        return 1
+    return min(LIST_CHAINS, math.ceil(known / INSTANCES_PAGE_LIMIT))
 
 
-def id_ranges(known_ids: Sequence[int], chains: int = LIST_CHAINS) -> list[IdRange]:
-    """Disjoint id ranges that cover every id, about as many known instances in each, one
-    per page chain; a single open range while the known instances fit in a page or two."""
-    ids = sorted(set(known_ids))
-    wanted = min(chains, math.ceil(len(ids) / INSTANCES_PAGE_LIMIT))
-    if wanted <= 1 or len(ids) <= 2 * INSTANCES_PAGE_LIMIT:
-        return [(None, None)]
-    cuts = sorted({ids[len(ids) * k // wanted] for k in range(1, wanted)})
-    bounds: list[int | None] = [None, *cuts, None]
-    return list(itertools.pairwise(bounds))
+def live_instance_ids(snapshots: Sequence[JobSnapshot]) -> list[int]:
+    """The instances the shard's live generations record (those not ended)."""
+    return [
+        g.instance_id
+        for s in snapshots
+        for g in s.generations
+        if g.instance_id is not None and g.ended_at is None
+    ]
 
 
 def read_vast(
-    vast: VastClient | None, snapshots: list[JobSnapshot], issues: list[RecordIssue]
+    vast: VastClient | None,
+    snapshots: list[JobSnapshot],
+    issues: list[RecordIssue],
+    shard: Shard | None = None,
 ) -> tuple[list[InstanceFacts] | None, VastCharges | None]:
-    """The instances and, while any job is active, the charges: in flight together once the
-    instances take more than one chain (each chain on its own copy of the client: it is not
-    thread-safe); a small fleet reads them one after the other, on this thread, as before.
+    """The shard's instances and, while any job is active, the charges: in flight together
+    once the instances take more than one chain (each chain on its own copy of the client: it
+    is not thread-safe); a small fleet reads them one after the other, on this thread.
     Charges count only with the instances read."""
     if vast is None:
         return None, None
+    shard = shard or Shard()
+    known = live_instance_ids(snapshots)
+    ranges = shard.label_ranges(list_chains(len(known)))
     if not snapshots:
-        return list_instances(vast, issues), None
-    known = [g.instance_id for s in snapshots for g in s.generations if g.instance_id is not None]
-    ranges = id_ranges(known)
+        return list_instances(vast, issues, shard, ranges, known), None
     if len(ranges) == 1:
-        instances = list_instances(vast, issues)
+        instances = list_instances(vast, issues, shard, ranges, known)
         if instances is None:
             return None, None
         return instances, read_charges(vast, snapshots, issues)
     charge_issues: list[RecordIssue] = []
     copied = copy.copy(vast)
     with beside(lambda: read_charges(copied, snapshots, charge_issues)) as pending:
-        instances = list_instances(vast, issues, ranges)
+        instances = list_instances(vast, issues, shard, ranges, known)
         charges = pending.result()
     if instances is None:
         return None, None
@@ -79,46 +96,88 @@ def read_vast(
 
 
 def list_instances(
-    vast: VastClient, issues: list[RecordIssue], ranges: Sequence[IdRange] = ((None, None),)
+    vast: VastClient,
+    issues: list[RecordIssue],
+    shard: Shard,
+    ranges: Sequence[LabelRange | None],
+    known: Sequence[int] = (),
 ) -> list[InstanceFacts] | None:
-    """The account's instances, all pages of every id range (side by side, each on its own
-    copy of the client: it is not thread-safe); None when Vast could not be read this run."""
+    """The shard's instances: every page of every label range (side by side, each on its own
+    copy of the client), the shard's own labels kept, the known ones missing looked up by id;
+    None when Vast could not be read this run."""
 
-    def chain(id_range: IdRange) -> list[Instance] | VastError:
+    def chain(label_range: LabelRange | None) -> Sequence[Instance] | VastError:
         try:
-            if id_range == (None, None):
-                listed = copy.copy(vast).list_instances()
-            else:
-                listed = copy.copy(vast).list_instances(id_range=id_range)
+            listed = copy.copy(vast).list_instances(label_range=label_range)
         except VastError as exc:
             return exc
-        issues_by_range[id_range] = list(listed.issues)
+        issues_by_range[label_range] = list(listed.issues)
         return listed
 
-    issues_by_range: dict[IdRange, list[RecordIssue]] = {}
-    found: list[Instance] = []
-    for result in map_bounded(chain, ranges, workers=len(ranges)):
+    issues_by_range: dict[LabelRange | None, list[RecordIssue]] = {}
+    found: dict[int, Instance] = {}
+    results = map_bounded(chain, ranges, workers=len(ranges))
+    if any(isinstance(r, VastError) and r.status == 400 for r in results):
+        logger.warning("monitor: Vast refused the label filter; listing every instance instead")
+        issues_by_range.clear()
+        ranges, results = [None], [chain(None)]
+    for result in results:
         if isinstance(result, VastError):
             logger.warning(
                 "monitor: Vast instance list failed; no instance rule this run: %s", result
             )
             return None
-        found.extend(result)
-    for id_range in ranges:
-        issues.extend(issues_by_range.get(id_range, ()))
-    return [
-        InstanceFacts(
-            id=i.id,
-            label=i.label,
-            actual_status=i.actual_status,
-            status_msg=i.status_msg,
-            start_date=i.start_date,
-            usd_per_hour=i.dph_total,
-            intended_status=i.intended_status,
-            is_bid=i.is_bid,
+        found.update((i.id, i) for i in result if shard.owns_label(i.label))
+    for label_range in ranges:
+        issues.extend(issues_by_range.get(label_range, ()))
+    looked_up = _look_up_missing(vast, [i for i in known if i not in found])
+    if looked_up is None:
+        return None
+    found.update((i.id, i) for i in looked_up)
+    return [_facts(i) for i in found.values()]
+
+
+def _look_up_missing(vast: VastClient, missing: list[int]) -> list[Instance] | None:
+    """The known instances the listing did not show, one by one: those Vast still shows (a
+    label changed, a filter that selects otherwise than assumed), not those it has destroyed.
+    None when too many are missing, or one cannot be read: the listing cannot be trusted."""
+    if not missing:
+        return []
+    if len(missing) > MISSING_CHECKS:
+        logger.error(
+            "monitor: %d known instances missing from Vast's label listing (at most %d are "
+            "looked up); no instance rule this run",
+            len(missing),
+            MISSING_CHECKS,
         )
-        for i in found
-    ]
+        return None
+
+    def show(instance_id: int) -> Instance | VastError | None:
+        try:
+            return copy.copy(vast).show_instance(instance_id)
+        except VastError as exc:
+            return exc
+
+    shown = map_bounded(show, missing, workers=LIST_CHAINS)
+    failed = [r for r in shown if isinstance(r, VastError)]
+    if failed:
+        logger.warning("monitor: a missing instance cannot be looked up; no instance rule this "
+                       "run: %s", failed[0])  # fmt: skip
+        return None
+    return [r for r in shown if isinstance(r, Instance)]
+
+
+def _facts(i: Instance) -> InstanceFacts:
+    return InstanceFacts(
+        id=i.id,
+        label=i.label,
+        actual_status=i.actual_status,
+        status_msg=i.status_msg,
+        start_date=i.start_date,
+        usd_per_hour=i.dph_total,
+        intended_status=i.intended_status,
+        is_bid=i.is_bid,
+    )
 
 
 def read_charges(

@@ -1,4 +1,9 @@
-"""The monitor: a function that EventBridge Scheduler runs every minute.
+"""The monitor: a function that EventBridge Scheduler runs every minute, once per shard.
+
+`shards` > 1 (CDK context `monitorShards`) splits the fleet by job hash across that many
+schedules of the same function, each sending `{"shard": k}` (`functions/domain/shards.py`):
+each run is bounded by its shard's jobs and instances, and a failing shard renews no lease of
+another's.
 
 It reads and writes the table (spend, observations and each job's `supervised_at`, host
 reputation, first sightings, events), reads the provider secrets, starts lifecycle executions
@@ -8,6 +13,8 @@ run is the retry) and drops an invocation older than a minute. Its timeout (one 
 """
 
 from __future__ import annotations
+
+import json
 
 from aws_cdk import CfnResource, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -42,8 +49,10 @@ class Monitor(Construct):
         state_machine: sfn.IStateMachine,
         vast_secret: ProviderKey,
         cloudflare_secret: ProviderKey,
+        shards: int = 1,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.shards = shards
         self.function = TetherFunction(
             self,
             names.MONITOR_FUNCTION_ID,
@@ -56,6 +65,7 @@ class Monitor(Construct):
                 names.VAST_SECRET_ARN_ENV: vast_secret.parameter_arn,
                 names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.parameter_arn,
                 names.MONITOR_INTERVAL_ENV: str(names.MONITOR_INTERVAL_S),
+                names.MONITOR_SHARDS_ENV: str(shards),
             },
             memory_mb=512,
             # Not X-Ray traced: Lambda samples the first request of each second, so every
@@ -106,17 +116,23 @@ class Monitor(Construct):
                 resources=[self.function.function.function_arn],
             )
         )
-        self.schedule = scheduler.CfnSchedule(
+        self.schedules = [self._schedule(k) for k in range(shards)]
+        self.schedule = self.schedules[0]
+
+    def _schedule(self, shard: int) -> scheduler.CfnSchedule:
+        whole = self.shards == 1
+        return scheduler.CfnSchedule(
             self,
-            names.MONITOR_SCHEDULE_ID,
-            description="Run the tether monitor",
+            names.MONITOR_SCHEDULE_ID if shard == 0 else f"{names.MONITOR_SCHEDULE_ID}{shard}",
+            description="Run the tether monitor"
+            + ("" if whole else f" (shard {shard} of {self.shards})"),
             schedule_expression=names.MONITOR_SCHEDULE_EXPRESSION,
             flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
             state="ENABLED",
             target=scheduler.CfnSchedule.TargetProperty(
                 arn=self.function.function.function_arn,
                 role_arn=self.scheduler_role.role_arn,
-                input="{}",
+                input="{}" if whole else json.dumps({"shard": shard}),
                 retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
                     maximum_retry_attempts=0,
                     maximum_event_age_in_seconds=names.MONITOR_INTERVAL_S,

@@ -32,6 +32,7 @@ ALARM_EMAIL_PARAMETER = "AlarmEmail"
 ALARMS_TOPIC_ID = "Alarms"
 DASHBOARD_ID = "Dashboard"
 PERIOD = Duration.minutes(5)
+RUNS_PER_PERIOD = PERIOD.to_seconds() // names.MONITOR_INTERVAL_S
 SPEND_ALARM_FRACTION = 0.8
 
 # Custom metrics the dashboard and alarms read (names in functions/domain/measures.py; the
@@ -41,6 +42,7 @@ JOBS_METRIC = measures.JOBS_METRIC  # monitor: active jobs this run
 ORPHANS_METRIC = measures.ORPHANS_METRIC  # monitor
 MONITOR_ERRORS_METRIC = measures.MONITOR_ERRORS_METRIC  # monitor: jobs whose handling raised
 UNSUPERVISED_METRIC = measures.UNSUPERVISED_METRIC  # monitor: evaluations not completed
+SHARD_DIMENSION = measures.SHARD_DIMENSION  # JobsUnsupervised per shard, when sharded
 HELD_METRIC = measures.HELD_METRIC  # monitor: dead verdicts held (heartbeats lost together)
 HOSTS_BLAMED_METRIC = measures.HOSTS_BLAMED_METRIC  # monitor: a host judged dead or hung
 # monitor: a stop past its last attempt (functions/domain/attempts.py), every run it stays so
@@ -86,6 +88,32 @@ def tether_metric(name: str, statistic: str = "Sum", label: str | None = None) -
     )
 
 
+def unsupervised_metric(
+    statistic: str, shards: int, label: str | None = None
+) -> cloudwatch.IMetric:
+    """`JobsUnsupervised`; sharded, the highest of the shards' own figures (each shard sends it
+    with a `shard` dimension, `functions/monitor/metrics.py`), so that one shard's zeros do not
+    hide another's failures under a Minimum."""
+    if shards == 1:
+        return tether_metric(UNSUPERVISED_METRIC, statistic, label)
+    per_shard = {
+        f"u{k}": cloudwatch.Metric(
+            namespace=names.METRICS_NAMESPACE,
+            metric_name=UNSUPERVISED_METRIC,
+            dimensions_map={"service": names.SERVICE_NAME, SHARD_DIMENSION: str(k)},
+            statistic=statistic,
+            period=PERIOD,
+        )
+        for k in range(shards)
+    }
+    return cloudwatch.MathExpression(
+        expression=f"MAX([{','.join(per_shard)}])",
+        using_metrics=per_shard,
+        period=PERIOD,
+        label=label or UNSUPERVISED_METRIC,
+    )
+
+
 class Observability(Construct):
     def __init__(
         self,
@@ -99,6 +127,7 @@ class Observability(Construct):
         api_functions: Mapping[str, lambda_.IFunction],
         monitor_logs: logs.ILogGroup,
         lifecycle_logs: logs.ILogGroup,
+        monitor_shards: int = 1,
     ) -> None:
         super().__init__(scope, construct_id)
         self.alarm_topic = sns.Topic(
@@ -137,9 +166,11 @@ class Observability(Construct):
                 self,
                 "MonitorNotRunning",
                 alarm_description="The monitor has not completed a run for 10 minutes: nobody "
-                "replaces dead hosts or checks spend (agents stop themselves after their lease).",
+                "replaces dead hosts or checks spend (agents stop themselves after their lease). "
+                "Sharded: fewer runs completed than all shards but one would make.",
                 metric=monitor_alive,
-                threshold=1,
+                # Every run of one shard missing is as many as a period holds.
+                threshold=(monitor_shards - 1) * RUNS_PER_PERIOD + 1,
                 comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
                 evaluation_periods=2,
                 treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
@@ -209,7 +240,7 @@ class Observability(Construct):
                 "minutes (an item it cannot read, a failing write or transition): that job's "
                 "lease is not renewed, so its host stops itself within the lease. The monitor's "
                 "log names the job.",
-                metric=tether_metric(UNSUPERVISED_METRIC, "Minimum"),
+                metric=unsupervised_metric("Minimum", monitor_shards),
                 threshold=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 evaluation_periods=2,
@@ -245,7 +276,12 @@ class Observability(Construct):
         )  # fmt: skip
         self.dashboard.add_widgets(
             *self._control_plane_row(
-                http_api, monitor_alive, lifecycle_failures, monitor_function, api_functions
+                http_api,
+                monitor_alive,
+                lifecycle_failures,
+                monitor_function,
+                api_functions,
+                unsupervised_metric("Maximum", monitor_shards, "jobs unsupervised"),
             )
         )
         self.dashboard.add_widgets(
@@ -376,6 +412,7 @@ class Observability(Construct):
         lifecycle_failures: cloudwatch.IMetric,
         monitor_function: lambda_.IFunction,
         api_functions: Mapping[str, lambda_.IFunction],
+        unsupervised: cloudwatch.IMetric,
     ) -> list[cloudwatch.IWidget]:
         return [
             cloudwatch.GraphWidget(
@@ -383,7 +420,7 @@ class Observability(Construct):
                 left=[monitor_alive],
                 right=[
                     tether_metric(MONITOR_ERRORS_METRIC, "Sum", "job errors"),
-                    tether_metric(UNSUPERVISED_METRIC, "Maximum", "jobs unsupervised"),
+                    unsupervised,
                     tether_metric(HELD_METRIC, "Maximum", "dead verdicts held"),
                     tether_metric(ORPHANS_METRIC, "Sum", "orphans destroyed"),
                 ],

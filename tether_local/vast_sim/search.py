@@ -79,14 +79,21 @@ def _compare(value: Any, op: str, wanted: Any) -> bool:
         return bool(value != wanted)
     limit, number = _as_number(wanted), _as_number(value)
     if limit is None or number is None:
+        if isinstance(value, str) and isinstance(wanted, str):
+            # Text compares in byte order (a C collation): label ranges are cut so.
+            return _ordered(value.encode(), op, wanted.encode())
         return False
+    return _ordered(number, op, limit)
+
+
+def _ordered(value: Any, op: str, limit: Any) -> bool:
     if op == "gte":
-        return number >= limit
+        return bool(value >= limit)
     if op == "gt":
-        return number > limit
+        return bool(value > limit)
     if op == "lte":
-        return number <= limit
-    return number < limit
+        return bool(value <= limit)
+    return bool(value < limit)
 
 
 def _like(value: Any, wanted: Any) -> Any:

@@ -231,3 +231,23 @@ def test_each_host_gets_its_checkpoint_interval_recomputed_from_the_jobs_measure
     assert "Young/Daly from the offer" in rented[0]
     assert "checkpoint every 5.0 min" in rented[1] and "upload 300 s measured" in rented[1]
     assert "1 host failure(s)" in rented[1]
+
+
+def test_the_lifecycle_lists_only_the_jobs_own_labels_never_the_whole_account(
+    sup: Supervised,
+) -> None:
+    """Rent and stop on an account with other hosts: each Vast listing the lifecycle makes is
+    filtered to the job's labels (at 10,000 hosts a whole-account listing is 400 pages), and the
+    job's host is destroyed all the same."""
+    job, generation = sup.provisioned()
+    deps = job_service.JobsDeps(
+        settings=cast(JobsApiSettings, None), store=sup.store,
+        transitions=TransitionStarter(sup.state_machine_arn, client=sup.sfn), clock=sup.clock,
+    )  # fmt: skip
+    job_service.cancel_job(deps, job.job_id, identity="tester")
+    stopped = sup.wait_for(f"{job.job_id}-stop-a1")
+
+    assert stopped["status"] == "SUCCEEDED"
+    assert sup.vast.instance(generation.instance_id or 0) is None
+    listings = [url for method, url in sup.vast.request_log if "/v1/instances" in url]
+    assert listings and all("select_filters" in url and "label" in url for url in listings)

@@ -25,9 +25,10 @@ from functions.adapters.store import JobStore
 from functions.adapters.table import create_table, generation_key
 from functions.adapters.vast import VastClient
 from functions.domain.job import TransitionRequest
+from functions.domain.labels import instance_label
 from functions.domain.reconcile import SupervisionSettings
+from functions.domain.shards import Shard
 from functions.monitor import service
-from functions.monitor.vast_reads import id_ranges
 from tether_local.offers import generate_offers
 from tether_local.vast_sim import VastSimulator
 
@@ -76,10 +77,10 @@ class World:
             settings=SupervisionSettings(interval_s=60, orphan_grace_s=60),
         )
 
-    def run(self) -> service.MonitorReport:
+    def run(self, shard: Shard | None = None) -> service.MonitorReport:
         self.meter.reset()
         self.vast_sim.request_log.clear()
-        return service.run_monitor(self.deps())
+        return service.run_monitor(self.deps(), shard=shard)
 
     def updates(self) -> int:
         return self.meter.calls["dynamodb.UpdateItem"]
@@ -198,27 +199,38 @@ def test_writes_run_side_by_side_and_one_failing_job_renews_nothing_of_its_own(
     assert other is not None and other.supervised_at == small.clock()
 
 
-def test_instances_are_listed_in_id_range_chains_that_miss_none(paged: World) -> None:
+def test_instances_are_listed_in_label_range_chains_that_miss_none(paged: World) -> None:
     vast = paged.deps().vast()
     spare = sorted(paged.vast_sim.offers(), key=lambda o: o["id"])[-1]
     stray = vast.rent(
         int(spare["id"]), image="x", disk_gb=10, label="tether:ghost:g1", env={}, onstart="true"
-    )  # no generation records it, and its id is past every id we know
+    )  # a label written before slots, of a job no generation records
+    vast.rent(
+        int(sorted(paged.vast_sim.offers(), key=lambda o: o["id"])[-2]["id"]),
+        image="x", disk_gb=10, label="someone else's", env={}, onstart="true",
+    )  # fmt: skip  # not ours: no range lists it, no rule touches it
 
     report = paged.run()
 
     listings = [url for method, url in paged.vast_sim.request_log if "/v1/instances" in url]
     firsts = [url for url in listings if "after_token" not in url]
     filters = {parse_qs(urlsplit(url).query).get("select_filters", [""])[0] for url in firsts}
-    assert len(firsts) == len(filters) == 4  # four chains, each its own id range
+    assert len(firsts) == len(filters) == 5  # four chains of slots, one of unslotted labels
+    assert all('"label"' in f for f in filters)
     assert report.instances == 111 and report.tether_instances == 111
-    assert stray.instance_id > max(i["id"] for i in paged.vast_sim.instances()[:-1])
-    assert report.verdicts.get("dead") == 1  # bench-00099's host, listed in the last chain
+    assert stray.instance_id in {i["id"] for i in paged.vast_sim.instances()}
+    assert report.verdicts.get("dead") == 1  # bench-00099's host is gone
 
 
-def test_id_ranges_cover_every_id_without_overlap() -> None:
-    assert id_ranges(list(range(1, 40))) == [(None, None)]  # two pages: one chain
-    ranges = id_ranges(list(range(100, 300)))
-    assert len(ranges) == 4 and ranges[0][0] is None and ranges[-1][1] is None
-    for (_, high), (low, _) in itertools.pairwise(ranges):
-        assert high == low  # adjacent: every id falls in exactly one
+def test_label_ranges_cover_every_slot_without_overlap() -> None:
+    assert Shard().label_ranges(1) == [("tether.0", "tether;")]  # one chain: all of ours
+    for shard in (Shard(), Shard(1, 4), Shard(2, 3)):
+        ranges = shard.label_ranges(4)
+        slotted, unslotted = ranges[:-1], ranges[-1]
+        assert unslotted == ("tether:", "tether;")
+        for (_, high), (low, _) in itertools.pairwise(slotted):
+            assert high == low  # adjacent: every label of the shard falls in exactly one
+        for job in (f"job-{n:08x}" for n in range(200)):
+            label = instance_label(job, 3)
+            inside = [r for r in slotted if r[0] <= label < r[1]]
+            assert len(inside) == shard.owns_job(job)

@@ -188,3 +188,17 @@ def test_charges_rejects_an_inverted_range() -> None:
     client, _ = make_client(Recorder(ok({"results": []})))
     with pytest.raises(ValueError, match="since"):
         client.charges(since=10, until=5)
+
+
+def test_list_instances_filters_on_a_label_range_or_one_label() -> None:
+    recorder = Recorder(*[ok(page) for page in _pages(3, 25)], *[ok(p) for p in _pages(1, 25)])
+    client, _ = make_client(recorder)
+
+    client.list_instances(label_range=("tether.4", "tether.8"))
+    client.list_instances(label="tether.4:j-0123abcd:g2")
+
+    filters = [json.loads(r.url.params["select_filters"]) for r in recorder.requests]
+    assert filters == [
+        {"label": {"gte": "tether.4", "lt": "tether.8"}},
+        {"label": {"eq": "tether.4:j-0123abcd:g2"}},
+    ]

@@ -127,7 +127,7 @@ def test_each_candidate_carries_its_prices_label_and_lease() -> None:
     assert (decided.job_id, decided.generation, decided.label) == (
         "t-0123abcd",
         2,
-        "tether:t-0123abcd:g2",
+        "tether.2:t-0123abcd:g2",  # the slot: a hash of the job id
     )
     assert decided.disk_gb == 40
     best = decided.candidates[0]

@@ -176,3 +176,16 @@ def test_instances_come_in_pages_of_at_most_25(clock: FakeClock) -> None:
     ).json()
     assert [r["label"] for r in only["instances"]] == ["tether:job-7:g1"]
     assert only["next_token"] is None
+
+
+def test_label_filters_compare_text_in_byte_order() -> None:
+    """A C collation: label ranges cut by `functions/domain/labels.py` select exactly."""
+    from tether_local.vast_sim.search import matches
+
+    def inside(label: str) -> bool:
+        return matches({"label": label}, {"label": {"gte": "tether.4", "lt": "tether.8"}})
+
+    assert inside("tether.4:job-0123abcd:g1") and inside("tether.7:x:g2")
+    assert not inside("tether.8:job:g1") and not inside("tether:job:g1")
+    assert not inside("Tether.5:job:g1")  # upper case sorts before: no folding
+    assert not matches({"label": None}, {"label": {"gte": "tether."}})

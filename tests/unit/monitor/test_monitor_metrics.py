@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,14 +19,32 @@ from infra.constructs import observability as obs
 from tether_local.apigw import LocalLambdaContext
 
 
+@pytest.fixture(autouse=True)
+def whole_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler reads its shard count from the settings (one shard unless a test says)."""
+    monkeypatch.setattr(
+        monitor_handler, "monitor_settings", lambda: SimpleNamespace(monitor_shards=1)
+    )
+
+
 def run_handler(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], report: MonitorReport
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    report: MonitorReport,
+    *,
+    event: dict[str, Any] | None = None,
+    shards: int = 1,
+    dimensions: dict[str, list[str]] | None = None,
 ) -> dict[str, tuple[list[Any], str]]:
-    """Metric name → (values, unit) the handler printed for one run returning `report`."""
+    """Metric name → (values, unit) the handler printed for one run returning `report`
+    (`dimensions`, if given, gets each metric's dimension names)."""
     monkeypatch.setattr(monitor_handler, "dependencies", lambda: None)
+    monkeypatch.setattr(
+        monitor_handler, "monitor_settings", lambda: SimpleNamespace(monitor_shards=shards)
+    )
     monkeypatch.setattr(monitor_service, "run_monitor", lambda _deps, **_: report)
     capsys.readouterr()
-    monitor_handler.handler({}, LocalLambdaContext())
+    monitor_handler.handler(event or {}, LocalLambdaContext())
     found: dict[str, tuple[list[Any], str]] = {}
     for line in capsys.readouterr().out.splitlines():
         try:
@@ -36,9 +55,12 @@ def run_handler(
             continue
         for directive in document["_aws"]["CloudWatchMetrics"]:
             assert directive["Namespace"] == names.METRICS_NAMESPACE
-            assert directive["Dimensions"] == [["service"]]
+            if dimensions is None:
+                assert directive["Dimensions"] == [["service"]]
             assert document["service"] == names.SERVICE_NAME
             for metric in directive["Metrics"]:
+                if dimensions is not None:
+                    dimensions[metric["Name"]] = directive["Dimensions"][0]
                 value = document[metric["Name"]]
                 found[metric["Name"]] = (
                     value if isinstance(value, list) else [value],
@@ -104,7 +126,7 @@ def test_the_handler_budgets_the_run_by_the_invocations_remaining_time(monkeypat
     """The run gets the context's remaining time, read when asked (not once at the start)."""
     seen: list[float] = []
 
-    def run(_deps: object, *, remaining_s: Callable[[], float]) -> MonitorReport:
+    def run(_deps: object, *, remaining_s: Callable[[], float], **_: object) -> MonitorReport:
         seen.append(remaining_s())
         return MonitorReport()
 
@@ -171,3 +193,26 @@ def test_verdicts_are_one_metric_their_causes_stay_in_the_log_line(
     assert recoveries == [3.0]  # dead and hung; a finished job is no recovery
     (run_line,) = [r for r in caplog.records if r.getMessage() == MONITOR_RUN_MESSAGE]
     assert run_line.verdicts == {"dead": 2, "hung": 1, "finished": 1}
+
+
+def test_a_shard_sends_its_unsupervised_jobs_under_its_own_dimension(monkeypatch, capsys) -> None:
+    """The JobsUnsupervised alarm takes each shard's Minimum (infra: MAX over the shards), so one
+    shard's zeros never hide another's failures; the other metrics add up as they are."""
+    seen: dict[str, list[str]] = {}
+    report = MonitorReport(jobs=3, supervised=1, unsupervised=2, instances=3)
+    emitted = run_handler(
+        monkeypatch, capsys, report, event={"shard": 2}, shards=4, dimensions=seen
+    )
+    assert emitted["JobsUnsupervised"][0] == [2.0]
+    assert seen["JobsUnsupervised"] == ["service", "shard"]
+    assert seen["JobsSupervised"] == ["service"]
+
+
+@pytest.mark.parametrize("event", [{}, {"shard": 4}, {"shard": "1"}, {"shard": True}])
+def test_a_sharded_deployment_refuses_an_event_that_names_no_shard_of_it(
+    monkeypatch, capsys, event: dict[str, Any]
+) -> None:
+    """A schedule that does not match the deployment must not judge (and renew) other shards'
+    jobs: the invocation fails, and the alarms see the error."""
+    with pytest.raises(ValueError, match="shard"):
+        run_handler(monkeypatch, capsys, MonitorReport(), event=event, shards=4)
