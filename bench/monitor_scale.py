@@ -96,7 +96,7 @@ def estimated_lambda_s(
 
 
 def vast_chains(request_log: list[tuple[str, str]]) -> list[int]:
-    """Vast calls per chain that runs side by side: each id range of the instance listing
+    """Vast calls per chain that runs side by side: each label range of the instance listing
     (its `select_filters`), the charges; then the calls made after them (destroys), added to
     the longest chain by `estimated_lambda_s`: `[*chains, after]`."""
     chains: dict[str, int] = {}

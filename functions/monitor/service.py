@@ -32,7 +32,7 @@ or replace is under way (`functions/domain/reconcile.py`).
 
 Cost grows with pages and changes, not jobs × calls (issue 16): the generations of every active
 job are read in BatchGetItem pages (`JobStore.read_generations`), Vast's instance pages in a few
-id-range chains beside the charges (`functions/monitor/vast_reads.py`), and the jobs' decisions
+label-range chains beside the charges (`functions/monitor/vast_reads.py`), and the jobs' decisions
 are applied `APPLY_WORKERS` at a time, each job's actions in order and its report its own. A
 write is made only for what moved (a replaced generation's clock only when it changed); the
 observation, the job's spend and `supervised_at` are written every run a job's evaluation
@@ -41,6 +41,9 @@ a running job costs one write a run: the job item's `spent_usd` (billed three ti
 indexes, all on the ActiveJobs index's one partition) is written only when it lags by a step,
 when a transition is named, or when no generation carries the spend
 (`functions.domain.spend.job_item_spend_due`); spend only ever moves upwards on both.
+
+A large fleet is split across schedules by a hash of the job id (`functions/domain/shards.py`):
+a run sees only its shard's jobs and instances, and marks only them supervised.
 
 What a run did is its `MonitorReport` (`functions/monitor/report.py`); what it reads from Vast
 (instances, charges, the records it could not read) is `functions/monitor/vast_reads.py`.
