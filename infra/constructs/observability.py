@@ -88,6 +88,20 @@ def tether_metric(name: str, statistic: str = "Sum", label: str | None = None) -
     )
 
 
+def fleet_gauge(name: str, label: str, shards: int) -> cloudwatch.IMetric:
+    """A gauge each monitor run sends for its jobs: the highest a period saw; sharded, each
+    shard sends its part, so the fleet's figure is the period's sum over its runs per shard."""
+    if shards == 1:
+        return tether_metric(name, "Maximum", label)
+    key = name.lower()  # ids must differ between the gauges of one graph
+    return cloudwatch.MathExpression(
+        expression=f"{key} / {RUNS_PER_PERIOD}",
+        using_metrics={key: tether_metric(name, "Sum")},
+        period=PERIOD,
+        label=label,
+    )
+
+
 def unsupervised_metric(
     statistic: str, shards: int, label: str | None = None
 ) -> cloudwatch.IMetric:
@@ -271,7 +285,7 @@ class Observability(Construct):
             default_interval=Duration.hours(24),
         )
         self.dashboard.add_widgets(
-            *self._spend_row(), *self._health_row(monitor_logs, lifecycle_logs),
+            *self._spend_row(monitor_shards), *self._health_row(monitor_logs, lifecycle_logs),
             *self._recovery_row(),
         )  # fmt: skip
         self.dashboard.add_widgets(
@@ -322,10 +336,10 @@ class Observability(Construct):
     # --- dashboard rows ---------------------------------------------------------------------
 
     @staticmethod
-    def _spend_row() -> list[cloudwatch.IWidget]:
+    def _spend_row(shards: int) -> list[cloudwatch.IWidget]:
         spend = cloudwatch.GraphWidget(
             title="Spend of active jobs (USD)",
-            left=[tether_metric(SPEND_METRIC, "Maximum", "total spend, active jobs")],
+            left=[fleet_gauge(SPEND_METRIC, "total spend, active jobs", shards)],
             width=8,
         )
         budget = cloudwatch.GraphWidget(
@@ -341,8 +355,8 @@ class Observability(Construct):
         active = cloudwatch.GraphWidget(
             title="Active jobs and instances",
             left=[
-                tether_metric(JOBS_METRIC, "Maximum", "active jobs"),
-                tether_metric(INSTANCES_METRIC, "Maximum", "billing instances"),
+                fleet_gauge(JOBS_METRIC, "active jobs", shards),
+                fleet_gauge(INSTANCES_METRIC, "billing instances", shards),
             ],
             width=8,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,3 +68,14 @@ def test_one_failing_shard_is_not_hidden_by_the_others(sharded: dict[str, Any]) 
 def test_a_bad_shard_count_fails_the_synth_naming_the_context(value: str) -> None:
     with pytest.raises(ValueError, match=names.MONITOR_SHARDS_CONTEXT):
         monitor_shards(value)
+
+
+def test_the_dashboards_fleet_gauges_add_the_shards_up(sharded: dict[str, Any]) -> None:
+    """Each shard sends its part of the active jobs, instances and spend: the dashboard shows
+    their sum per run, not the largest shard's."""
+    (dashboard,) = resources(sharded, "AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    text = "".join(p for p in parts if isinstance(p, str))
+    sums = re.findall(rf'"expression":"(\w+) / {RUNS_PER_PERIOD}"', text)
+    assert sorted(sums) == ["activeinstances", "activespendusd", "jobssupervised"]
