@@ -21,6 +21,7 @@ The credentials themselves, and the S3 clients built from them, live in `storage
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -42,6 +43,13 @@ from tether_agent.checkpoints import (
     checkpoints_prefix,
     parse_remote_dir,
     part_size_for,
+)
+from tether_agent.ranged_download import (
+    CHUNK,
+    Landing,
+    RangeStopped,
+    hash_as_landed,
+    stream_body,
 )
 from tether_agent.storage_credentials import Credentials, CredentialStore
 
@@ -171,11 +179,10 @@ class Storage:
         # Ranged GETs: 64 MiB for large files (a 1 GiB file in 16 MiB ranges took 64–83 s on
         # the local stack, in 64 MiB ones 22–24 s), about a quarter of a smaller file, at least
         # 16 MiB, so it is not one stream (a 128 MiB checkpoint: 1.0–1.6 s against 1.5–2.2 s,
-        # and half the CPU: a 64 MiB buffer is fresh memory each time). Memory is bounded by
-        # `concurrency` ranges in flight.
+        # and half the CPU). Each range streams through one reused buffer of its thread.
         self.download_range = max(64 * MIB, part_size)
         self.min_download_range = max(16 * MIB, part_size)
-        self._download_window = threading.BoundedSemaphore(concurrency)
+        self._buffers = threading.local()
         self._pool = ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="s3-part", initializer=self._lower_priority
         )
@@ -185,8 +192,12 @@ class Storage:
 
     def warm(self) -> None:
         """Build the S3 client now (boto3 takes 0.06–0.6 s of CPU for one, by the machine's
-        load), so the first transfer does not wait for it."""
+        load), so the first transfer does not wait for it. Then everything alive (boto3's
+        service models and clients: hundreds of thousands of objects that live as long as the
+        agent) leaves the cyclic collector's care: a full collection walked them all, 0.1 s of
+        CPU that fell into a restore about one time in six."""
         self.store.client(self.store.current())
+        gc.freeze()
 
     def _lower_priority(self) -> None:
         """Transfers must not starve training: raise this thread's niceness (Linux: per thread)."""
@@ -452,39 +463,32 @@ class Storage:
     # -- download --------------------------------------------------------------------------
 
     def download_file(self, key: str, dest: Path, size: int) -> str:
-        """Download `key` to `dest` in parallel ranged parts; returns the sha256 of the bytes,
-        hashed in order as the parts arrive (one pass, bounded memory)."""
-        part_size = part_size_for(size, self.range_for(size))
-        sha = hashlib.sha256()
+        """Download `key` to `dest` in parallel ranged GETs; returns the sha256 of the file as
+        written, hashed in file order as the bytes land (`ranged_download`)."""
+        ranges = self.spans(size)
+        landing = Landing(len(ranges))
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        pending: list[Future[bytes]] = []
+        fd = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        parts: list[Future[None]] = []
         try:
             os.ftruncate(fd, size)
-            offsets = list(range(0, size, part_size)) or [0]
-            next_part = 0
-            while next_part < len(offsets) or pending:
-                if next_part < len(offsets) and self._download_window.acquire(blocking=not pending):
-                    start = offsets[next_part]
-                    end = min(size, start + part_size) - 1
-                    pending.append(self._pool.submit(self._fetch_range, key, fd, start, end))
-                    next_part += 1
-                    continue
-                oldest = pending.pop(0)  # hash in file order
-                try:
-                    data = oldest.result()
-                finally:
-                    self._download_window.release()
-                sha.update(data)
-        except BaseException:
-            for p in pending:
-                p.cancel()
-                self._download_window.release()
-            wait(pending)  # no thread may write to fd after it is closed
+            # The pool (`concurrency` threads) bounds the GETs in flight, across files too.
+            parts = [
+                self._pool.submit(self._fetch_range, key, fd, r, i, landing)
+                for i, r in enumerate(ranges)
+            ]
+            digest = hash_as_landed(fd, ranges, landing)
+            for part in parts:
+                part.result()
+            return digest
+        except BaseException as exc:
+            landing.fail(exc)  # the ranges still running stop at their next chunk
+            for part in parts:
+                part.cancel()
             raise
         finally:
+            wait(parts)  # no thread may write to fd after it is closed
             os.close(fd)
-        return sha.hexdigest()
 
     def range_for(self, size: int) -> int:
         """The ranged GET size for a file of `size` bytes: about a quarter of it, within
@@ -492,23 +496,68 @@ class Storage:
         quarter = -(-size // 4 // MIB) * MIB
         return min(self.download_range, max(self.min_download_range, quarter))
 
-    def _fetch_range(self, key: str, fd: int, start: int, end: int) -> bytes:
-        def get(client: Any, creds: Credentials) -> bytes:
+    def spans(self, size: int) -> list[tuple[int, int]]:
+        """The ranges [start, end) of a file of `size` bytes, in file order, `range_for(size)`
+        each. An empty file is one GET all the same (is it there?). (Ranges growing from a
+        small first one, so that they land in order for the hash, cost more requests and
+        gained nothing measurable at 128 MiB or 1 GiB.)"""
+        part = part_size_for(size, self.range_for(size))
+        return [(start, min(size, start + part)) for start in range(0, size, part)] or [(0, 0)]
+
+    def _fetch_range(
+        self, key: str, fd: int, span: tuple[int, int], index: int, landing: Landing
+    ) -> None:
+        """Bytes [start, end) of `key` into `fd` through this thread's reused buffer. A retry
+        asks only for what has not landed yet: no byte is written twice, so the file's hash
+        covers exactly what is on disk."""
+        start, end = span
+        buf = self._buffer()
+
+        def get(client: Any, creds: Credentials) -> None:
+            offset = start + landing.landed(index)
+            if end > start and offset == end:
+                return
             kwargs: dict[str, Any] = {"Bucket": creds.bucket, "Key": key}
-            if end >= start:
-                kwargs["Range"] = f"bytes={start}-{end}"
-            body: bytes = client.get_object(**kwargs)["Body"].read()
-            return body
+            if end > start:
+                kwargs["Range"] = f"bytes={offset}-{end - 1}"
+            reply = client.get_object(**kwargs)
+            body = reply["Body"]
+            if reply.get("ContentLength") != end - offset:
+                body.close()
+                raise IntegrityError(
+                    f"{key}: {reply.get('ContentLength')} bytes at {offset}, "
+                    f"expected {end - offset}"
+                )
+            stream_body(body, fd, offset, end - offset, buf, landed, check)
+
+        def landed(n: int) -> None:
+            landing.add(index, n)
+            self.stats.add(down=n)
+
+        def check() -> None:
+            if self.cancel.is_set():
+                raise TransferCancelled(key)
+            if landing.error is not None:
+                raise RangeStopped(key)
 
         try:
-            data = self.call(f"get {key} [{start}-{end}]", get)
+            self.call(f"get {key} [{start}-{end - 1}]", get)
         except ClientError as exc:
-            if error_code(exc) in NOT_FOUND:
-                raise IntegrityError(f"{key}: missing") from exc
-            raise StorageError(f"get {key}: {error_code(exc)}") from exc
-        expected = max(0, end - start + 1)
-        if len(data) != expected:
-            raise IntegrityError(f"{key}: got {len(data)} bytes at {start}, expected {expected}")
-        os.pwrite(fd, data, start)
-        self.stats.add(down=len(data))
-        return data
+            error: BaseException = (
+                IntegrityError(f"{key}: missing")
+                if error_code(exc) in NOT_FOUND
+                else StorageError(f"get {key}: {error_code(exc)}")
+            )
+            landing.fail(error)
+            raise error from exc
+        except BaseException as exc:
+            landing.fail(exc)
+            raise
+
+    def _buffer(self) -> bytearray:
+        """This pool thread's chunk buffer, made once: fresh memory per range costs page
+        faults (see `ranged_download`)."""
+        buf: bytearray | None = getattr(self._buffers, "buf", None)
+        if buf is None:
+            buf = self._buffers.buf = bytearray(CHUNK)
+        return buf
