@@ -16,6 +16,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from typing import Any
 
 from botocore.exceptions import IncompleteReadError
@@ -23,6 +24,23 @@ from botocore.exceptions import IncompleteReadError
 from tether_agent.checkpoints import MIB
 
 CHUNK = MIB  # the reused buffer of each range thread, and of each file's hasher
+_buffers = threading.local()
+
+
+def thread_buffer() -> bytearray:
+    """This thread's chunk buffer, made once: fresh memory per range costs page faults."""
+    buf: bytearray | None = getattr(_buffers, "buf", None)
+    if buf is None:
+        buf = _buffers.buf = bytearray(CHUNK)
+    return buf
+
+
+def spans(size: int, part: int) -> list[tuple[int, int]]:
+    """The ranges [start, end) of a file of `size` bytes in file order, `part` bytes each. An
+    empty file is one GET all the same (is it there?). (Ranges growing from a small first one,
+    so that they land in order for the hash, cost more requests and gained nothing measurable
+    at 128 MiB or 1 GiB.)"""
+    return [(start, min(size, start + part)) for start in range(0, size, part)] or [(0, 0)]
 
 
 class RangeStopped(Exception):
@@ -126,6 +144,60 @@ def stream_body(
         body.close()  # mid-body: the connection cannot be reused
         raise
     release(body)
+
+
+def get_range(
+    client: Any,
+    bucket: str,
+    key: str,
+    span: tuple[int, int],
+    offset: int,
+    fd: int,
+    buf: bytearray,
+    landed: Callable[[int], None],
+    check: Callable[[], None],
+) -> str | None:
+    """GET what is left of `span` from `offset` (an empty span: the whole, empty, object) and
+    stream it into `fd`; why the reply cannot be used, if it cannot."""
+    start, end = span
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if end > start:
+        if offset == end:
+            return None  # all of it landed before the attempt failed
+        kwargs["Range"] = f"bytes={offset}-{end - 1}"
+    reply = client.get_object(**kwargs)
+    body = reply["Body"]
+    if reply.get("ContentLength") != end - offset:
+        body.close()
+        return f"{reply.get('ContentLength')} bytes at {offset}, expected {end - offset}"
+    stream_body(body, fd, offset, end - offset, buf, landed, check)
+    return None
+
+
+def fetch_and_hash(
+    fd: int,
+    ranges: list[tuple[int, int]],
+    landing: Landing,
+    submit: Callable[[int, tuple[int, int]], Future[None]],
+) -> str:
+    """Start every range (`submit(index, span)`; the pool's threads bound how many run at
+    once), hash the file as they land, and return its sha256 once all have landed. On any
+    failure the ranges still running stop at their next chunk, and all have stopped when
+    this returns or raises: none may write to `fd` after it is closed."""
+    parts: list[Future[None]] = []
+    try:
+        parts = [submit(index, span) for index, span in enumerate(ranges)]
+        digest = hash_as_landed(fd, ranges, landing)
+        for part in parts:
+            part.result()
+        return digest
+    except BaseException as exc:
+        landing.fail(exc)
+        for part in parts:
+            part.cancel()
+        raise
+    finally:
+        wait(parts)
 
 
 def hash_as_landed(fd: int, ranges: list[tuple[int, int]], landing: Landing) -> str:

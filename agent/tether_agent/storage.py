@@ -1,5 +1,6 @@
 """S3/R2 adapter: credentials that can be swapped while transfers run, parallel multipart
-uploads and ranged downloads, each hashed with sha256 in the same single pass over the data.
+uploads hashed with sha256 in the same single pass that reads the file, and parallel ranged
+downloads hashed from the file in order as their bytes land (`ranged_download`).
 
 Failure handling, per request: network errors and 5xx retry with backoff. R2 says two different
 things with 401 and 403, and they are treated as such:
@@ -45,11 +46,12 @@ from tether_agent.checkpoints import (
     part_size_for,
 )
 from tether_agent.ranged_download import (
-    CHUNK,
     Landing,
     RangeStopped,
-    hash_as_landed,
-    stream_body,
+    fetch_and_hash,
+    get_range,
+    spans,
+    thread_buffer,
 )
 from tether_agent.storage_credentials import Credentials, CredentialStore
 
@@ -174,15 +176,15 @@ class Storage:
         self._backoff_s = backoff_s
         self._credential_wait_s = credential_wait_s
         self._nice = nice
-        # Parts in memory at once (read but not yet sent, or received but not yet hashed).
+        # Upload parts in memory at once (read but not yet sent).
         self._window = threading.BoundedSemaphore(concurrency * 2)
         # Ranged GETs: 64 MiB for large files (a 1 GiB file in 16 MiB ranges took 64–83 s on
         # the local stack, in 64 MiB ones 22–24 s), about a quarter of a smaller file, at least
-        # 16 MiB, so it is not one stream (a 128 MiB checkpoint: 1.0–1.6 s against 1.5–2.2 s,
-        # and half the CPU). Each range streams through one reused buffer of its thread.
+        # 16 MiB, so it is not one stream (a 128 MiB checkpoint: 1.0–1.6 s against 1.5–2.2 s).
+        # A range costs no memory of its own: it streams through its thread's reused buffer
+        # (`thread_buffer`), and the pool's `concurrency` threads bound the ranges in flight.
         self.download_range = max(64 * MIB, part_size)
         self.min_download_range = max(16 * MIB, part_size)
-        self._buffers = threading.local()
         self._pool = ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="s3-part", initializer=self._lower_priority
         )
@@ -469,26 +471,16 @@ class Storage:
         landing = Landing(len(ranges))
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        parts: list[Future[None]] = []
         try:
             os.ftruncate(fd, size)
-            # The pool (`concurrency` threads) bounds the GETs in flight, across files too.
-            parts = [
-                self._pool.submit(self._fetch_range, key, fd, r, i, landing)
-                for i, r in enumerate(ranges)
-            ]
-            digest = hash_as_landed(fd, ranges, landing)
-            for part in parts:
-                part.result()
-            return digest
-        except BaseException as exc:
-            landing.fail(exc)  # the ranges still running stop at their next chunk
-            for part in parts:
-                part.cancel()
-            raise
+            return fetch_and_hash(
+                fd,
+                ranges,
+                landing,
+                lambda i, span: self._pool.submit(self._fetch_range, key, fd, span, i, landing),
+            )
         finally:
-            wait(parts)  # no thread may write to fd after it is closed
-            os.close(fd)
+            os.close(fd)  # every range has stopped (`fetch_and_hash`)
 
     def range_for(self, size: int) -> int:
         """The ranged GET size for a file of `size` bytes: about a quarter of it, within
@@ -497,38 +489,21 @@ class Storage:
         return min(self.download_range, max(self.min_download_range, quarter))
 
     def spans(self, size: int) -> list[tuple[int, int]]:
-        """The ranges [start, end) of a file of `size` bytes, in file order, `range_for(size)`
-        each. An empty file is one GET all the same (is it there?). (Ranges growing from a
-        small first one, so that they land in order for the hash, cost more requests and
-        gained nothing measurable at 128 MiB or 1 GiB.)"""
-        part = part_size_for(size, self.range_for(size))
-        return [(start, min(size, start + part)) for start in range(0, size, part)] or [(0, 0)]
+        return spans(size, part_size_for(size, self.range_for(size)))
 
     def _fetch_range(
         self, key: str, fd: int, span: tuple[int, int], index: int, landing: Landing
     ) -> None:
-        """Bytes [start, end) of `key` into `fd` through this thread's reused buffer. A retry
-        asks only for what has not landed yet: no byte is written twice, so the file's hash
-        covers exactly what is on disk."""
-        start, end = span
-        buf = self._buffer()
+        """Bytes [start, end) of `key` into `fd`, with retries. A retry asks only for what
+        has not landed yet: no byte is written twice, so the file's hash covers exactly what
+        is on disk."""
+        buf = thread_buffer()
 
         def get(client: Any, creds: Credentials) -> None:
-            offset = start + landing.landed(index)
-            if end > start and offset == end:
-                return
-            kwargs: dict[str, Any] = {"Bucket": creds.bucket, "Key": key}
-            if end > start:
-                kwargs["Range"] = f"bytes={offset}-{end - 1}"
-            reply = client.get_object(**kwargs)
-            body = reply["Body"]
-            if reply.get("ContentLength") != end - offset:
-                body.close()
-                raise IntegrityError(
-                    f"{key}: {reply.get('ContentLength')} bytes at {offset}, "
-                    f"expected {end - offset}"
-                )
-            stream_body(body, fd, offset, end - offset, buf, landed, check)
+            offset = span[0] + landing.landed(index)
+            problem = get_range(client, creds.bucket, key, span, offset, fd, buf, landed, check)
+            if problem:
+                raise IntegrityError(f"{key}: {problem}")
 
         def landed(n: int) -> None:
             landing.add(index, n)
@@ -541,7 +516,7 @@ class Storage:
                 raise RangeStopped(key)
 
         try:
-            self.call(f"get {key} [{start}-{end - 1}]", get)
+            self.call(f"get {key} [{span[0]}-{span[1] - 1}]", get)
         except ClientError as exc:
             error: BaseException = (
                 IntegrityError(f"{key}: missing")
@@ -553,11 +528,3 @@ class Storage:
         except BaseException as exc:
             landing.fail(exc)
             raise
-
-    def _buffer(self) -> bytearray:
-        """This pool thread's chunk buffer, made once: fresh memory per range costs page
-        faults (see `ranged_download`)."""
-        buf: bytearray | None = getattr(self._buffers, "buf", None)
-        if buf is None:
-            buf = self._buffers.buf = bytearray(CHUNK)
-        return buf
