@@ -16,7 +16,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, wait
+from concurrent.futures import CancelledError, Future, wait
 from typing import Any
 
 from botocore.exceptions import IncompleteReadError
@@ -70,6 +70,11 @@ class Landing:
             if self.error is None:
                 self.error = exc
             self._cond.notify_all()
+
+    def dropped(self, part: Future[None]) -> None:
+        """A range the pool dropped (`Storage.close`) never lands: do not wait on it."""
+        if part.cancelled():
+            self.fail(CancelledError())
 
     def wait_beyond(self, index: int, have: int) -> int:
         """Block until range `index` has more than `have` bytes in the file; raise the first
@@ -187,6 +192,8 @@ def fetch_and_hash(
     parts: list[Future[None]] = []
     try:
         parts = [submit(index, span) for index, span in enumerate(ranges)]
+        for part in parts:
+            part.add_done_callback(landing.dropped)
         digest = hash_as_landed(fd, ranges, landing)
         for part in parts:
             part.result()
@@ -197,7 +204,8 @@ def fetch_and_hash(
             part.cancel()
         raise
     finally:
-        wait(parts)
+        # A cancelled range never runs; and `wait` would hang on one the pool dropped.
+        wait([part for part in parts if not part.cancelled()])
 
 
 def hash_as_landed(fd: int, ranges: list[tuple[int, int]], landing: Landing) -> str:

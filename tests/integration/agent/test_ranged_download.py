@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +210,33 @@ def test_a_checkpoint_with_one_changed_range_is_not_restored(
     assert "sha256 mismatch" in result.report.skipped[0].reason
     assert (result.restored.local_dir / "model.bin").read_bytes() == data
     assert not (tmp_path / "down" / "checkpoint-20").exists()
+
+
+def test_ranges_dropped_by_a_closing_storage_fail_the_file_instead_of_hanging(
+    serial: Storage, tmp_path: Path
+) -> None:
+    serial.put_bytes(KEY, pattern(SIZE))
+    first_asked, closed = threading.Event(), threading.Event()
+
+    def hold_the_first(kwargs: dict[str, Any], reply: dict[str, Any]) -> Any:
+        first_asked.set()
+        closed.wait()
+        return reply
+
+    intercept(serial, hold_the_first)
+    outcome: list[BaseException] = []
+
+    def download() -> None:
+        try:
+            serial.download_file(KEY, tmp_path / "data.bin", SIZE)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=download)
+    worker.start()
+    first_asked.wait()
+    serial.close()  # the agent shutting down: the two queued ranges are dropped
+    closed.set()
+    worker.join(60)  # a guard against a hang, not a measure of speed
+    assert not worker.is_alive(), "download_file still waits on ranges that will never run"
+    assert [type(e) for e in outcome] == [CancelledError]
