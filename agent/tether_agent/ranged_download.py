@@ -2,12 +2,13 @@
 through one reused buffer straight into the file, and the file's sha256 is computed in file
 order from the file itself as its bytes land, while the later ranges still download.
 
-Why so (a 128 MiB restore cost 2.5 CPU-s/GiB against s5cmd's 0.7): reading a range as one
+Why so (a 128 MiB restore cost 2.5 CPU-s/GiB against s5cmd's 0.7; now 1.4, of which the sha256
+is 0.54 and reading the bytes back for it about 0.1; BENCHMARKS.md): reading a range as one
 `bytes` object takes fresh memory for every range, and fresh memory costs about 0.9 CPU-s/GiB in
-page faults on these VMs (a copy into a reused buffer: 0.07); holding ranges in memory until
-their turn to be hashed left the whole hash to the end of the transfer. Hashing the file after
-its bytes were written also means the digest covers exactly what is on disk: a retry resumes a
-range where it stopped, so no byte is written twice.
+page faults on these VMs (a copy into a reused buffer: 0.07); and a range held in memory was
+hashed only once all of it had arrived. Hashing the file after its bytes were written also
+means the digest covers exactly what is on disk: a retry resumes a range where it stopped, so
+no byte is written twice.
 """
 
 from __future__ import annotations
