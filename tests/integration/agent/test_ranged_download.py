@@ -240,3 +240,39 @@ def test_ranges_dropped_by_a_closing_storage_fail_the_file_instead_of_hanging(
     worker.join(60)  # a guard against a hang, not a measure of speed
     assert not worker.is_alive(), "download_file still waits on ranges that will never run"
     assert [type(e) for e in outcome] == [CancelledError]
+
+
+def test_an_upload_cut_by_a_closing_storage_fails_instead_of_hanging(
+    s3_server: S3Server, bucket: str, tmp_path: Path
+) -> None:
+    """The upload side of the same shutdown: parts the closing pool drops never release their
+    window slot themselves, so the reading loop must not wait on them, nor the error path."""
+    st = make_storage(s3_server.endpoint_url, bucket, concurrency=2)
+    path = tmp_path / "big.bin"
+    path.write_bytes(pattern(8 * 5 * MIB + 7))  # 9 parts of 5 MiB: more than the window
+    first_sent, closed = threading.Event(), threading.Event()
+    real_acquire = st.limiter.acquire
+
+    def hold(nbytes: int) -> None:
+        first_sent.set()
+        closed.wait()
+        real_acquire(nbytes)
+
+    st.limiter.acquire = hold  # type: ignore[method-assign]
+    outcome: list[BaseException] = []
+
+    def upload_it() -> None:
+        try:
+            st.upload_file(path, "jobs/j1/g1/big.bin")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=upload_it)
+    worker.start()
+    first_sent.wait()
+    st.close()  # the agent shutting down mid-upload: the queued parts are dropped
+    closed.set()
+    worker.join(60)  # a guard against a hang, not a measure of speed
+    assert not worker.is_alive(), "upload_file still waits on parts that will never run"
+    assert len(outcome) == 1 and isinstance(outcome[0], CancelledError | RuntimeError)
+    assert st.get_bytes("jobs/j1/g1/big.bin") is None  # never completed
