@@ -56,6 +56,7 @@ OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
 OUTPUT_STATE_MACHINE_ARN = "StateMachineArn"
 OUTPUT_NOTIFICATIONS_TOPIC_ARN = "NotificationsTopicArn"
 OUTPUT_JOB_EVENTS_TOPIC_ARN = "JobEventsTopicArn"
+OUTPUT_MONITOR_SHARDS = "MonitorShards"  # what `tether deploy` keeps unless told otherwise
 # Where the provider keys live (stack outputs: the parameters' names).
 OUTPUT_VAST_SECRET_ARN = "VastKeyParameter"  # noqa: S105 (a name, not a secret)
 OUTPUT_CLOUDFLARE_SECRET_ARN = "CloudflareParameter"  # noqa: S105 (a name, not a secret)

@@ -113,6 +113,11 @@ class TetherStack(Stack):
                 "SNS topic with one JSON event per job transition (filter on `state`, `job_id`)",
             ),
             (
+                names.OUTPUT_MONITOR_SHARDS,
+                str(self.monitor.shards),
+                "Monitor schedules the fleet is split across (docs/deploy.md)",
+            ),
+            (
                 names.OUTPUT_VAST_SECRET_ARN,
                 self.secrets.vast_api_key.parameter_name,
                 "SSM SecureString with the Vast API key: `tether secrets set vast`",

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from functions.domain.shards import MAX_SHARDS
 from infra import names
 from tether_cli import output, provider_keys, user_secrets
 from tether_cli.account_secrets import run_secrets_set
@@ -105,6 +106,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="the heartbeat route's burst, requests at once (default 100)",
     )
     deploy.add_argument(
+        "--monitor-shards",
+        type=_limit(MAX_SHARDS, "shards"),
+        metavar="N",
+        help="split the fleet across N monitor schedules (1 to 16; default: what the deployed "
+        "stack has, else 1; see docs/deploy.md#monitor-shards-large-fleets)",
+    )
+    deploy.add_argument(
         "--bootstrap",
         action="store_true",
         help="run `cdk bootstrap` first if this account/region is not bootstrapped",
@@ -187,12 +195,13 @@ def _region(text: str) -> str:
     return text
 
 
-def _limit(maximum: int) -> Callable[[str], int]:
-    """A throttle: a whole number from 1 to API Gateway's default account quota."""
+def _limit(maximum: int, what: str = "") -> Callable[[str], int]:
+    """A whole number from 1 to `maximum` (a throttle: API Gateway's default account quota)."""
 
     def parse(text: str) -> int:
         if not text.isdigit() or not 1 <= int(text) <= maximum:
-            raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {maximum}")
+            unit = f" of {what}" if what else ""
+            raise argparse.ArgumentTypeError(f"must be a whole number{unit} from 1 to {maximum}")
         return int(text)
 
     return parse
@@ -204,11 +213,16 @@ def _email(text: str) -> str:
     return text
 
 
-def synth(root: Path) -> Path:
+def synth(root: Path, monitor_shards: int | None = None) -> Path:
     """Synthesize the clone at `root` into `root/cdk.out` (its own infra, functions and agent:
-    `python -m` puts the working directory first on the import path)."""
+    `python -m` puts the working directory first on the import path), with `monitor_shards`
+    monitor schedules if given (a synth-time setting: `TETHER_MONITOR_SHARDS`)."""
     out = root / "cdk.out"
-    code = run_command([sys.executable, "-m", "infra.synth", "--out", str(out)], cwd=root)
+    env = None
+    if monitor_shards is not None:
+        env = {**os.environ, names.MONITOR_SHARDS_ENV: str(monitor_shards)}
+    command = [sys.executable, "-m", "infra.synth", "--out", str(out)]
+    code = run_command(command, cwd=root, env=env)
     if code != 0:
         raise CliError(f"synthesis failed (exit {code}); see the output above", EXIT_FAILURE)
     return out
@@ -236,6 +250,37 @@ def deploy_parameters(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def monitor_shards(
+    given: int | None, environ: Mapping[str, str], deployed: Mapping[str, str]
+) -> tuple[int, str]:
+    """How many monitor shards to deploy, and why: `--monitor-shards`, else
+    `TETHER_MONITOR_SHARDS`, else what the deployed stack has (a synth-time setting, unlike the
+    stack's parameters, so a plain redeploy must not quietly fold a sharded fleet into one),
+    else 1."""
+    if given is not None:
+        return given, "--monitor-shards"
+    for value, source in (
+        (environ.get(names.MONITOR_SHARDS_ENV), names.MONITOR_SHARDS_ENV),
+        (deployed.get(names.OUTPUT_MONITOR_SHARDS), "the deployed stack"),
+    ):
+        if value:
+            try:
+                return _limit(MAX_SHARDS, "shards")(value), source
+            except argparse.ArgumentTypeError as exc:
+                raise CliError(f"{source}: {value!r} {exc}", EXIT_USAGE) from None
+    return 1, "the default"
+
+
+def _deployed_outputs(region: str) -> dict[str, str]:
+    """The stack's outputs before this deploy; none when it is not deployed yet."""
+    from tether_cli.api_client import stack_outputs
+
+    try:
+        return stack_outputs(os.environ.get("TETHER_STACK_NAME") or names.STACK_NAME, region)
+    except CliError:
+        return {}
+
+
 def run_deploy(args: argparse.Namespace) -> int:
     root = source_root()
     npx = check_node()
@@ -255,7 +300,9 @@ def run_deploy(args: argparse.Namespace) -> int:
     # Before the deploy: an older stack's secrets are still readable (this deploy deletes them).
     for line in provider_keys.prepare(region):
         output.stderr_console().print(line)
-    assembly = synth(root)
+    shards, shards_from = monitor_shards(args.monitor_shards, os.environ, _deployed_outputs(region))
+    output.stderr_console().print(f"monitor shards: {shards} ({shards_from})")
+    assembly = synth(root, shards)
     command = cdk(npx, "deploy", "--app", str(assembly), names.STACK_NAME)
     command += ["--require-approval", "never"]
     command += deploy_parameters(args)

@@ -198,7 +198,9 @@ def test_outputs_use_the_shared_names(template):
         names.OUTPUT_STATE_MACHINE_ARN,
         names.OUTPUT_VAST_SECRET_ARN,
         names.OUTPUT_CLOUDFLARE_SECRET_ARN,
+        names.OUTPUT_MONITOR_SHARDS,
     }
+    assert template["Outputs"][names.OUTPUT_MONITOR_SHARDS]["Value"] == "1"
 
 
 def test_every_function_logs_to_a_group_with_retention(template):

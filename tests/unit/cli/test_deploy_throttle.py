@@ -1,12 +1,16 @@
 """`tether deploy --heartbeat-rate/--heartbeat-burst`: the heartbeat route's throttle as stack
-parameters (docs/deploy.md#throttles), within API Gateway's account quota."""
+parameters (docs/deploy.md#throttles), within API Gateway's account quota; and
+`--monitor-shards`, a synth-time setting that later deploys keep."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from tether_cli import deploy
 from tether_cli.main import build_parser, main
+from tether_cli.output import CliError
 
 
 def parameters(*argv: str) -> list[str]:
@@ -40,3 +44,40 @@ def test_a_throttle_outside_the_account_quota_is_a_usage_error(
 ) -> None:
     assert main(["deploy", *argv]) == 2
     assert "must be a whole number from 1 to" in capsys.readouterr().err
+
+
+# --- monitor shards (a synth-time setting, docs/deploy.md#monitor-shards-large-fleets) ---------
+
+
+def test_monitor_shards_come_from_the_flag_the_environment_or_the_deployed_stack() -> None:
+    env = {"TETHER_MONITOR_SHARDS": "2"}
+    deployed = {"MonitorShards": "4"}
+    assert deploy.monitor_shards(8, env, deployed) == (8, "--monitor-shards")
+    assert deploy.monitor_shards(None, env, deployed) == (2, "TETHER_MONITOR_SHARDS")
+    # A plain redeploy keeps a sharded fleet sharded: the count is not a stack parameter.
+    assert deploy.monitor_shards(None, {}, deployed) == (4, "the deployed stack")
+    assert deploy.monitor_shards(None, {}, {}) == (1, "the default")
+
+
+@pytest.mark.parametrize("value", ["0", "17", "four"])
+def test_a_bad_monitor_shard_count_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    assert main(["deploy", "--monitor-shards", value]) == 2
+    assert "--monitor-shards" in capsys.readouterr().err
+    with pytest.raises(CliError, match="TETHER_MONITOR_SHARDS"):
+        deploy.monitor_shards(None, {"TETHER_MONITOR_SHARDS": value}, {})
+
+
+def test_the_synth_is_told_the_shard_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen: list[dict[str, str] | None] = []
+
+    def record(command: object, cwd: object = None, env: dict[str, str] | None = None) -> int:
+        seen.append(env)
+        return 0
+
+    monkeypatch.setattr(deploy, "run_command", record)
+    deploy.synth(tmp_path, 4)
+    deploy.synth(tmp_path)
+    assert seen[0] is not None and seen[0]["TETHER_MONITOR_SHARDS"] == "4"
+    assert seen[1] is None
