@@ -66,7 +66,7 @@ def read_vast(
     vast: VastClient | None,
     snapshots: list[JobSnapshot],
     issues: list[RecordIssue],
-    shard: Shard | None = None,
+    shard: Shard,
 ) -> tuple[list[InstanceFacts] | None, VastCharges | None]:
     """The shard's instances and, while any job is active, the charges: in flight together
     once the instances take more than one chain (each chain on its own copy of the client: it
@@ -74,7 +74,6 @@ def read_vast(
     Charges count only with the instances read."""
     if vast is None:
         return None, None
-    shard = shard or Shard()
     known = live_instance_ids(snapshots)
     ranges = shard.label_ranges(list_chains(len(known)))
     if not snapshots:

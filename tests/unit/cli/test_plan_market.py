@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.paths import ROOT
-from tests.unit.domain.test_market import offer_record
+from tests.unit.domain.test_market import market_spec, offer_record
 from tether_cli.main import main
 
 QLORA = ROOT / "examples" / "qlora-7b" / "job.yaml"
@@ -31,17 +31,7 @@ def offer(offer_id: int, **fields: Any) -> dict[str, Any]:
 
 
 def job_file(tmp_path: Path, **resources: Any) -> str:
-    spec = {
-        "name": "market-test",
-        "image": "pytorch/pytorch:latest",
-        "run": "python train.py",
-        "expected_hours": 2,
-        "expected_startup_min": 5.5,
-        "budget_usd": 100,
-        "resources": {"min_disk_gb": 40, "min_reliability": 0, "min_download_mbps": 0, **resources},
-        "data": {"download_gb": 30, "upload_gb_per_checkpoint": 0},
-        "checkpoint": {"interval_min": 30},
-    }
+    spec = market_spec(**resources)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(spec))
     return str(path)

@@ -30,8 +30,9 @@ from tests.unit.domain.builders import NOW, job
 ON_DEMAND_TOTAL = 1.8285
 
 
-def make_job(**resources: Any) -> JobSpec:
-    spec: dict[str, Any] = {
+def market_spec(**resources: Any) -> dict[str, Any]:
+    """The job spec these tests price (and `tether plan`'s market tests write to a file)."""
+    return {
         "name": "market-test",
         "image": "pytorch/pytorch:latest",
         "run": "python train.py",
@@ -42,7 +43,10 @@ def make_job(**resources: Any) -> JobSpec:
         "data": {"download_gb": 30, "upload_gb_per_checkpoint": 0},
         "checkpoint": {"interval_min": 30},
     }
-    return parse_job(spec)
+
+
+def make_job(**resources: Any) -> JobSpec:
+    return parse_job(market_spec(**resources))
 
 
 def offer_record(offer_id: int, **fields: Any) -> dict[str, Any]:
