@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.supervision_harness import Supervised, supervised_stack
 from tether_local.aws import LocalAws
 
 # Wait and Retry intervals run at 1/10 000: a 3600 s Wait takes 0.36 s.
@@ -31,3 +32,16 @@ def local_aws() -> Iterator[LocalAws]:
     (tests/integration/local/test_lambda_runtime.py runs both runtimes)."""
     with LocalAws(time_scale=TIME_SCALE, runtime="in_process") as aws:
         yield aws
+
+
+@pytest.fixture(scope="module")
+def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
+    """The real stack deployed once per test module, in process (`supervised_stack`)."""
+    yield from supervised_stack(tether_template, TIME_SCALE)
+
+
+@pytest.fixture
+def sup(stack: Supervised) -> Supervised:
+    """The module's stack, emptied for this test (`Supervised.fresh`)."""
+    stack.fresh()
+    return stack

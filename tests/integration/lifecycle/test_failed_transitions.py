@@ -9,8 +9,6 @@ host's agent dead, left the job REPLACING for 10 h while its instance billed ($0
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -20,23 +18,11 @@ from functions.domain.attempts import ExecutionStatus
 from functions.domain.job import JobState, TransitionRequest
 from functions.lifecycle import service as lifecycle_service
 from functions.monitor import repair
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
+from tests.integration.supervision_harness import Supervised
 
 INTERVAL_S = 60
 BUDGET_USD = 0.2
 HEARTBEAT_TIMEOUT_S = 180  # the job spec's default
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
 
 
 def test_a_begin_that_fails_after_replacing_began_is_retried_and_the_dead_host_destroyed(

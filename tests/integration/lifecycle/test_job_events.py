@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,19 +13,7 @@ import pytest
 from functions.domain.heartbeat import CheckpointRef
 from functions.domain.job import JobState
 from infra import names
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
+from tests.integration.supervision_harness import Supervised
 
 
 @pytest.fixture

@@ -5,28 +5,13 @@ left at that pace (functions/domain/pace.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from functions.domain.cost import download_minutes
 from functions.domain.heartbeat import CheckpointRef, GpuProbe
 from functions.domain.job import Heartbeat
 from functions.domain.recovery import Resumed
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
+from tests.integration.supervision_harness import Supervised
 
 
 def test_a_replacement_is_priced_at_the_pace_its_predecessor_measured(sup: Supervised) -> None:

@@ -3,11 +3,9 @@ process and Vast/Cloudflare simulated: provision, offer gone, no capacity, cance
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, cast
 
 import httpx
-import pytest
 
 from functions.adapters.transitions import TransitionStarter
 from functions.api import job_service
@@ -15,19 +13,7 @@ from functions.domain.job import JobState, TimelineEvent, TransitionRequest
 from functions.domain.labels import instance_label
 from functions.domain.reconcile import Observation
 from functions.settings import JobsApiSettings
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
+from tests.integration.supervision_harness import Supervised
 
 
 def test_provision_rents_the_best_offer_and_records_generation_one(sup: Supervised) -> None:

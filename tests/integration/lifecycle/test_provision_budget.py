@@ -13,7 +13,7 @@ are left, so the step ends by 180 s.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -28,7 +28,6 @@ from functions.lifecycle.provision import RentBudget, provision
 from functions.lifecycle.steps import LifecycleDeps, ProvisionInput, ProvisionOutput
 from functions.settings import LifecycleSettings, load_settings
 from infra import names
-from tests.integration.conftest import TIME_SCALE
 from tests.integration.supervision_harness import (
     BUCKET,
     CLOUDFLARE_ACCOUNT,
@@ -36,24 +35,12 @@ from tests.integration.supervision_harness import (
     PARENT_KEY,
     Supervised,
     logical_id_by_handler,
-    supervised_stack,
 )
 
 LAMBDA_TIMEOUT_S = 180  # infra/constructs/lifecycle.py
 CLOUDFLARE_TIMEOUT_S = 20.0  # the factory's httpx client
 CLOUDFLARE_DEADLINE_S = 30.0  # CloudflareClient's default
 CLOUDFLARE_MAX_BACKOFF_S = 5.0
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
 
 
 class Monotonic:

@@ -9,9 +9,6 @@ lasts and stops its own instance when the lease runs out (its dead-man switch)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import httpx
 import pytest
 
@@ -21,22 +18,10 @@ from functions.adapters.transitions import TransitionStarter
 from functions.domain.job import JobState
 from functions.monitor.service import MonitorDeps, run_monitor
 from infra import names
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
+from tests.integration.supervision_harness import Supervised
 from tether_local.aws import LambdaInvocationError
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
 
 
 def test_a_monitor_failing_on_secrets_manager_renews_no_lease_and_the_money_stops_within_it(

@@ -4,7 +4,6 @@ transitions, blames hosts, sweeps orphans and keeps its hands off when Vast cann
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,20 +14,8 @@ from functions.domain.agent_env import RESTORE_CHECKPOINTS, S3_WRITE_ACCESS_KEY_
 from functions.domain.heartbeat import CheckpointRef, GpuProbe
 from functions.domain.job import JobState
 from functions.domain.storage_layout import manifest_key
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
+from tests.integration.supervision_harness import Supervised
 from tether_local.vast_sim import BYTES_PER_GB
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
 
 
 def test_the_monitor_marks_a_healthy_job_supervised_and_leaves_it_alone(sup: Supervised) -> None:

@@ -6,29 +6,14 @@ destroyed; one that wins its machine back goes on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from functions.domain.job import JobState
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
+from tests.integration.supervision_harness import Supervised
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
 
 INTERRUPTIBLE = {"resources": {"market": "interruptible"}}
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
 
 
 def test_an_interruptible_job_is_rented_with_a_bid_and_billed_at_it(sup: Supervised) -> None:

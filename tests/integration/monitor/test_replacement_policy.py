@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,8 +15,7 @@ import pytest
 from functions.domain.heartbeat import GpuProbe
 from functions.domain.job import JobState
 from infra import names
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
+from tests.integration.supervision_harness import Supervised
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
 
@@ -25,17 +23,6 @@ PULL_DENIED = (
     "Error response from daemon: pull access denied for acme/private-trainer, repository does "
     "not exist or may require 'docker login': denied: requested access to the resource is denied"
 )
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
 
 
 def job_events(sup: Supervised) -> tuple[Any, str]:

@@ -5,30 +5,17 @@ Expected figures come from the Vast simulator's ledger, never from tether's own 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from functions.adapters.vast import VastClient, VastError, VastUnavailable
 from functions.domain.job import JobState, TimelineEvent
-from tests.integration.conftest import TIME_SCALE
 from tests.integration.monitor.test_monitor import rent_outside
-from tests.integration.supervision_harness import Supervised, supervised_stack
+from tests.integration.supervision_harness import Supervised
 from tether_local.vast_sim import BYTES_PER_GB
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
 
 
 def price_every_offer(sup: Supervised, gpu: float, storage_per_gb_month: float) -> None:

@@ -8,30 +8,17 @@ Vast recovered the job was still STOPPING and its instance billing ($0.27 of a $
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from functions.domain.job import JobState
 from functions.lifecycle import service as lifecycle_service
-from tests.integration.conftest import TIME_SCALE
-from tests.integration.supervision_harness import Supervised, supervised_stack
+from tests.integration.supervision_harness import Supervised
 
 INTERVAL_S = 60  # the monitor's interval (its default; the stack sets the same)
 BUDGET_USD = 0.2
 HEARTBEAT_TIMEOUT_S = 180  # the job spec's default
-
-
-@pytest.fixture(scope="module")
-def stack(tether_template: dict[str, Any]) -> Iterator[Supervised]:
-    yield from supervised_stack(tether_template, TIME_SCALE)
-
-
-@pytest.fixture
-def sup(stack: Supervised) -> Supervised:
-    stack.fresh()
-    return stack
 
 
 def interval(sup: Supervised, job_id: str) -> dict[str, Any]:
