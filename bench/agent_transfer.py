@@ -53,9 +53,9 @@ from tether_agent.uploader import CheckpointUploader  # noqa: E402
 
 from bench.lib.pairs import RatioSummary, interleave, ratio_summary  # noqa: E402
 from bench.lib.report import quartiles, write_results  # noqa: E402
-from tether_local.cloudflare_sim import CloudflareSim  # noqa: E402
-from tether_local.r2_front import R2Front  # noqa: E402
-from tether_local.s3server import start_s3_server  # noqa: E402
+from tether_local.r2.cloudflare_sim import CloudflareSim  # noqa: E402
+from tether_local.r2.front import R2Front  # noqa: E402
+from tether_local.r2.s3server import start_s3_server  # noqa: E402
 
 KEY, SECRET = "BENCHKEY0001", "bench-secret-0001"
 PARENT = "bench-parent"

@@ -312,9 +312,9 @@ def run(
         from functions.adapters import factory
         from functions.adapters.store import JobStore
         from functions.adapters.table import create_table
-        from tether_local.cloudflare_sim import CloudflareSim
-        from tether_local.offers import generate_offers
+        from tether_local.r2.cloudflare_sim import CloudflareSim
         from tether_local.vast_sim import VastSimulator
+        from tether_local.vast_sim.offers import generate_offers
 
         dynamodb = boto3.client("dynamodb")
         create_table(dynamodb, TABLE)

@@ -3,8 +3,8 @@
     python bench/planner_regret.py [--quick] [--seeds N] [--count N] [--runs K] [--json]
                                    [--speed-model MODULE:NAME]
 
-Offer books are `tether_local.offers.generate_offers(count, seed)` (seeds 0..N−1), each with a
-hidden truth per host (`bench/lib/regret.py`: speed from `dlperf` with log-normal noise, a
+Offer books are `tether_local.vast_sim.offers.generate_offers(count, seed)` (seeds 0..N−1), each
+with a hidden truth per host (`bench/lib/regret.py`: speed from `dlperf` with log-normal noise, a
 fixed start-up of 3–12 min) drawn from its own seeded stream, under three truths (sublinear,
 proportional, flat). For each example job (`examples/*/job.yaml`) and truth, every host's TRUE
 cost is the planner's own cost model (`cost_offer`) at the true hours and start-up; each rule
@@ -66,7 +66,7 @@ from bench.lib.report import write_results  # noqa: E402
 from functions.domain.cost import cost_offer, plan_job  # noqa: E402
 from functions.domain.jobspec import JobSpec  # noqa: E402
 from functions.domain.offer import Offer  # noqa: E402
-from tether_local.offers import generate_offers  # noqa: E402
+from tether_local.vast_sim.offers import generate_offers  # noqa: E402
 
 NAME = "planner_regret"
 SHARED_OFFERS = ROOT.parent / "shared" / "fixtures" / "vast" / "offers.json"

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from tether_cli.local_ship import SHIPPER
     from tether_local.demo import DemoError, demo_stack_config
     from tether_local.demo.rehearse import RehearseInputError, prepare, rehearse
-    from tether_local.images import UnknownImage, recipe_for
+    from tether_local.hosts.images import UnknownImage, recipe_for
     from tether_local.stack import LocalStack
 
     try:

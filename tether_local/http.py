@@ -6,7 +6,7 @@
 what a client sees when a host's network is cut.
 
 `ApiFront` is the local API Gateway HTTP API: it matches a request against the template's routes
-(`Deployed.http_routes`), builds the payload-2.0 event (`tether_local.apigw.http_api_event`),
+(`Deployed.http_routes`), builds the payload-2.0 event (`tether_local.aws.apigw.http_api_event`),
 invokes the route's function through the local AWS's Lambda runtime (its own execution
 environment, its own timeout) and turns the result back into HTTP. As API Gateway does, it
 waits at most `integration_timeout_s` (30 s, HTTP APIs' integration timeout) for the function,
@@ -48,9 +48,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
-from tether_local.apigw import http_api_event
-from tether_local.deployed import ACCOUNT_ID, HttpRoute, Throttle
-from tether_local.lambda_runtime import InvokeResult
+from tether_local.aws.apigw import http_api_event
+from tether_local.aws.deployed import ACCOUNT_ID, HttpRoute, Throttle
+from tether_local.aws.lambda_runtime import InvokeResult
 
 LOG = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@
 What `start()` does, in order:
 1. moto in process (`LocalAws`) with the synthesized template deployed: DynamoDB, Step Functions
    running the real definition, SNS, SSM (the provider keys, set after deploy); each Lambda
-   execution environment a worker process (`tether_local.lambda_process`) with its function's
+   execution environment a worker process (`tether_local.aws.lambda_process`) with its function's
    environment and timeout, logging to `<root>/logs/<function>.log` (`log_dir`).
-2. The Vast simulator (offers from `tether_local.offers`) and the Cloudflare simulator, each
-   served over loopback HTTP; renting starts a local host (`tether_local.hosts`).
+2. The Vast simulator (offers from `tether_local.vast_sim.offers`) and the Cloudflare simulator,
+   each served over loopback HTTP; renting starts a local host (`tether_local.hosts.local_hosts`).
 3. `rclone serve s3` over `<root>/s3` (anonymous, on a loopback port only the front knows) behind
-   the R2 front (`tether_local.r2_front`), which checks every request against the key the
+   the R2 front (`tether_local.r2.front`), which checks every request against the key the
    Cloudflare simulator minted — signature, session token, expiry, revocation, bucket, prefixes,
    permission — at the time of the request, and refuses with R2's errors.
 4. The account secrets (`tether/vast-api-key`, `tether/cloudflare`) get the simulators' keys,
@@ -51,15 +51,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from functions import settings as function_settings
 from functions.adapters import factory
 from infra import names
-from tether_local.aws import Deployed, LocalAws, Schedule
-from tether_local.cloudflare_sim import CloudflareSim
-from tether_local.hosts import LocalHosts
+from tether_local.aws.lambda_runtime import RuntimeKind
+from tether_local.aws.local_aws import Deployed, LocalAws, Schedule
+from tether_local.hosts.local_hosts import LocalHosts
 from tether_local.http import ApiFront, LoopbackServer
-from tether_local.lambda_runtime import RuntimeKind
-from tether_local.offers import generate_offers
-from tether_local.r2_front import R2Front
-from tether_local.s3server import S3Server
+from tether_local.r2.cloudflare_sim import CloudflareSim
+from tether_local.r2.front import R2Front
+from tether_local.r2.s3server import S3Server
 from tether_local.vast_sim import VastSimulator
+from tether_local.vast_sim.offers import generate_offers
 
 LOG = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class LocalStackConfig(BaseModel):
     lambda_runtime: RuntimeKind = Field(
         default="process",
         description="Lambda execution environments: worker processes, or in this process (for "
-        "meters and hooks installed in it; tether_local.lambda_runtime)",
+        "meters and hooks installed in it; tether_local.aws.lambda_runtime)",
     )
     monitor_interval_s: float = Field(
         default=2.0,

@@ -18,7 +18,7 @@ failure; NVML itself comes from the agent's `[gpu]` extra (`nvidia-ml-py`), whic
 script installs. `fake:<file>` scripts the probe from a file (one word: `responsive`, `idle`,
 `hung`, `error`, `none`), still through a child process, so a hang exercises the real deadline;
 the local stack's `hung-gpu-real-probe` demo instead runs this module's real NVML script against a
-fake `pynvml` (`tether_local/fake_nvml`).
+fake `pynvml` (`tether_local/hosts/fake_nvml`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `StackRecorder` records, while installed:
 - every Lambda invocation the local AWS runs in process (`recorded_stack` chooses the
-  in-process runtime; `tether_local.lambda_runtime` runs each handler through the wrapper
+  in-process runtime; `tether_local.aws.lambda_runtime` runs each handler through the wrapper
   installed here with `wrap_handlers`): function, memory size
   from the template, wall time, the AWS calls made inside it (botocore events on boto3's
   default session, counted only on the invoking thread, so the harness's own calls stay out)
@@ -174,7 +174,7 @@ class StackRecorder:
     # installing
 
     def install(self) -> StackRecorder:
-        from tether_local.lambda_runtime import wrap_handlers
+        from tether_local.aws.lambda_runtime import wrap_handlers
 
         self._meter.install(time_moto=False)
         self._undo.append(self._meter.uninstall)

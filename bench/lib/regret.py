@@ -30,7 +30,7 @@ from functions.domain.cost import cost_offer, plan_job, unmet_constraints
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
 from functions.domain.speed import effective_gpus
-from tether_local.offers import GPU_MODELS
+from tether_local.vast_sim.offers import GPU_MODELS
 
 REFERENCE_GPU = "RTX 4090"  # the GPU the example jobs' `expected_hours` are written for
 REFERENCE_DLPERF = next(g.dlperf_per_gpu for g in GPU_MODELS if g.name == REFERENCE_GPU)

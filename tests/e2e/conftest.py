@@ -33,7 +33,7 @@ from functions.domain.labels import instance_label
 from functions.domain.onstart import build_host_env, build_onstart
 from tests.paths import ROOT
 from tether_cli.local_ship import SHIPPER, local_api, shipped_spec
-from tether_local.hosts import LocalHost
+from tether_local.hosts.local_hosts import LocalHost
 from tether_local.stack import CLOUDFLARE_PARENT_KEY, R2_BUCKET, LocalStack, LocalStackConfig
 
 SIGNED = {

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.integration.supervision_harness import Supervised, supervised_stack
-from tether_local.aws import LocalAws
+from tether_local.aws.local_aws import LocalAws
 
 # Wait and Retry intervals run at 1/10 000: a 3600 s Wait takes 0.36 s.
 TIME_SCALE = 1e-4

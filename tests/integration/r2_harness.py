@@ -1,4 +1,4 @@
-"""The R2 front (`tether_local.r2_front`) as the local stack runs it, for the tests of the front
+"""The R2 front (`tether_local.r2.front`) as the local stack runs it, for the tests of the front
 and of the agent against it: `rclone serve s3` behind it, keys minted by the Cloudflare
 simulator, whose clock the tests move (no waiting for expiry).
 
@@ -23,9 +23,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tether_local.cloudflare_sim import CloudflareSim
-from tether_local.r2_front import R2Front
-from tether_local.s3server import S3Server
+from tether_local.r2.cloudflare_sim import CloudflareSim
+from tether_local.r2.front import R2Front
+from tether_local.r2.s3server import S3Server
 
 BUCKET = "tether"
 OTHER_BUCKET = "other"

@@ -37,9 +37,9 @@ from functions.domain.jobspec import parse_job
 from functions.settings import JobsApiSettings
 from infra import names
 from tests.paths import ROOT
-from tether_local.apigw import http_api_event
-from tether_local.aws import Deployed, LocalAws
-from tether_local.cloudflare_sim import CloudflareSim
+from tether_local.aws.apigw import http_api_event
+from tether_local.aws.local_aws import Deployed, LocalAws
+from tether_local.r2.cloudflare_sim import CloudflareSim
 from tether_local.vast_sim import VastSimulator
 
 WHEEL_KEY = f"{names.AGENT_WHEEL_PREFIX}tether_agent-0.1.0-py3-none-any.whl"
@@ -326,7 +326,7 @@ class Supervised:
 
 def supervised_stack(template: dict[str, Any], time_scale: float) -> Iterator[Supervised]:
     # In process: the handlers must see this test's fake clock and in-process simulators
-    # (factory hooks), which a worker process would not (tether_local.lambda_runtime).
+    # (factory hooks), which a worker process would not (tether_local.aws.lambda_runtime).
     with LocalAws(time_scale=time_scale, runtime="in_process") as aws:
         deployed = aws.deploy(template)
         try:

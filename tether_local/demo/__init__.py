@@ -6,9 +6,9 @@ checkpoints its full state, RNG included) through the real API as `tether submit
 the real monitor and state machine supervise it, injects its faults through the stack's chaos
 controls, and then judges the run from stored state only: DynamoDB (job, generations,
 timeline), the S3 stand-in (checkpoints and manifests) and the Vast simulator's ledger
-(`tether_local.invariants`). Invariant 8 compares the weights of the highest verified checkpoint
-with an uninterrupted reference run of the same command to the same step, run directly (no
-stack) on the same image stand-in, from the example's folder.
+(`tether_local.demo.invariants`). Invariant 8 compares the weights of the highest verified
+checkpoint with an uninterrupted reference run of the same command to the same step, run
+directly (no stack) on the same image stand-in, from the example's folder.
 
 Timers. Everything runs on real time (agents compare leases with the wall clock), so the demo's
 job uses second-scale timers: a 1 s heartbeat, a 6 s heartbeat timeout, 3 s of GPU
@@ -33,9 +33,10 @@ packing, upload and submit, from the CLI above), `scenarios` (the catalogue), th
 faults by family (`host_faults`, `service_faults`, `transfer_kills`, `hostile_hosts`,
 `monitor_faults`, with `storage_attacks`), `flood` (the junk heartbeats of `heartbeat-flood`),
 `driver` (`run_scenario`), `evidence` (stored state, checkpoints verified with the agent's own
-manifest rules), `summary` (the verdict), and `rehearse` (`tether rehearse`: a user's own job on
-the same machinery, imported from its module). The names below are the demo's public face: the
-CLI, the tests and the benchmarks use only these.
+manifest rules), `invariants` (the pure checks over that evidence), `summary` (the verdict),
+and `rehearse` (`tether rehearse`: a user's own job on the same machinery, imported from its
+module). The names below are the demo's public face: the CLI, the tests and the benchmarks use
+only these.
 """
 
 from tether_local.demo.driver import run_scenario

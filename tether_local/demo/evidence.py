@@ -24,8 +24,8 @@ from functions.domain import agent_env
 from functions.domain.labels import parse_label
 from functions.domain.spend import instance_charge
 from functions.domain.storage_layout import job_prefix
+from tether_local.demo.invariants import CheckpointFacts, KeyFacts, LedgerFacts, Recorded
 from tether_local.demo.job import SIGNED
-from tether_local.invariants import CheckpointFacts, KeyFacts, LedgerFacts, Recorded
 from tether_local.stack import R2_BUCKET, LocalStack
 
 

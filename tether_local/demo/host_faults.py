@@ -13,10 +13,10 @@ import time
 from functions.adapters.store import JobView
 from functions.domain import agent_env
 from functions.domain.job import Generation
+from tether_local.demo.invariants import Fault
 from tether_local.demo.job import DEMO_POLICY
 from tether_local.demo.run import DemoRun
-from tether_local.hosts import marked_processes
-from tether_local.invariants import Fault
+from tether_local.hosts.local_hosts import marked_processes
 
 # Faults land this long after a checkpoint: ~30 of the 50 steps to the next one, and past the
 # script's once-a-second progress report, so the steps lost can be measured.
@@ -48,8 +48,8 @@ def hung_gpu(run: DemoRun) -> None:
 
 def hung_gpu_real_probe(run: DemoRun) -> None:
     """A real host's probe path: the agent's own NVML probe, over the fake `pynvml` its venv
-    holds (`tether_local.fake_nvml`). The driver wedges: NVML calls block, the probe's deadline
-    kills the child, and "unresponsive" grows until the monitor judges the host hung."""
+    holds (`tether_local.hosts.fake_nvml`). The driver wedges: NVML calls block, the probe's
+    deadline kills the child, and "unresponsive" grows until the monitor judges the host hung."""
     assert run.stack.hosts is not None
     hosts = run.stack.hosts
     g = run.wait_step(1, 50, checkpoint=50)

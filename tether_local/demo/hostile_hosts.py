@@ -13,7 +13,7 @@ from tether_local.demo.host_faults import destroy
 from tether_local.demo.run import DemoError, DemoRun
 from tether_local.demo.storage_attacks import HostKeys, copy_checkpoint, crafted_manifests
 from tether_local.demo.transfer_kills import newest_recorded
-from tether_local.hosts import marked_processes
+from tether_local.hosts.local_hosts import marked_processes
 
 
 def zombie(run: DemoRun) -> None:

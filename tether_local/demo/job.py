@@ -2,8 +2,8 @@
 configuration of the stack it runs on (see the package docstring for why those timers are safe).
 
 The job is `examples/tiny-cpu/job.yaml`: `python tiny_train.py …` on the stock image
-`python:3.12-slim` (locally its stand-in, `tether_local.images`: the standard library and pip),
-in its own folder shipped as the job's code (`code: {dir: .}`, packed and uploaded as
+`python:3.12-slim` (locally its stand-in, `tether_local.hosts.images`: the standard library and
+pip), in its own folder shipped as the job's code (`code: {dir: .}`, packed and uploaded as
 `tether submit` does: `tether_local.demo.submit`)."""
 
 from __future__ import annotations

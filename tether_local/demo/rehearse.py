@@ -45,15 +45,15 @@ from functions.adapters.store import JobView
 from functions.domain.job import JobState, is_terminal
 from functions.domain.jobspec import JobSpec, SpecError, parse_job
 from functions.domain.secrets import parameter_name
-from tether_local import invariants
+from tether_local.demo import invariants
 from tether_local.demo.evidence import checkpoint_facts, live_instances, s3_root
+from tether_local.demo.invariants import Incident
 from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, MonitorClock, Scenario
 from tether_local.demo.submit import CodeShipper, PackedCode
 from tether_local.demo.timeline import Timeline, quiet
-from tether_local.hosts import SYSTEM_PATH
-from tether_local.images import stand_in
-from tether_local.invariants import Incident
+from tether_local.hosts.images import stand_in
+from tether_local.hosts.local_hosts import SYSTEM_PATH
 from tether_local.stack import LocalStack
 
 MAX_KILLS = 20

@@ -14,16 +14,16 @@ from typing import Any
 from functions.adapters.store import JobStore, JobView
 from functions.domain.job import Generation, JobState
 from tether_local.demo.evidence import checkpoint_facts
-from tether_local.demo.job import TrainArgs
-from tether_local.demo.timeline import JobTimeline, Timeline, quiet
-from tether_local.hosts import HostGpu
-from tether_local.invariants import (
+from tether_local.demo.invariants import (
     BillingSample,
     CheckpointFacts,
     Fault,
     GenerationProgress,
     Restore,
 )
+from tether_local.demo.job import TrainArgs
+from tether_local.demo.timeline import JobTimeline, Timeline, quiet
+from tether_local.hosts.local_hosts import HostGpu
 from tether_local.stack import LocalStack
 
 POLL_S = 0.2

@@ -13,9 +13,9 @@ import httpx
 from functions.adapters.store import JobView
 from functions.domain.job import JobState
 from tether_local.demo.host_faults import destroy
+from tether_local.demo.invariants import Fault
 from tether_local.demo.job import MONITOR_INTERVAL_S, SIGNED
 from tether_local.demo.run import DemoError, DemoRun
-from tether_local.invariants import Fault
 
 
 def supervisor_dead(run: DemoRun) -> None:

@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from functions.domain import agent_env
 from functions.domain.storage_layout import generation_prefix, job_prefix, manifest_key
 from tether_local.demo.run import DemoRun
-from tether_local.hosts import LocalHost
+from tether_local.hosts.local_hosts import LocalHost
 
 _BOTO = Config(
     signature_version="s3v4",

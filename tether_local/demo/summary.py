@@ -1,5 +1,5 @@
 """The demo's verdict: the summary it prints, and how it is reached from the evidence
-(`tether_local.invariants` checks DESIGN §6 on it). Invariant 8 compares the weights of the
+(`tether_local.demo.invariants` checks DESIGN §6 on it). Invariant 8 compares the weights of the
 highest verified checkpoint with an uninterrupted reference run of the same command to the same
 step, run directly (no stack) in the job image's stand-in, in the example's folder (the code
 the job ships), its checkpoints in a temporary directory."""
@@ -18,7 +18,7 @@ from tether_agent.training_env import HOOKS_DIR
 
 from functions.adapters.store import JobView
 from functions.domain.job import JobState
-from tether_local import invariants
+from tether_local.demo import invariants
 from tether_local.demo.evidence import (
     bad_input_statuses,
     checkpoint_facts,
@@ -27,6 +27,7 @@ from tether_local.demo.evidence import (
     restore_candidates,
     s3_root,
 )
+from tether_local.demo.invariants import Evidence, Incident
 from tether_local.demo.job import (
     EXAMPLE_DIR,
     MONITOR_INTERVAL_S,
@@ -35,9 +36,8 @@ from tether_local.demo.job import (
     demo_image,
 )
 from tether_local.demo.run import DemoError, DemoRun
-from tether_local.hosts import SYSTEM_PATH
-from tether_local.images import stand_in
-from tether_local.invariants import Evidence, Incident
+from tether_local.hosts.images import stand_in
+from tether_local.hosts.local_hosts import SYSTEM_PATH
 
 VERDICT_KINDS = frozenset(
     {"dead", "hung", "crashed", "failed", "over_budget", "outbid", "outbid_wait"}

@@ -3,7 +3,7 @@
 `VastSimulator.handle(request) -> response` is an httpx handler: tests plug it into
 `httpx.MockTransport(sim.handle)`, the local stack serves it over loopback HTTP (and the official
 `vastai` client runs against it there, tests/integration/vast/). It keeps
-- an offer book (from `tether_local.offers`); a rented offer leaves the book until its instance is
+- an offer book (`offers`); a rented offer leaves the book until its instance is
   destroyed or stopped (a stopped instance frees its GPUs), so renting it again answers 404
   `no_such_ask` like Vast; search filters take numbers as text (`{"eq": "1"}`), as the official
   client sends them;
@@ -30,7 +30,8 @@
 
 Every public method and `handle` are thread-safe; hooks run outside the lock. Modules:
 `simulator` (the class and its Python controls), `state` (what it holds, the helpers that
-change it), `routes` (HTTP routes and auth), `instances`, `billing`, `search`, `wire`.
+change it), `routes` (HTTP routes and auth), `instances`, `billing`, `search`, `wire`, and
+`offers` (the seeded offer book, also `python -m tether_local.vast_sim.offers`).
 """
 
 from tether_local.vast_sim.billing import BYTES_PER_GB, Ledger

@@ -9,7 +9,6 @@ from typing import Any
 
 import httpx
 
-from tether_local.offers import HOURS_PER_MONTH
 from tether_local.vast_sim.billing import Ledger, charges_page
 from tether_local.vast_sim.instances import (
     MAX_LABEL_CHARS,
@@ -20,6 +19,7 @@ from tether_local.vast_sim.instances import (
     list_page,
     parse_rent,
 )
+from tether_local.vast_sim.offers import HOURS_PER_MONTH
 from tether_local.vast_sim.search import search
 from tether_local.vast_sim.state import SimulatorState
 from tether_local.vast_sim.wire import (

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tether_local.offers import price_for_storage
+from tether_local.vast_sim.offers import price_for_storage
 from tether_local.vast_sim.wire import error, json_response
 
 _FILTER_IGNORED = frozenset({"order", "limit", "type", "allocated_storage"})

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from tether_local.offers import generate_offers
 from tether_local.vast_sim.billing import Ledger
 from tether_local.vast_sim.instances import Hook, SimInstance, render
+from tether_local.vast_sim.offers import generate_offers
 from tether_local.vast_sim.wire import Reply, error
 
 FaultKind = Literal[

@@ -71,7 +71,7 @@ def _workers_of(pid: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if stat[0] != "Z" and int(stat[1]) == pid and b"tether_local.lambda_worker" in cmdline:
+        if stat[0] != "Z" and int(stat[1]) == pid and b"tether_local.aws.lambda_worker" in cmdline:
             found.append(int(entry.name))
     return found
 

@@ -31,8 +31,8 @@ from tests.e2e.conftest import stored_heartbeat, wait_for
 from tests.paths import EXAMPLES, ROOT
 from tether_cli import api_client
 from tether_cli.main import main
-from tether_local import images
-from tether_local.hosts import SYSTEM_PATH
+from tether_local.hosts import images
+from tether_local.hosts.local_hosts import SYSTEM_PATH
 from tether_local.stack import R2_BUCKET, LocalStack
 
 pytestmark = pytest.mark.slow

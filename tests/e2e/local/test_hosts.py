@@ -19,8 +19,8 @@ from tests.e2e.conftest import (
     tiny_spec,
     wait_for,
 )
-from tether_local.hosts import SYSTEM_PATH
-from tether_local.images import stand_in
+from tether_local.hosts.images import stand_in
+from tether_local.hosts.local_hosts import SYSTEM_PATH
 from tether_local.stack import LocalStack
 
 pytestmark = pytest.mark.slow

@@ -262,7 +262,7 @@ def test_destroy_kills_every_process_and_zombie_comes_back_superseded_free(
 
     stack.hosts.destroy(job.instance_id)
     assert host.state == "destroyed"
-    from tether_local.hosts import marked_processes
+    from tether_local.hosts.local_hosts import marked_processes
 
     assert marked_processes(host.marker) == []  # the training process (own group) too
     record = stack.vast.instance(job.instance_id)

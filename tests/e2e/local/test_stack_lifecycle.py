@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import SIGNED, provision_by_hand, wait_for
-from tether_local.hosts import marked_processes
+from tether_local.hosts.local_hosts import marked_processes
 from tether_local.stack import LocalStack, LocalStackConfig
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from tether_agent.storage import Storage
 from tether_agent.storage_credentials import Credentials, CredentialStore
 
 from tests.paths import ROOT
-from tether_local.s3server import S3Server, start_s3_server
+from tether_local.r2.s3server import S3Server, start_s3_server
 
 FAKE_TRAIN = Path(__file__).with_name("fake_train.py")
 ACCESS_KEY = "TETHERTESTKEY01"

@@ -24,8 +24,8 @@ from tests.integration.agent.conftest import (
     start_agent,
 )
 from tests.paths import ROOT
-from tether_local.images import stand_in
-from tether_local.s3server import S3Server
+from tether_local.hosts.images import stand_in
+from tether_local.r2.s3server import S3Server
 
 
 def remote_steps(s3: S3Server, bucket: str, generation: int = 1) -> dict[int, bool]:

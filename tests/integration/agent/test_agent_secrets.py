@@ -15,7 +15,7 @@ from tests.integration.agent.conftest import (
     make_storage,
     start_agent,
 )
-from tether_local.s3server import S3Server
+from tether_local.r2.s3server import S3Server
 
 HF_VALUE = "hf_AgentSideSecretValue0123456789"
 # The training command prints its secret (as a careless script might) and records what it got.

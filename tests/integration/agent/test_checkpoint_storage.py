@@ -16,7 +16,7 @@ from tether_agent.storage_credentials import Credentials
 from tether_agent.uploader import CheckpointUploader
 
 from tests.integration.agent.conftest import ACCESS_KEY, SECRET_KEY, make_storage
-from tether_local.s3server import start_s3_server
+from tether_local.r2.s3server import start_s3_server
 
 MARKER = ".tether-complete"
 

@@ -21,7 +21,7 @@ from tests.integration.agent.conftest import (
     start_agent,
 )
 from tether_cli.code_pack import pack
-from tether_local.s3server import S3Server
+from tether_local.r2.s3server import S3Server
 
 
 def _client(s3: S3Server, bucket: str) -> Any:

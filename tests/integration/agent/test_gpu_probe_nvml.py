@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tether_agent import gpu
 
-from tether_local.fake_nvml import FILE_ENV, PYNVML
+from tether_local.hosts.fake_nvml import FILE_ENV, PYNVML
 
 
 @pytest.fixture(scope="module")

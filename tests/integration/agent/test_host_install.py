@@ -22,7 +22,7 @@ import pytest
 from functions.domain import agent_env
 from functions.domain.onstart import build_onstart
 from infra.synth import build_agent_wheel
-from tether_local.fake_nvml import pynvml as fake_pynvml
+from tether_local.hosts.fake_nvml import pynvml as fake_pynvml
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,8 @@ def test_onstart_installs_nvml_and_the_probe_says_no_gpu_without_one(tmp_path: P
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.strip().startswith(str(venv))
 
-    # The local stack's fake pynvml (tether_local/fake_nvml) offers nothing the real one lacks.
+    # The local stack's fake pynvml (tether_local/hosts/fake_nvml) offers nothing the real one
+    # lacks.
     fake_names = [n for n in vars(fake_pynvml) if n.startswith(("nvml", "NVML"))]
     missing = subprocess.run(
         [host_python, "-I", "-c",

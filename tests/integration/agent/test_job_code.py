@@ -20,7 +20,7 @@ from tests.integration.agent.conftest import (
     finish,
     start_agent,
 )
-from tether_local.s3server import S3Server
+from tether_local.r2.s3server import S3Server
 
 
 @pytest.fixture

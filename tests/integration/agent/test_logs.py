@@ -19,7 +19,7 @@ from tests.integration.agent.conftest import (
     make_storage,
     start_agent,
 )
-from tether_local.s3server import S3Server
+from tether_local.r2.s3server import S3Server
 
 
 class FakeWriter:

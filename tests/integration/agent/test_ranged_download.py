@@ -21,7 +21,7 @@ from tether_agent.storage import IntegrityError, Storage
 
 from tests.integration.agent.conftest import make_storage
 from tests.integration.agent.test_checkpoint_storage import restore, upload, write_checkpoint
-from tether_local.s3server import S3Server
+from tether_local.r2.s3server import S3Server
 
 KEY = "jobs/j1/data.bin"
 SIZE = 13 * MIB + 123  # three 5 MiB ranges, the last one short and not page aligned

@@ -24,7 +24,7 @@ from tests.integration.agent.conftest import (
     start_agent,
 )
 from tests.integration.r2_harness import BUCKET, R2, running_r2
-from tether_local.s3server import S3Server
+from tether_local.r2.s3server import S3Server
 
 OWN = "jobs/j1/g2/"
 OLDER = "jobs/j1/g1/"

@@ -21,7 +21,7 @@ from functions.settings import (
     STATE_MACHINE_ARN_ENV,
     TABLE_NAME_ENV,
 )
-from tether_local.apigw import LocalLambdaContext, http_api_event
+from tether_local.aws.apigw import LocalLambdaContext, http_api_event
 
 TABLE = "tether-test"
 PASS_DEFINITION = json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}})

@@ -41,7 +41,7 @@ from tether_cli import api_client, deploy
 from tether_cli import jobs as cli_jobs
 from tether_cli.main import main
 from tether_cli.output import CliError
-from tether_local.apigw import LocalLambdaContext, http_api_event
+from tether_local.aws.apigw import LocalLambdaContext, http_api_event
 
 # The example without its code.dir: this backend has no code bucket (tests/e2e ship code).
 EXAMPLE = str(ROOT / "tests" / "fixtures" / "tiny-cpu-no-code.yaml")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.paths import ROOT
-from tether_local.aws import Deployed, LocalAws
+from tether_local.aws.local_aws import Deployed, LocalAws
 
 HERE = Path(__file__).resolve().parent
 

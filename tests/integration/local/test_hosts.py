@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from tether_local.hosts import SYSTEM_PATH, LocalHost, LocalHosts, marked_processes
-from tether_local.images import stand_in
+from tether_local.hosts.images import stand_in
+from tether_local.hosts.local_hosts import SYSTEM_PATH, LocalHost, LocalHosts, marked_processes
 from tether_local.vast_sim import VastSimulator
 
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """Image stand-ins hold exactly what their recipe says: built from this interpreter, with the
 standard library, pip and the recipe's distributions, and nothing of the dev or agent
-environments (tether_local.images)."""
+environments (tether_local.hosts.images)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths import ROOT
-from tether_local import images
-from tether_local.images import PYTORCH_HF, ImageError, Recipe, StandIn, stand_in
+from tether_local.hosts import images
+from tether_local.hosts.images import PYTORCH_HF, ImageError, Recipe, StandIn, stand_in
 
 # Installed here (the dev venv, and the agent's venv) but in no image.
 NOT_IN_ANY_IMAGE = ("boto3", "httpx", "pydantic", "watchdog", "yaml", "tether_agent", "pytest")

@@ -20,10 +20,10 @@ import pytest
 
 from tests.integration.conftest import TIME_SCALE
 from tests.integration.local import sample_stack as stack
-from tether_local.aws import Deployed, LambdaInvocationError, LocalAws
-from tether_local.deployed import HttpRoute
+from tether_local.aws.deployed import HttpRoute
+from tether_local.aws.lambda_runtime import TIMEOUT_ERROR_TYPE, RuntimeKind
+from tether_local.aws.local_aws import Deployed, LambdaInvocationError, LocalAws
 from tether_local.http import API_GATEWAY_TIMEOUT_S, ApiFront, LoopbackServer
-from tether_local.lambda_runtime import TIMEOUT_ERROR_TYPE, RuntimeKind
 
 
 def _deployed(runtime: RuntimeKind, template: dict[str, Any], **kwargs: Any) -> Iterator[Any]:

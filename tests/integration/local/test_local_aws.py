@@ -11,12 +11,12 @@ import boto3
 import pytest
 
 from tests.integration.local import sample_stack as stack
-from tether_local import lambda_runtime
-from tether_local.aws import Deployed, LambdaInvocationError, LocalAws
-from tether_local.deployed import Throttle
-from tether_local.deployer import rate_seconds
-from tether_local.moto_patches import MotoInternalsMoved, check_moto_internals
-from tether_local.template import Resolver, StackContext, TemplateError, creation_order
+from tether_local.aws import lambda_runtime
+from tether_local.aws.deployed import Throttle
+from tether_local.aws.deployer import rate_seconds
+from tether_local.aws.local_aws import Deployed, LambdaInvocationError, LocalAws
+from tether_local.aws.moto_patches import MotoInternalsMoved, check_moto_internals
+from tether_local.aws.template import Resolver, StackContext, TemplateError, creation_order
 
 # --- the canary -----------------------------------------------------------------------------
 

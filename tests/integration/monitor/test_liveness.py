@@ -19,7 +19,7 @@ from functions.domain.job import JobState
 from functions.monitor.service import MonitorDeps, run_monitor
 from infra import names
 from tests.integration.supervision_harness import Supervised
-from tether_local.aws import LambdaInvocationError
+from tether_local.aws.local_aws import LambdaInvocationError
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
 

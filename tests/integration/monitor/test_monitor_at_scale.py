@@ -29,8 +29,8 @@ from functions.domain.labels import instance_label
 from functions.domain.reconcile import SupervisionSettings
 from functions.domain.shards import Shard
 from functions.monitor import service
-from tether_local.offers import generate_offers
 from tether_local.vast_sim import VastSimulator
+from tether_local.vast_sim.offers import generate_offers
 
 TABLE = "tether-scale-test"
 

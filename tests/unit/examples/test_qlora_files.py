@@ -9,7 +9,7 @@ import tomllib
 import yaml
 
 from tests.paths import EXAMPLES, ROOT
-from tether_local.images import PYTORCH_HF, recipe_for
+from tether_local.hosts.images import PYTORCH_HF, recipe_for
 
 EXAMPLE = EXAMPLES / "qlora-7b"
 

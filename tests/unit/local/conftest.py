@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.local.vast_sim_support import FakeClock
-from tether_local.offers import generate_offers
 from tether_local.vast_sim import VastSimulator
+from tether_local.vast_sim.offers import generate_offers
 
 
 @pytest.fixture

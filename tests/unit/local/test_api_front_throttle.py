@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-from tether_local.deployed import HttpRoute, Throttle
+from tether_local.aws.deployed import HttpRoute, Throttle
+from tether_local.aws.lambda_runtime import InvokeResult
 from tether_local.http import ApiFront, TokenBucket
-from tether_local.lambda_runtime import InvokeResult
 
 HEARTBEAT = "POST /agent/heartbeat"
 

@@ -1,4 +1,4 @@
-"""The Cloudflare simulator of the local stack (`tether_local/cloudflare_sim.py`): scoped,
+"""The Cloudflare simulator of the local stack (`tether_local/r2/cloudflare_sim.py`): scoped,
 expiring keys, Cloudflare's errors and rate limit, and the real adapter against it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from functions.adapters.cloudflare import (
     CloudflareRateLimited,
 )
 from tests.unit.adapters.test_cloudflare import ACCOUNT, FakeClock
-from tether_local.cloudflare_sim import CloudflareSim
+from tether_local.r2.cloudflare_sim import CloudflareSim
 
 SIM_TOKEN = "sim-token"
 

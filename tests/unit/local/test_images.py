@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether_local.images import PYTHON_SLIM, PYTORCH_HF, UnknownImage, recipe_for
+from tether_local.hosts.images import PYTHON_SLIM, PYTORCH_HF, UnknownImage, recipe_for
 
 
 @pytest.mark.parametrize(

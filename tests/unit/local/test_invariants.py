@@ -1,4 +1,4 @@
-"""The demo's judges of invariants 2, 6 and 8 (tether_local/invariants.py), on hand-made
+"""The demo's judges of invariants 2, 6 and 8 (tether_local/demo/invariants.py), on hand-made
 evidence: a restore counts only if the control plane recorded it and gave it to that
 generation, with the sha256 its manifest still has; each host's keys are scoped to the job
 (read) and to its own generation (write); a zombie's late checkpoint is not the job's result."""
@@ -12,7 +12,7 @@ import pytest
 from functions.domain.job import Generation, new_job
 from functions.domain.jobspec import parse_job
 from tests.integration.api.helpers import SPEC
-from tether_local.invariants import (
+from tether_local.demo.invariants import (
     CheckpointFacts,
     Evidence,
     Fault,

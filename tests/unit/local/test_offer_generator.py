@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from functions.domain.offer import Offer
-from tether_local.offers import generate_offers, main, price_for_storage
+from tether_local.vast_sim.offers import generate_offers, main, price_for_storage
 
 BOOK = generate_offers(500, seed=7)
 

@@ -1,4 +1,4 @@
-"""The R2 front's decisions without a server (`tether_local.r2_auth`): which operation a request
+"""The R2 front's decisions without a server (`tether_local.r2.auth`): which operation a request
 is, what a scope allows, R2's part rules, and SigV4 checked against botocore's own signer."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tether_local.r2_auth import (
+from tether_local.r2.auth import (
     Refusal,
     Request,
     authenticate,

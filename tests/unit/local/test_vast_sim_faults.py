@@ -10,8 +10,8 @@ import pytest
 from functions.adapters.vast import OfferGone, RateLimited, VastUnavailable
 from functions.domain.jobspec import Resources
 from tests.unit.local.vast_sim_support import FakeClock, cheapest_offer, client_for, raw, rent_one
-from tether_local.offers import generate_offers
 from tether_local.vast_sim import RATE_LIMIT_TEXT, SimInstance, VastSimulator
+from tether_local.vast_sim.offers import generate_offers
 
 
 def test_a_429_storm_is_plain_text_and_the_adapter_rides_it_out(sim: VastSimulator) -> None:

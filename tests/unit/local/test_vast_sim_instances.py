@@ -9,8 +9,8 @@ import pytest
 
 from functions.adapters.vast import OfferGone
 from tests.unit.local.vast_sim_support import FakeClock, cheapest_offer, client_for, raw, rent_one
-from tether_local.offers import generate_offers
 from tether_local.vast_sim import VastSimulator
+from tether_local.vast_sim.offers import generate_offers
 
 
 def test_an_instance_goes_created_loading_running(sim: VastSimulator, clock: FakeClock) -> None:

@@ -16,7 +16,7 @@ from functions.monitor import service as monitor_service
 from functions.monitor.service import MonitorReport
 from infra import names
 from infra.constructs import observability as obs
-from tether_local.apigw import LocalLambdaContext
+from tether_local.aws.apigw import LocalLambdaContext
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
-"""One Lambda execution environment: the process `tether_local.lambda_process` starts per
-environment (`python -m tether_local.lambda_worker IN_FD OUT_FD`).
+"""One Lambda execution environment: the process `tether_local.aws.lambda_process` starts per
+environment (`python -m tether_local.aws.lambda_worker IN_FD OUT_FD`).
 
 Its process environment is the function's (what the Lambda runtime sets, the function's
 variables, the endpoints of the local AWS) and nothing of the parent's. It imports the handler
@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
-from tether_local.lambda_runtime import (
+from tether_local.aws.lambda_runtime import (
     HandlerNotLoadable,
     LambdaContext,
     exception_result,
@@ -106,7 +106,7 @@ def serve(source: IO[bytes], out: IO[bytes]) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        sys.stderr.write("usage: python -m tether_local.lambda_worker IN_FD OUT_FD\n")
+        sys.stderr.write("usage: python -m tether_local.aws.lambda_worker IN_FD OUT_FD\n")
         return 2
     # Whole lines reach the log file (appended by every environment of the function).
     for stream in (sys.stdout, sys.stderr):

@@ -4,7 +4,7 @@
 Buckets are the top-level directories of `root` (rclone serves every directory in the root as a
 bucket and ignores files there), so `S3Server.create_bucket` is just a mkdir. With `keys` rclone
 checks SigV4 signatures against those static pairs; without, it serves anonymously on loopback,
-which is how the local stack runs it: behind the R2 front (`tether_local/r2_front.py`), which
+which is how the local stack runs it: behind the R2 front (`tether_local/r2/front.py`), which
 checks every request against the Cloudflare simulator's minted keys.
 """
 

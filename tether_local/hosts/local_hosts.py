@@ -9,7 +9,7 @@ a marker variable, so stopping or destroying the host kills all of them, the tra
 
 A host is not kinder than a rented machine:
 - The image. The training command runs with the job's image, not the agent's venv: `PATH` is the
-  image stand-in's `bin` (`tether_local.images`: `python` has exactly the packages the image
+  image stand-in's `bin` (`tether_local.hosts.images`: `python` has exactly the packages the image
   carries) then `/usr/local/bin:/usr/bin:/bin`. An image with no stand-in fails the start as Vast
   fails an image it cannot pull: the instance stays `loading` with a status message naming the
   image and the known ones (`VastSimulator.fail_pull`), and no process starts.
@@ -32,7 +32,7 @@ this machine's, so job commands should use the `TETHER_*` paths or paths relativ
 The GPU (`LocalHosts.use_gpu`, chosen when a host is rented). `fake-probe` (the default): the
 agent's fake probe reads the file (`TETHER_GPU_PROBE=fake:<file>`). `fake-nvml`: the probe path of
 a real host, the agent's own NVML probe (`TETHER_GPU_PROBE=nvml`) importing a fake `pynvml`
-(`tether_local.fake_nvml`) that reads the file (`FAKE_NVML_FILE`); that module sits in the
+(`tether_local.hosts.fake_nvml`) that reads the file (`FAKE_NVML_FILE`); that module sits in the
 site-packages of a second agent venv, so no other host can import it.
 
 Chaos: `destroy` (the machine dies: processes killed, disk gone, Vast shows it offline),
@@ -58,9 +58,9 @@ from pathlib import Path
 from typing import Literal
 
 from functions.domain import agent_env
-from tether_local import fake_nvml as fake_nvml_module
-from tether_local import images
-from tether_local.agent_install import agent_venv
+from tether_local.hosts import fake_nvml as fake_nvml_module
+from tether_local.hosts import images
+from tether_local.hosts.agent_install import agent_venv
 from tether_local.vast_sim import SimInstance, VastSimulator
 
 LOG = logging.getLogger(__name__)

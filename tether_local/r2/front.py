@@ -3,10 +3,10 @@
 Every request is judged when it arrives, against the key as the Cloudflare simulator holds it at
 that moment (`lookup`, e.g. `CloudflareSim.live_key`): nothing is cached, so a key is refused the
 instant it expires or its parent is revoked. The front verifies the SigV4 signature itself
-(header or presigned query, `tether_local.r2_auth`), then the session token, the bucket, the
+(header or presigned query, `tether_local.r2.auth`), then the session token, the bucket, the
 object key (or listing prefix, or every key of a `DeleteObjects`, or a copy's source) against the
 key's `prefixes`/`objects`, and the permission; a refusal is R2's S3 error XML, with the codes and
-statuses of Cloudflare's R2 error table (`r2_auth` says which and why). At
+statuses of Cloudflare's R2 error table (`tether_local.r2.auth` says which and why). At
 `CompleteMultipartUpload` it also applies R2's part rules, which rclone does not: every part but
 the last at least 5 MiB (`EntityTooSmall`) and all of the same size (`InvalidPart`).
 
@@ -42,7 +42,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from tether_local.r2_auth import (
+from tether_local.r2.auth import (
     ENTITY_TOO_LARGE,
     MALFORMED_XML,
     MISSING_CONTENT_LENGTH,

@@ -1,6 +1,6 @@
 """What the R2 front decides about one S3 request, without I/O: who signed it (SigV4, header or
 presigned query), which operation it is, and whether the key's scope allows it
-(`tether_local/r2_front.py` relays the allowed ones to `rclone serve s3`).
+(`tether_local/r2/front.py` relays the allowed ones to `rclone serve s3`).
 
 The answers are R2's, from Cloudflare's error-code table (`r2/api/error-codes`), and only those:
 

@@ -4,15 +4,15 @@
 it (`AWS_ENDPOINT_URL`, `MOTO_PORT`, fake credentials, region). Other processes (the agent)
 reach the same DynamoDB and S3 through `endpoint_url`. `deploy(template)` creates the
 template's tables, functions, state machines, topics, secrets, buckets and parameters with
-boto3 (`tether_local.deployer`) and returns what it made (`tether_local.deployed.Deployed`),
+boto3 (`tether_local.aws.deployer`) and returns what it made (`tether_local.aws.deployed.Deployed`),
 schedules included, so the local stack's own clock can fire them.
 
 moto runs the real Step Functions definition. While a `LocalAws` is open, a few private moto
-internals are patched (`tether_local.moto_patches`): Lambda invocations go to the local Lambda
+internals are patched (`tether_local.aws.moto_patches`): Lambda invocations go to the local Lambda
 runtime, and Wait states, Retry back-offs and the execution's TimeoutSeconds run on a clock
 scaled by `time_scale`.
 
-The Lambda runtime (`tether_local.lambda_runtime` says why there are two):
+The Lambda runtime (`tether_local.aws.lambda_runtime` says why there are two):
 - `runtime="process"` (default): each execution environment is a worker process with the
   function's environment; invocations run concurrently, each function in its own environments,
   killed at the function's timeout; logs to `log_dir/<function>.log` (or this process's
@@ -38,10 +38,10 @@ import boto3
 import botocore.config
 import httpx
 
-from tether_local.deployed import ACCOUNT_ID, Deployed, Schedule
-from tether_local.deployer import HARNESS_ROLE, Deployer
-from tether_local.lambda_process import CHECKOUT, DEFAULT_MAX_ENVIRONMENTS, ProcessRuntime
-from tether_local.lambda_runtime import (
+from tether_local.aws.deployed import ACCOUNT_ID, Deployed, Schedule
+from tether_local.aws.deployer import HARNESS_ROLE, Deployer
+from tether_local.aws.lambda_process import CHECKOUT, DEFAULT_MAX_ENVIRONMENTS, ProcessRuntime
+from tether_local.aws.lambda_runtime import (
     RUNTIME_KINDS,
     FunctionConfig,
     InProcessRuntime,
@@ -50,7 +50,7 @@ from tether_local.lambda_runtime import (
     RuntimeKind,
     error_result,
 )
-from tether_local.moto_patches import MotoPatches
+from tether_local.aws.moto_patches import MotoPatches
 
 LOG = logging.getLogger(__name__)
 
@@ -389,5 +389,5 @@ class LocalAws:
         raise ValueError(f"schedule {schedule.name}: target {schedule.target_arn} is not supported")
 
 
-# The types its methods take and return, so `from tether_local.aws import …` is enough.
+# The types its methods take and return, so `from tether_local.aws.local_aws import …` is enough.
 __all__ = ["Deployed", "LambdaInvocationError", "LocalAws", "Schedule"]

@@ -9,7 +9,7 @@ in the `{"success": false, "errors": [{"code", "message"}]}` envelope: 400/9106 
 API does), 404/7003 unknown route.
 
 `live_key(access_key_id)` answers only while a key is unexpired and its parent not revoked:
-the R2 front (`tether_local/r2_front.py`) asks it on every S3 request for the key's secret,
+the R2 front (`tether_local/r2/front.py`) asks it on every S3 request for the key's secret,
 session token and scope, so minted keys work, only inside their scope, and stop working the
 moment they expire or their parent is revoked. `secret_for` and `scope_for` are its parts.
 Time comes from an injectable clock, so tests and the demo can fast-forward expiry.

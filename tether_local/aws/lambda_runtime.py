@@ -3,10 +3,10 @@
 Two runtimes keep one contract (moto's `_invoke_lambda`: response payload, errored, log text)
 and the same limits; they differ in what they isolate.
 
-`ProcessRuntime` (`tether_local.lambda_process`; `LocalAws(runtime="process")`, the default, and
+`ProcessRuntime` (`tether_local.aws.lambda_process`; `LocalAws(runtime="process")`, the default, and
 what the local stack, the demo, `tether local up` and the e2e tests run): one OS process per
 execution environment, as Lambda gives each environment its own sandbox. A small worker
-(`tether_local.lambda_worker`) starts with the function's environment as its process
+(`tether_local.aws.lambda_worker`) starts with the function's environment as its process
 environment, imports the handler once (the cold start) and serves one invocation at a time; a
 function's pool grows an environment whenever all of its environments are busy, so invocations
 run concurrently and race as they do in AWS. Module caches, Powertools' logger and metrics,

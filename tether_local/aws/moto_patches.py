@@ -4,7 +4,7 @@ moto runs the real Step Functions definition. These private moto internals are p
 pinned; `check_moto_internals` is the canary when they move):
 
 - `LambdaFunction._invoke_lambda` (moto wants Docker there) hands the invocation to the local
-  AWS's Lambda runtime (`tether_local.lambda_runtime`: a worker process per execution
+  AWS's Lambda runtime (`tether_local.aws.lambda_runtime`: a worker process per execution
   environment, or in process). An exception becomes the function error with the exception's
   class name as `errorType`, which is what Step Functions matches `Retry`/`Catch`
   `ErrorEquals` against; a timeout is `Sandbox.Timedout`.
@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from tether_local.lambda_runtime import InvokeResult
+from tether_local.aws.lambda_runtime import InvokeResult
 
 MOTO_VERSION = "5.2.5"  # the internals patched below were read at this version
 
@@ -112,7 +112,7 @@ def check_moto_internals() -> None:
         problems.append(f"moto is {moto.__version__}; the patches were written for {MOTO_VERSION}")
     if problems:
         raise MotoInternalsMoved(
-            "tether_local/moto_patches.py patches moto internals that changed: "
+            "tether_local/aws/moto_patches.py patches moto internals that changed: "
             + "; ".join(problems)
         )
 

@@ -1,5 +1,5 @@
 """`ProcessRuntime`: each Lambda execution environment is an OS process (see
-`tether_local.lambda_runtime` for why, and `tether_local.lambda_worker` for the process).
+`tether_local.aws.lambda_runtime` for why, and `tether_local.aws.lambda_worker` for the process).
 
 Per function configuration there is a pool of environments. An invocation takes an idle one, or
 starts one (a cold start: Init imports the handler) while fewer than `max_environments` exist,
@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from tether_local.lambda_runtime import (
+from tether_local.aws.lambda_runtime import (
     FunctionConfig,
     InvokeResult,
     RuntimeKind,
@@ -47,7 +47,7 @@ from tether_local.lambda_runtime import (
 
 LOG = logging.getLogger(__name__)
 
-CHECKOUT = Path(__file__).resolve().parents[1]  # the handlers are imported from here
+CHECKOUT = Path(__file__).resolve().parents[2]  # the handlers are imported from here
 DEFAULT_MAX_ENVIRONMENTS = 4
 MIN_INIT_TIMEOUT_S = 10.0  # Lambda's Init phase limit; a function's longer timeout extends it
 
@@ -273,7 +273,7 @@ class _Environment:
         log = runtime._log_target(config)
         try:
             process = subprocess.Popen(
-                [runtime.python, "-m", "tether_local.lambda_worker",
+                [runtime.python, "-m", "tether_local.aws.lambda_worker",
                  str(to_worker_r), str(from_worker_w)],
                 env=env,
                 cwd=CHECKOUT,

@@ -1,12 +1,13 @@
 """The deployer: a CloudFormation template → the same resources, created with boto3 on moto.
 
 Not through moto's CloudFormation: a state machine created there is never executed. Resources
-are created in dependency order (`tether_local.template.creation_order`) with `Ref`, `Fn::GetAtt`,
-`Fn::Join`, `Fn::Sub` and conditions resolved (`tether_local.template.Resolver`): tables,
-functions (their `Handler` runs in process, `tether_local.lambda_runtime`), state machines,
-topics, secrets, buckets and parameters. Schedules and API Gateway routes (with their stage's
-throttles) are recorded for the local clock and front; roles, policies, log groups and unknown
-types are recorded only, with plausible names and ARNs so that references to them resolve.
+are created in dependency order (`tether_local.aws.template.creation_order`) with `Ref`,
+`Fn::GetAtt`, `Fn::Join`, `Fn::Sub` and conditions resolved
+(`tether_local.aws.template.Resolver`): tables, functions (their `Handler` runs in process,
+`tether_local.aws.lambda_runtime`), state machines, topics, secrets, buckets and parameters.
+Schedules and API Gateway routes (with their stage's throttles) are recorded for the local clock
+and front; roles, policies, log groups and unknown types are recorded only, with plausible names
+and ARNs so that references to them resolve.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tether_local.deployed import (
+from tether_local.aws.deployed import (
     ACCOUNT_ID,
     Deployed,
     DeployedResource,
@@ -29,7 +30,7 @@ from tether_local.deployed import (
     Schedule,
     Throttle,
 )
-from tether_local.template import Resolver, StackContext, TemplateError, creation_order
+from tether_local.aws.template import Resolver, StackContext, TemplateError, creation_order
 
 LOG = logging.getLogger(__name__)
 

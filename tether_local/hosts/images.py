@@ -4,7 +4,8 @@ On a rented host the training command runs in a container of the job's image: `p
 image's interpreter with the image's packages and nothing of the agent's venv. The local stack
 has no container runtime, so each image it can run has a recipe in `CATALOGUE`, and the recipe
 builds a stand-in environment once: a venv under `build/local-images/<hash>/`, shared by every
-host, stack and test worker (built under a lock, like the agent's venv in `tether_local.hosts`).
+host, stack and test worker (built under a lock, like the agent's venv in
+`tether_local.hosts.local_hosts`).
 
 - `python:3.N`, `python:3.N-slim` (also `3.N.P`, `-bookworm`, …): a fresh venv of THIS machine's
   interpreter, with the standard library and pip only (setuptools removed, as in python:3.12+
@@ -121,7 +122,7 @@ def recipe_for(image: str) -> Recipe:
             return recipe
     raise UnknownImage(
         f"image {image!r} cannot be pulled: the local stack has no stand-in for it "
-        f"(known: {', '.join(known_images())}; see tether_local/images.py)"
+        f"(known: {', '.join(known_images())}; see tether_local/hosts/images.py)"
     )
 
 

@@ -1,5 +1,5 @@
 """The agent's install for local hosts: a venv under build/ per agent wheel (and GPU kind),
-built once and shared by every host of every stack (`tether_local.hosts`)."""
+built once and shared by every host of every stack (`tether_local.hosts.local_hosts`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from infra.synth import BUILD, build_agent_wheel
-from tether_local import fake_nvml as fake_nvml_module
+from tether_local.hosts import fake_nvml as fake_nvml_module
 
 
 def agent_venv(*, fake_nvml: bool = False) -> Path:
@@ -20,7 +20,7 @@ def agent_venv(*, fake_nvml: bool = False) -> Path:
     The wheel is installed with pip `--no-deps`; its dependencies (boto3, httpx, pydantic,
     watchdog) come from this interpreter's site-packages through a `.pth` line, because tests
     may not reach PyPI. The agent's own code is the wheel's. None of it reaches the training
-    command: that runs with the image's interpreter (`tether_local.images`). With `fake_nvml`,
+    command: that runs with the image's interpreter (`tether_local.hosts.images`). With `fake_nvml`,
     a venv of its own whose site-packages also holds the fake `pynvml` (where a real host's venv
     has nvidia-ml-py's, ahead of anything a `.pth` line adds)."""
     wheel_dir = build_agent_wheel(bundle=True)
