@@ -31,7 +31,7 @@
 Every public method and `handle` are thread-safe; hooks run outside the lock. Modules:
 `simulator` (the class and its Python controls), `state` (what it holds, the helpers that
 change it), `routes` (HTTP routes and auth), `instances`, `billing`, `search`, `wire`, and
-`offers` (the seeded offer book, also `python -m tether_local.vast_sim.offers`).
+`offers` (the seeded offer book, also `python -m tether_local.vast_sim`).
 """
 
 from tether_local.vast_sim.billing import BYTES_PER_GB, Ledger

@@ -8,7 +8,7 @@ The distributions follow the real records in shared/fixtures/vast (2024–2026 s
 - `inet_down`/`inet_up` are Mbit/s, from slow home links (tens of Mbit/s) to 10+ Gbit/s;
 - `storage_total_cost` = `storage_cost` × allocated GB / 720, `dph_total` = `dph_base` + that.
 
-`python -m tether_local.vast_sim.offers --count 400 --seed 7` prints `{"offers": [...]}`.
+`python -m tether_local.vast_sim --count 400 --seed 7` prints `{"offers": [...]}`.
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def generate_offers(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tether_local.vast_sim.offers",
+        prog="python -m tether_local.vast_sim",
         description='Print a seeded, realistic Vast offer book as {"offers": [...]} JSON.',
     )
     parser.add_argument("--count", type=int, default=200, help="number of offers (default 200)")
