@@ -220,7 +220,7 @@ def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, in
     from functions.adapters.table import event_key, generation_key, job_item
     from functions.adapters.vast import VastClient
     from functions.domain.credentials import credentials_ttl_s
-    from functions.domain.heartbeat import GpuProbe, StorageCredentials, StorageKey
+    from functions.domain.heartbeat_contract import GpuProbe, StorageCredentials, StorageKey
     from functions.domain.job import Generation, Heartbeat, JobState, new_job
     from functions.domain.jobspec import load_job_file, parse_job
     from functions.domain.labels import instance_label

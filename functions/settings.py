@@ -18,7 +18,7 @@ from functions.domain.errors import field_errors
 
 TABLE_NAME_ENV = "TETHER_TABLE_NAME"
 STATE_MACHINE_ARN_ENV = "TETHER_STATE_MACHINE_ARN"
-PULSE_MAX_AGE_ENV = "TETHER_PULSE_MAX_AGE_S"
+SUPERVISED_MAX_AGE_ENV = "TETHER_SUPERVISED_MAX_AGE_S"
 MAX_BODY_BYTES_ENV = "TETHER_MAX_BODY_BYTES"
 IDEMPOTENCY_TTL_ENV = "TETHER_IDEMPOTENCY_TTL_S"
 VAST_SECRET_ARN_ENV = "TETHER_VAST_SECRET_ARN"  # noqa: S105 (a name, not a secret)
@@ -77,9 +77,9 @@ class JobsApiSettings(_Settings):
 
 
 class HeartbeatSettings(_Settings):
-    pulse_max_age_s: float = Field(
+    supervised_max_age_s: float = Field(
         default=180,
-        alias=PULSE_MAX_AGE_ENV,
+        alias=SUPERVISED_MAX_AGE_ENV,
         gt=0,
         description="About three monitor intervals: a generation whose `supervised_at` (the "
         "last monitor run that completed its job's evaluation) is older gets no new lease.",

@@ -17,9 +17,9 @@ from functions.settings import (
     METRICS_NAMESPACE_ENV,
     MONITOR_INTERVAL_ENV,
     MONITOR_SHARDS_ENV,
-    PULSE_MAX_AGE_ENV,
     SERVICE_NAME_ENV,
     STATE_MACHINE_ARN_ENV,
+    SUPERVISED_MAX_AGE_ENV,
     TABLE_NAME_ENV,
     VAST_SECRET_ARN_ENV,
 )
@@ -104,9 +104,10 @@ LOGS_HANDLER = "functions.api.logs.handler"
 OBSERVABILITY_ID = "Observability"
 
 LOG_RETENTION_DAYS = 30
-# The monitor runs every minute; a pulse older than three runs means the supervisor is dead.
+# The monitor runs every minute; a `supervised_at` older than three runs means the supervisor is
+# dead (or failing on that job): the heartbeat function renews no lease past it.
 MONITOR_INTERVAL_S = 60
-PULSE_MAX_AGE_S = 3 * MONITOR_INTERVAL_S
+SUPERVISED_MAX_AGE_S = 3 * MONITOR_INTERVAL_S
 MONITOR_SCHEDULE_EXPRESSION = "rate(1 minute)"
 # CDK context (`-c monitorShards=4`, or TETHER_MONITOR_SHARDS for `tether deploy`): how many
 # schedules split the fleet by job hash (functions/domain/shards.py). 1: one run sees every job.
@@ -125,9 +126,9 @@ __all__ = [
     "METRICS_NAMESPACE_ENV",
     "MONITOR_INTERVAL_ENV",
     "MONITOR_SHARDS_ENV",
-    "PULSE_MAX_AGE_ENV",
     "SERVICE_NAME_ENV",
     "STATE_MACHINE_ARN_ENV",
+    "SUPERVISED_MAX_AGE_ENV",
     "TABLE_NAME_ENV",
     "VAST_SECRET_ARN_ENV",
 ]

@@ -27,7 +27,7 @@ from tether_agent.abandon import Abandoned, unless
 from tether_agent.checkpoints import generation_prefix
 from tether_agent.code_source import code_source
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
-from tether_agent.heartbeat import Heartbeater, Lease
+from tether_agent.heartbeat_sender import Heartbeater, Lease
 from tether_agent.job_code import CodeUnavailable
 from tether_agent.job_storage import JobStorage
 from tether_agent.logs import LogShipper, TeeLog

@@ -1,7 +1,7 @@
 """The agent ⇄ API heartbeat contract (DESIGN §3), mirrored from the control plane.
 
 The agent is a separate distribution and cannot import `functions`; these models must stay
-identical to `functions/domain/heartbeat.py` (a contract test compares the JSON schemas).
+identical to `functions/domain/heartbeat_contract.py` (a contract test compares the JSON schemas).
 Times are epoch seconds (float). The reply carries `server_time` so the agent can turn the
 absolute lease into a local deadline without trusting its own clock.
 """

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import httpx
 
-from functions.domain.heartbeat import StorageCredentials, StorageKey
+from functions.domain.heartbeat_contract import StorageCredentials, StorageKey
 from functions.domain.storage_layout import generation_prefix, job_prefix
 
 DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"

@@ -22,7 +22,7 @@ from functions.adapters.table import (
     set_clause,
     state_in,
 )
-from functions.domain.heartbeat import CheckpointRef, StorageCredentials
+from functions.domain.heartbeat_contract import CheckpointRef, StorageCredentials
 from functions.domain.job import (
     Generation,
     GenerationStatus,

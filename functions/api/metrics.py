@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from functions.api.heartbeat_service import HeartbeatOutcome
 from functions.domain.errors import Unauthenticated
-from functions.domain.heartbeat import HeartbeatRequest
+from functions.domain.heartbeat_contract import HeartbeatRequest
 from functions.domain.measures import (
     CHECKPOINT_LAG_METRIC,
     JOBS_SUBMITTED_METRIC,
@@ -42,10 +42,10 @@ def heartbeat_answered(request: HeartbeatRequest, outcome: HeartbeatOutcome) -> 
     """A heartbeat that got a reply: its measures emitted, the unusual replies counted, one
     log line. Plain heartbeats are not counted: a metric sent with every heartbeat is billed
     every hour a job runs, and the heartbeat function's Invocations (free) count them."""
-    decision, measures = outcome.decision, outcome.measures
-    if decision.command == "superseded":
+    lease, measures = outcome.lease, outcome.measures
+    if lease.command == "superseded":
         _count(HEARTBEATS_SUPERSEDED_METRIC)
-    elif not decision.lease_renewed:
+    elif not lease.lease_renewed:
         _count(LEASES_NOT_RENEWED_METRIC)
     for name, seconds in (
         (RECOVERY_TIME_METRIC, measures.recovery_to_training_s),
@@ -60,7 +60,7 @@ def heartbeat_answered(request: HeartbeatRequest, outcome: HeartbeatOutcome) -> 
             "generation": request.generation,
             "phase": request.phase,
             "command": outcome.reply.command,
-            "lease_renewed": decision.lease_renewed,
+            "lease_renewed": lease.lease_renewed,
             "recovery_to_training_s": measures.recovery_to_training_s,
             "checkpoint_upload_lag_s": measures.checkpoint_upload_lag_s,
         },

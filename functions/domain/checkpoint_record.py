@@ -23,7 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from functions.domain.heartbeat import MAX_RESTORE_CANDIDATES, CheckpointRef, HeartbeatRequest
+from functions.domain.heartbeat_contract import (
+    MAX_RESTORE_CANDIDATES,
+    CheckpointRef,
+    HeartbeatRequest,
+)
 from functions.domain.job import Generation, Heartbeat, Job, TimelineEvent
 from functions.domain.storage_layout import manifest_key
 

@@ -16,12 +16,8 @@ coherent with the lease:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from functions.domain.job import Generation
 from functions.domain.jobspec import Policy
-
-if TYPE_CHECKING:
-    from functions.domain.job import Generation
 
 CREDENTIALS_TTL_MARGIN_S = 900  # credentials outlive the longest lease by this much
 FINAL_UPLOAD_S = 300  # a lease ends at least this long before the credentials do

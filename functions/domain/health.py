@@ -72,7 +72,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.domain.heartbeat import GpuProbe, Phase
+from functions.domain.heartbeat_contract import GpuProbe, Phase
 from functions.domain.jobspec import Policy
 
 VastStatus = Literal[

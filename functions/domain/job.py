@@ -8,11 +8,8 @@ States (DESIGN §2, fixed):
 A job is *active* while its state is not terminal; only active jobs are in the table's
 active-jobs index, which the monitor reads every minute.
 
-The heartbeat decision (`decide_heartbeat`) lives here too: which command the agent gets, and
-for how long its lease runs (DESIGN §3, the dead-man switch; the rule is `lease.py`). A lease is
-renewed only while the generation's `supervised_at` is fresh: the time a monitor run last
-completed this job's evaluation (read → decide → apply). A monitor that fails, or fails on this
-one job, writes nothing there, so the host stops itself within its lease.
+What a heartbeat does to them (its lease, its records, its reply) is decided in
+`functions/domain/heartbeat_decision.py`.
 """
 
 from __future__ import annotations
@@ -24,12 +21,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.domain.credentials import lease_within_credentials
-from functions.domain.heartbeat import (
+from functions.domain.heartbeat_contract import (
     CheckpointRef,
-    Command,
     GpuProbe,
-    HeartbeatRequest,
     OutputsRef,
     Phase,
     RestoreReport,
@@ -37,7 +31,6 @@ from functions.domain.heartbeat import (
     StorageCredentials,
 )
 from functions.domain.jobspec import JobSpec
-from functions.domain.lease import lease_expires_at
 
 
 class JobState(StrEnum):
@@ -390,106 +383,3 @@ def cancel_outcome(job: Job) -> CancelOutcome:
     if job.state == JobState.STOPPING:
         return "already_stopping"
     return "stop"
-
-
-# --- heartbeat ----------------------------------------------------------------------------
-
-
-class HeartbeatDecision(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    command: Command
-    lease_expires_at: float
-    lease_renewed: bool
-    credentials: StorageCredentials | None = None
-    reason: str | None = None
-
-
-def supervision_is_fresh(supervised_at: float | None, now: float, max_age_s: float) -> bool:
-    """A monitor run completed this generation's evaluation within `max_age_s`."""
-    return supervised_at is not None and now - supervised_at <= max_age_s
-
-
-def decide_heartbeat(
-    job: Job,
-    generation: Generation,
-    request: HeartbeatRequest,
-    *,
-    now: float,
-    supervised_max_age_s: float,
-) -> HeartbeatDecision:
-    """What the agent of an authenticated generation is told.
-
-    The lease, and the storage credentials, are renewed only while the generation was
-    supervised recently (`supervised_at`, written by a monitor run that completed this job's
-    evaluation): with the monitor dead or failing on this job, the agent keeps its old expiry
-    and stops the machine itself when it passes (invariant 4). A renewed lease never runs past
-    what the generation's storage credentials allow: a host that could no longer save a
-    checkpoint stops instead of training on (`credentials.py`).
-    """
-    if not generation.is_current or generation.generation != job.current_generation:
-        return HeartbeatDecision(
-            command="superseded",
-            lease_expires_at=0.0,
-            lease_renewed=False,
-            reason=f"generation {generation.generation} was replaced "
-            f"(current: {job.current_generation})",
-        )
-    renewed = supervision_is_fresh(generation.supervised_at, now, supervised_max_age_s)
-    lease = generation.lease_expires_at
-    if renewed:
-        lease = lease_expires_at(
-            now,
-            lease_window_s=job.spec.policy.lease_window_s,
-            budget_usd=job.budget_usd,
-            # As this generation's last supervision measured it, never the job item's stepped
-            # figure: with the supervisor dead, spend passes the cap by at most this lease.
-            spent_usd=known_spend_usd(job, (generation,)),
-            usd_per_hour=generation.usd_per_hour,
-        )
-        if generation.credentials is not None:
-            lease = lease_within_credentials(lease, generation.credentials.expires_at, now)
-    command: Command = "continue"
-    reason = None if renewed else "supervisor silent: lease not renewed"
-    if job.state == JobState.STOPPING or is_terminal(job.state):
-        command = "stop"
-        reason = f"job is {job.state.value.lower()}" + (
-            f" ({job.stop_reason})" if job.stop_reason else ""
-        )
-    credentials = None
-    if (
-        renewed
-        and generation.credentials is not None
-        and (
-            request.credentials_expire_at is None
-            or generation.credentials.expires_at > request.credentials_expire_at
-        )
-    ):
-        credentials = generation.credentials
-    return HeartbeatDecision(
-        command=command,
-        lease_expires_at=lease,
-        lease_renewed=renewed,
-        credentials=credentials,
-        reason=reason,
-    )
-
-
-def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
-    return Heartbeat(
-        at=now,
-        agent_time=request.agent_time,
-        phase=request.phase,
-        step=request.step,
-        gpu=request.gpu,
-        last_checkpoint=request.last_checkpoint,
-        restored_checkpoint=request.restored_checkpoint,
-        restore=request.restore,
-        misplaced_checkpoints=request.misplaced_checkpoints,
-        resumed=request.resumed,
-        outputs=request.outputs,
-        exit_code=request.exit_code,
-        bytes_downloaded=request.bytes_downloaded,
-        bytes_uploaded=request.bytes_uploaded,
-        last_upload_s=request.last_upload_s,
-    )

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from functions.domain.heartbeat import HeartbeatRequest
+from functions.domain.heartbeat_contract import HeartbeatRequest
 from functions.domain.job import Generation, Heartbeat, Job, JobState
 from functions.domain.labels import parse_label
 from functions.domain.reconcile import InstanceFacts, JobSnapshot

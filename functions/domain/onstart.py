@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from functions.domain import agent_env
-from functions.domain.heartbeat import CheckpointRef, StorageCredentials
+from functions.domain.heartbeat_contract import CheckpointRef, StorageCredentials
 from functions.domain.jobspec import JobSpec
 from functions.domain.storage_layout import generation_prefix, job_prefix
 

@@ -11,7 +11,7 @@ end FINISHED (`health._finished`) until a heartbeat carries outputs that pass.
 
 from __future__ import annotations
 
-from functions.domain.heartbeat import HeartbeatRequest, OutputsRef
+from functions.domain.heartbeat_contract import HeartbeatRequest, OutputsRef
 from functions.domain.job import Generation, Job
 from functions.domain.storage_layout import outputs_manifest_key
 

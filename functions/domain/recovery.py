@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from functions.domain.heartbeat import HeartbeatRequest
+from functions.domain.heartbeat_contract import HeartbeatRequest
 from functions.domain.job import Heartbeat
 
 

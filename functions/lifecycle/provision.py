@@ -41,7 +41,7 @@ from functions.adapters.vast import BidTooLow, OfferGone, RentResult, VastClient
 from functions.domain.agent_token import hash_token, new_agent_token
 from functions.domain.checkpoint_record import restore_candidates
 from functions.domain.credentials import credentials_ttl_s
-from functions.domain.heartbeat import StorageCredentials
+from functions.domain.heartbeat_contract import StorageCredentials
 from functions.domain.job import Generation, Job, JobState
 from functions.domain.job_events import JobTransitionEvent
 from functions.domain.labels import instance_label

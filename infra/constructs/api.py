@@ -9,7 +9,8 @@ fleet (`HEARTBEAT_RATE_LIMIT`), the user routes' from a person at a terminal, an
 parameters (docs/deploy.md#throttles says how to raise them). The heartbeat route needs no
 authorizer, so anyone who knows the URL can spend its bucket: its own bucket keeps such a flood
 off the user routes and bounds what it costs; the agents retry a 429 within half an interval
-(`agent/tether_agent/heartbeat.py`), which carries them through a flood several times the rate.
+(`agent/tether_agent/heartbeat_sender.py`), which carries them through a flood several times the
+rate.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Api(Construct):
             description="tether agent heartbeat: token check, lease, credentials",
             environment={
                 names.TABLE_NAME_ENV: table.table_name,
-                names.PULSE_MAX_AGE_ENV: str(names.PULSE_MAX_AGE_S),
+                names.SUPERVISED_MAX_AGE_ENV: str(names.SUPERVISED_MAX_AGE_S),
             },
             # Not X-Ray traced: a heartbeat per job every 15 s would be a recorded trace each
             # (Lambda samples the first request of every second) at $5 a million, $0.0012 a

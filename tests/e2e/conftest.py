@@ -26,7 +26,7 @@ from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.store import JobStore
 from functions.adapters.vast import OfferGone, VastClient
 from functions.domain.agent_token import hash_token, new_agent_token
-from functions.domain.heartbeat import StorageCredentials
+from functions.domain.heartbeat_contract import StorageCredentials
 from functions.domain.job import Generation, JobState, TimelineEvent, new_job, new_job_id
 from functions.domain.jobspec import JobSpec, parse_job
 from functions.domain.labels import instance_label

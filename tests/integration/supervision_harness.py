@@ -22,7 +22,7 @@ from functions.adapters.transitions import TransitionStarter
 from functions.api import job_service
 from functions.domain import agent_env
 from functions.domain.health import gpu_busy
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.job import (
     Generation,
     Heartbeat,

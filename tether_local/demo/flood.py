@@ -8,7 +8,7 @@ tokens for the real job, unknown jobs, a later generation, no token, malformed a
 bodies, numbers no field accepts, the wrong content type. None may get a 2xx (that would renew
 a lease) or a 5xx; past the heartbeat route's bucket they get API Gateway's 429, as do the real
 agent's heartbeats that arrive while the bucket is empty. The agent retries those within half
-an interval (`tether_agent.heartbeat`), and the scenario checks that its heartbeats kept
+an interval (`tether_agent.heartbeat_sender`), and the scenario checks that its heartbeats kept
 getting through: no gap as long as the job's heartbeat timeout, so no host is called dead,
 replaced or blamed.
 

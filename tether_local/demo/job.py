@@ -25,7 +25,7 @@ EXAMPLE_JOB = EXAMPLE_DIR / "job.yaml"  # its code.dir is EXAMPLE_DIR
 TRAIN_SCRIPT = "tiny_train.py"  # in the job's code, the command's working directory
 WEIGHTS_FILE = "weights.json"  # in each of its checkpoints; final_sha256.txt is its sha256
 MONITOR_INTERVAL_S = 1.0
-PULSE_MAX_AGE_S = 4.0
+SUPERVISED_MAX_AGE_S = 4.0
 VAST_DEADLINE_S = 0.5
 # A signed-looking header: the local front checks SigV4's shape, not its signature.
 SIGNED = {
@@ -94,7 +94,7 @@ def demo_job(train: TrainArgs, **overrides: Any) -> dict[str, Any]:
 
 def demo_stack_config(root: Path | None = None) -> LocalStackConfig:
     """The stack the demo drives: no clock of its own (the demo's clock runs the monitor),
-    fast rents and boots, the monitor interval and pulse age the functions see."""
+    fast rents and boots, the monitor interval and the supervision max age the functions see."""
     return LocalStackConfig(
         root=root,
         monitor_interval_s=0,
@@ -105,7 +105,7 @@ def demo_stack_config(root: Path | None = None) -> LocalStackConfig:
         host_env={"TETHER_PROBE_TIMEOUT_S": "1"},  # the fake probe answers at once or hangs
         function_env={
             function_settings.MONITOR_INTERVAL_ENV: str(MONITOR_INTERVAL_S),
-            function_settings.PULSE_MAX_AGE_ENV: str(PULSE_MAX_AGE_S),
+            function_settings.SUPERVISED_MAX_AGE_ENV: str(SUPERVISED_MAX_AGE_S),
             # A Vast call retries for half an interval, as the monitor's 30 s do of its 60 s.
             function_settings.VAST_DEADLINE_ENV: str(VAST_DEADLINE_S),
         },

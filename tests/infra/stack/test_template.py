@@ -77,7 +77,7 @@ def test_environment_is_filled_from_the_owning_constructs(template):
     }
     _, heartbeat = function_by_handler(template, names.HEARTBEAT_HANDLER)
     env = heartbeat["Properties"]["Environment"]["Variables"]
-    assert env[names.PULSE_MAX_AGE_ENV] == str(names.PULSE_MAX_AGE_S)
+    assert env[names.SUPERVISED_MAX_AGE_ENV] == str(names.SUPERVISED_MAX_AGE_S)
     assert names.STATE_MACHINE_ARN_ENV not in env
 
 

@@ -21,7 +21,7 @@ from tether_agent.storage import AccessDenied, Storage
 from tether_agent.storage_credentials import Credentials, CredentialStore
 
 from functions.adapters.cloudflare import CloudflareAccount, CloudflareClient, mint_job_credentials
-from functions.domain.heartbeat import StorageKey
+from functions.domain.heartbeat_contract import StorageKey
 from tests.integration.agent.conftest import (
     ControlPlane,
     agent_env,

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from functions.domain.agent_token import hash_token
-from functions.domain.heartbeat import StorageCredentials, StorageKey
+from functions.domain.heartbeat_contract import StorageCredentials, StorageKey
 from functions.domain.job import Generation, JobState, TimelineEvent
 from tests.paths import ROOT
 

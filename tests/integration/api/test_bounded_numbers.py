@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from tether_agent import protocol
 
-from functions.domain.heartbeat import HeartbeatRequest
+from functions.domain.heartbeat_contract import HeartbeatRequest
 from functions.domain.jobspec import JobSpec
 from tests.integration.api.helpers import TOKEN, auth, heartbeat_body, running_job, spec
 from tests.integration.api.test_bad_input import HB, JSON, assert_rejected

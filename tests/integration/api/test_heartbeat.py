@@ -7,7 +7,7 @@ import pytest
 
 from functions.domain.agent_token import hash_token
 from functions.domain.job import Generation, JobState, TimelineEvent
-from functions.settings import PULSE_MAX_AGE_ENV
+from functions.settings import SUPERVISED_MAX_AGE_ENV
 from tests.integration.api.helpers import (
     TOKEN,
     auth,
@@ -78,7 +78,7 @@ def test_supervision_of_another_job_renews_nothing_for_this_one(api):
 def test_supervision_freshness_is_configurable(api, monkeypatch):
     from functions.api import heartbeat
 
-    monkeypatch.setenv(PULSE_MAX_AGE_ENV, "1000")
+    monkeypatch.setenv(SUPERVISED_MAX_AGE_ENV, "1000")
     heartbeat.dependencies.cache_clear()  # a new environment: a new container
     job_id = running_job(
         api, usd_per_hour=0.01, lease_expires_at=api.clock.now + 5, supervised_ago_s=900

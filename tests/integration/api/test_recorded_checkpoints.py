@@ -11,7 +11,7 @@ import pytest
 
 from functions.domain.agent_token import hash_token
 from functions.domain.checkpoint_record import MAX_RECORDED_CHECKPOINTS
-from functions.domain.heartbeat import CheckpointRef
+from functions.domain.heartbeat_contract import CheckpointRef
 from functions.domain.job import Generation, JobState, TimelineEvent
 from functions.domain.storage_layout import manifest_key
 from tests.integration.api.helpers import TOKEN, auth, heartbeat_body, replace, running_job

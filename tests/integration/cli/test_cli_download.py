@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from functions.domain.heartbeat import CheckpointRef, GpuProbe, OutputsRef
+from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe, OutputsRef
 from functions.domain.job import Generation, Heartbeat
 from tests.integration.cli.test_cli_jobs import Backend, backend, run, submit
 from tether_cli import jobs as cli_jobs

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from functions.domain.heartbeat import CheckpointRef
+from functions.domain.heartbeat_contract import CheckpointRef
 from functions.domain.job import JobState
 from infra import names
 from tests.integration.supervision_harness import Supervised

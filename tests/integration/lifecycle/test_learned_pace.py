@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from functions.domain.cost import download_minutes
-from functions.domain.heartbeat import CheckpointRef, GpuProbe
+from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe
 from functions.domain.job import Heartbeat
 from functions.domain.recovery import Resumed
 from tests.integration.supervision_harness import Supervised

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from functions.domain.agent_env import RESTORE_CHECKPOINTS, S3_WRITE_ACCESS_KEY_ID
-from functions.domain.heartbeat import CheckpointRef, GpuProbe
+from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe
 from functions.domain.job import JobState
 from functions.domain.storage_layout import manifest_key
 from tests.integration.supervision_harness import Supervised

@@ -13,7 +13,7 @@ import pytest
 
 from functions.adapters.store import JobStore
 from functions.adapters.table import job_key
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.job import Heartbeat, known_spend_usd
 from functions.domain.reconcile import Observation
 from tests.integration.monitor.test_monitor_at_scale import World, world

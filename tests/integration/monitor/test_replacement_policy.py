@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.job import JobState
 from infra import names
 from tests.integration.supervision_harness import Supervised

@@ -21,7 +21,7 @@ from functions.adapters.cloudflare import (
     TempCredentials,
     mint_job_credentials,
 )
-from functions.domain.heartbeat import StorageCredentials, StorageKey
+from functions.domain.heartbeat_contract import StorageCredentials, StorageKey
 
 ACCOUNT = "023e105f4ecef8ad9ca31a8372d0c353"
 TOKEN = "Sn3lZJTBX6kkg7OdcBUAxOO963GEIyGQqnFTOFYY"

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from tether_agent import checkpoints, logs, protocol
 from tether_agent.settings import ENV_NAMES, SettingsError, load_settings
 
-from functions.domain import agent_env, heartbeat, storage_layout
+from functions.domain import agent_env, heartbeat_contract, storage_layout
 
 MIRRORED = [
     "GpuProbe",
@@ -40,7 +40,7 @@ def _wire_models(module: object) -> set[str]:
 
 
 def test_every_wire_model_is_mirrored() -> None:
-    assert _wire_models(heartbeat) == set(MIRRORED) == _wire_models(protocol)
+    assert _wire_models(heartbeat_contract) == set(MIRRORED) == _wire_models(protocol)
 
 
 def test_the_bounds_are_the_same() -> None:
@@ -53,13 +53,15 @@ def test_the_bounds_are_the_same() -> None:
         "MAX_OUTPUT_FILES",
         "MAX_SECRETS",
     )
-    assert {n: getattr(protocol, n) for n in names} == {n: getattr(heartbeat, n) for n in names}
+    assert {n: getattr(protocol, n) for n in names} == {
+        n: getattr(heartbeat_contract, n) for n in names
+    }
 
 
 @pytest.mark.parametrize("name", MIRRORED)
 def test_wire_model_schema_matches_control_plane(name: str) -> None:
     ours = getattr(protocol, name).model_json_schema()
-    theirs = getattr(heartbeat, name).model_json_schema()
+    theirs = getattr(heartbeat_contract, name).model_json_schema()
     assert ours == theirs
 
 
@@ -234,7 +236,7 @@ def test_both_copies_read_a_number_nearer_zero_than_1e_9_alike(
         field: value,
     }
     outcomes = []
-    for model in (heartbeat.HeartbeatRequest, protocol.HeartbeatRequest):
+    for model in (heartbeat_contract.HeartbeatRequest, protocol.HeartbeatRequest):
         try:
             outcomes.append(model.model_validate(body).model_dump(mode="json"))
         except ValueError as exc:

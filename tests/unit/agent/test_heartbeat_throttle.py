@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tether_agent.heartbeat import Heartbeater, Lease
+from tether_agent.heartbeat_sender import Heartbeater, Lease
 from tether_agent.protocol import GpuProbe, HeartbeatRequest
 
 INTERVAL_S = 15.0

@@ -161,9 +161,68 @@ def test_imports_point_down(path: Path) -> None:
         ("functions.lifecycle.service", "functions.api.heartbeat_service", False),
         ("functions.domain.job", "functions.adapters.store", False),
         ("functions.api.jobs", "functions.domain.job", True),
-        ("tether_agent.main", "functions.domain.heartbeat", False),
+        ("tether_agent.main", "functions.domain.heartbeat_contract", False),
         ("functions.api.jobs", "functions", True),  # `from functions import settings`
     ],
 )
 def test_the_rule_itself(importer: str, imported: str, ok: bool) -> None:
     assert allowed(importer, imported) is ok
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected set of more than one module (Tarjan's), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            members: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == node:
+                    break
+            if len(members) > 1:
+                cycles.append(sorted(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
+def test_no_module_of_the_functions_imports_itself_back() -> None:
+    """Within a layer too, arrows point one way: two modules that import each other (even one
+    side only for type checking) are one module in two files, or a piece in the wrong one."""
+    files = [p for p in source_files() if p.is_relative_to(SOURCES["functions"])]
+    modules = {module_name(p) for p in files}
+    graph = {
+        module_name(p): {m for _, m in imported_modules(p) if m in modules} - {module_name(p)}
+        for p in files
+    }
+    assert import_cycles(graph) == []
+
+
+@pytest.mark.parametrize(
+    ("graph", "cycles"),
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+        ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+    ],
+)
+def test_the_cycle_finder_itself(graph: dict[str, set[str]], cycles: list[list[str]]) -> None:
+    assert import_cycles(graph) == cycles

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.job import Generation, Heartbeat, Job, JobState, new_job
 from functions.domain.jobspec import parse_job
 

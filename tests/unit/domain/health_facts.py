@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from functions.domain.health import HealthInput, HeartbeatView, InstanceView
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.jobspec import Policy
 
 NOW = 1_000_000.0

@@ -15,7 +15,7 @@ from functions.domain.checkpoint_interval import (
     measured_interruptions,
     measured_upload_s,
 )
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.job import Generation, Heartbeat
 from functions.domain.rent import RentPlan
 from tests.unit.domain.builders import NOW, gen, job

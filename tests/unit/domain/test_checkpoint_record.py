@@ -15,7 +15,7 @@ from functions.domain.checkpoint_record import (
     restore_event,
     with_recorded,
 )
-from functions.domain.heartbeat import CheckpointRef, HeartbeatRequest
+from functions.domain.heartbeat_contract import CheckpointRef, HeartbeatRequest
 from functions.domain.job import Generation, Job, JobState, new_job
 from functions.domain.jobspec import parse_job
 from functions.domain.storage_layout import manifest_key

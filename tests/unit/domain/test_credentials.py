@@ -12,7 +12,8 @@ from functions.domain.credentials import (
     lease_within_credentials,
     needs_new_credentials,
 )
-from functions.domain.job import Generation, decide_heartbeat, new_job
+from functions.domain.heartbeat_decision import decide_lease
+from functions.domain.job import Generation, new_job
 from functions.domain.jobspec import Policy, parse_job
 from tests.integration.api.helpers import SPEC, credentials
 from tests.unit.domain.test_job_domain import make_job, request
@@ -70,13 +71,13 @@ def test_the_heartbeat_never_grants_a_lease_past_the_generations_keys() -> None:
         job_id=job.job_id, generation=1, token_hash="h", usd_per_hour=0.01,
         credentials=credentials(NOW + 1800), supervised_at=NOW, lease_expires_at=NOW + 60,
     )  # fmt: skip
-    decision = decide_heartbeat(job, unrenewed, request(), now=NOW, supervised_max_age_s=180)
+    decision = decide_lease(job, unrenewed, request(), now=NOW, supervised_max_age_s=180)
     assert decision.lease_expires_at == NOW + 1800 - FINAL_UPLOAD_S
     fresh = unrenewed.model_copy(update={"credentials": credentials(NOW + 4 * 3600)})
-    decision = decide_heartbeat(job, fresh, request(), now=NOW, supervised_max_age_s=180)
+    decision = decide_lease(job, fresh, request(), now=NOW, supervised_max_age_s=180)
     assert decision.lease_expires_at == NOW + 3 * 3600
     stale = fresh.model_copy(update={"supervised_at": NOW - 181})
-    decision = decide_heartbeat(job, stale, request(), now=NOW, supervised_max_age_s=180)
+    decision = decide_lease(job, stale, request(), now=NOW, supervised_max_age_s=180)
     assert decision.lease_expires_at == NOW + 60 and not decision.lease_renewed
     assert decision.credentials is None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from functions.domain.health import ACTIONS, RULES, Health, HealthInput, InstanceView, classify
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.jobspec import Policy
 from tests.unit.domain.health_facts import NOW, gpu, hb, inst, starting, state
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from functions.domain.heartbeat import CheckpointRef, GpuProbe, HeartbeatRequest, OutputsRef
-from functions.domain.job import heartbeat_record
+from functions.domain.heartbeat_contract import (
+    CheckpointRef,
+    GpuProbe,
+    HeartbeatRequest,
+    OutputsRef,
+)
+from functions.domain.heartbeat_decision import heartbeat_record
 
 
 def test_every_field_of_the_request_is_kept() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.domain.heartbeat import HeartbeatRequest
+from functions.domain.heartbeat_contract import HeartbeatRequest
+from functions.domain.heartbeat_decision import decide_lease
 from functions.domain.job import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -13,7 +14,6 @@ from functions.domain.job import (
     JobState,
     can_transition,
     cancel_outcome,
-    decide_heartbeat,
     execution_name,
     new_job,
     new_job_id,
@@ -45,7 +45,7 @@ def request(**kw) -> HeartbeatRequest:
 
 
 def decide(job, gen, req=None):
-    return decide_heartbeat(job, gen, req or request(), now=NOW, supervised_max_age_s=180)
+    return decide_lease(job, gen, req or request(), now=NOW, supervised_max_age_s=180)
 
 
 def test_states_split_into_active_and_terminal():

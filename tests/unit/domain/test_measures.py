@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from functions.domain.heartbeat import CheckpointRef, GpuProbe, HeartbeatRequest
+from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe, HeartbeatRequest
 from functions.domain.job import Generation, Heartbeat, Job, JobState
 from functions.domain.job_events import submission_event, transition_event
 from functions.domain.jobspec import load_job_file

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from functions.domain import agent_env
-from functions.domain.heartbeat import CheckpointRef, StorageCredentials, StorageKey
+from functions.domain.heartbeat_contract import CheckpointRef, StorageCredentials, StorageKey
 from functions.domain.jobspec import RESERVED_ENV_PREFIXES, GitCode, load_job_file, parse_job
 from functions.domain.onstart import (
     VAST_ONSTART_LIMIT,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from functions.domain.health import Health, OutbidView, Verdict, classify
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.job import Heartbeat
 from functions.domain.jobspec import Resources
 from functions.domain.offer import Offer

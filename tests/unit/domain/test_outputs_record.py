@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from functions.domain.heartbeat import HeartbeatRequest, OutputsRef
+from functions.domain.heartbeat_contract import HeartbeatRequest, OutputsRef
 from functions.domain.job import Generation, Job, JobState, new_job
 from functions.domain.jobspec import SpecError, parse_job
 from functions.domain.outputs_record import outputs_to_record

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from functions.domain.cost import plan_job
-from functions.domain.heartbeat import CheckpointRef, GpuProbe
+from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe
 from functions.domain.job import Heartbeat
 from functions.domain.jobspec import SpecError
 from functions.domain.pace import (

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from functions.domain.health import Health
-from functions.domain.heartbeat import GpuProbe
+from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.job import Heartbeat
 from functions.domain.reconcile import InstanceFacts, JobSnapshot, SupervisionSettings, reconcile
 from functions.domain.spend import VastCharges

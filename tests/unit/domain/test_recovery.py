@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from functions.domain.heartbeat import GpuProbe, HeartbeatRequest, ResumeReport
+from functions.domain.heartbeat_contract import GpuProbe, HeartbeatRequest, ResumeReport
 from functions.domain.job import Heartbeat
 from functions.domain.recovery import (
     LostWork,
