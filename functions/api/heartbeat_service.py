@@ -1,4 +1,5 @@
-"""The agent heartbeat (DESIGN §3): authenticate the generation's token, decide, store, reply.
+"""The agent heartbeat (docs/architecture.md#heartbeat): authenticate the generation's token,
+decide, store, reply.
 
 Authentication: the bearer token's sha256 must equal the hash on the generation item named by
 the body (`job_id`, `generation`), compared in constant time. A valid token of a generation that

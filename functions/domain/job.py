@@ -1,6 +1,6 @@
 """Job records, their states and timeline events, and the decisions taken on them (pure, no I/O).
 
-States (DESIGN §2, fixed):
+States (docs/architecture.md#states, fixed):
 
     PENDING → PROVISIONING → RUNNING ⇄ REPLACING → STOPPING → FINISHED | FAILED | CANCELLED |
     OVER_BUDGET
@@ -9,7 +9,7 @@ A job is *active* while its state is not terminal; only active jobs are in the t
 active-jobs index, which the monitor reads every minute.
 
 The heartbeat decision (`decide_heartbeat`) lives here too: which command the agent gets, and
-for how long its lease runs (DESIGN §3, the dead-man switch; the rule is `lease.py`). A lease is
+for how long its lease runs (docs/architecture.md#lease; the rule is `lease.py`). A lease is
 renewed only while the generation's `supervised_at` is fresh: the time a monitor run last
 completed this job's evaluation (read → decide → apply). A monitor that fails, or fails on this
 one job, writes nothing there, so the host stops itself within its lease.
