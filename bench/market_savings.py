@@ -1,4 +1,4 @@
-"""Market savings (issue 15): the expected saving of `resources.market: auto` over on-demand.
+"""Market savings: the expected saving of `resources.market: auto` over on-demand.
 
     python bench/market_savings.py [--quick] [--seeds N] [--count N] [--json]
 

@@ -19,7 +19,7 @@ wall of a shared machine swings with what else runs on it.
 `--shards K` splits the fleet as a deployment with `monitorShards=K` does
 (`functions/domain/shards.py`): each run is K handler invocations, one per shard (`{"shard": k}`),
 each measured on its own; the run's estimate is the slowest shard's.
-Goals (issue 16): 1,000 jobs ≤ 10 s and 10,000 jobs ≤ 45 s estimated per run (or per shard);
+Goals: 1,000 jobs ≤ 10 s and 10,000 jobs ≤ 45 s estimated per run (or per shard);
 DynamoDB calls per run ≤ 1 per job changed + pages; Vast calls grow with pages (25 instances
 each), not jobs.
 """
@@ -61,7 +61,7 @@ INTERVAL_S = 60.0
 
 
 def goal_s(jobs: int) -> float:
-    """10 s up to 1,000 jobs, 45 s at 10,000 (issue 16)."""
+    """10 s up to 1,000 jobs, 45 s at 10,000."""
     return 10.0 if jobs <= 1000 else 45.0
 
 

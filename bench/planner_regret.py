@@ -1,4 +1,4 @@
-"""Planner regret (issue 15's yardstick): how far each host-choice rule lands from the best host.
+"""Planner regret (the planner's yardstick): how far each host-choice rule lands from the best host.
 
     python bench/planner_regret.py [--quick] [--seeds N] [--count N] [--runs K] [--json]
                                    [--speed-model MODULE:NAME]

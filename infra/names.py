@@ -68,7 +68,8 @@ OUTPUT_CLOUDFLARE_SECRET_ARN = "CloudflareParameter"  # noqa: S105 (a name, not 
 # them. Outside the user secrets' prefix (/tether/secrets/), which the API functions may read.
 VAST_KEY_PARAMETER = "/tether/account/vast"
 CLOUDFLARE_PARAMETER = "/tether/account/cloudflare"
-# The Secrets Manager secrets of stacks before issue 16 (read once, by `tether deploy`).
+# The Secrets Manager secrets of stacks from before the move to SSM parameters (read once, by
+# `tether deploy`).
 VAST_SECRET_NAME = "tether/vast-api-key"  # noqa: S105 (a name, not a secret)
 CLOUDFLARE_SECRET_NAME = "tether/cloudflare"  # noqa: S105 (a name, not a secret)
 CLOUDFLARE_SECRET_FIELDS = ("account_id", "api_token", "parent_access_key_id", "bucket")

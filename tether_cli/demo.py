@@ -4,9 +4,9 @@ Starts the local stack, runs one scenario of `tether_local.demo` with a live tim
 with a summary: each incident (detection time, time to the first training step after the restore
 and how much of it the new process took to its first step, steps lost as a lower bound), the
 spend at the simulated prices, whether the final weights are identical to an uninterrupted run,
-and every DESIGN §6 invariant checked from stored state. `--json` prints the summary as one JSON
-object on stdout (the timeline then goes to stderr). Exit 0 only if every invariant holds and the
-job ended as the scenario expects; 1 otherwise.
+and every invariant (docs/architecture.md#invariants) checked from stored state. `--json` prints the
+summary as one JSON object on stdout (the timeline then goes to stderr). Exit 0 only if every
+invariant holds and the job ended as the scenario expects; 1 otherwise.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "demo",
         help="run a fault scenario on the local stack and check every invariant",
         description="Run a deterministic CPU training job on the local stack, inject a "
-        "scenario's faults, and check DESIGN §6's invariants from stored state. Scenarios: "
-        + scenarios,
+        "scenario's faults, and check the invariants (docs/architecture.md#invariants) from stored "
+        "state. Scenarios: " + scenarios,
     )
     parser.add_argument(
         "--scenario",
@@ -136,7 +136,7 @@ def _print_summary(console: Console, summary: Any) -> None:
         f"job {summary.job_id} ended {summary.final_state} (expected {summary.expected_state}); "
         f"spent ${summary.spend_usd:.6f} of ${summary.budget_usd:g} at simulated prices"
     )
-    checks = Table(title="invariants (DESIGN §6)", title_justify="left")
+    checks = Table(title="invariants (docs/architecture.md#invariants)", title_justify="left")
     checks.add_column("invariant")
     checks.add_column("holds")
     checks.add_column("evidence")

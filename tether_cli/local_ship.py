@@ -5,8 +5,8 @@ presigned URL it hands out (skipped when the same archive is there already), and
 sha256 in the spec; then `POST /jobs` with an Idempotency-Key. Every call is signed by
 `TetherApi` with a local key (the local front checks SigV4's shape, not its signature).
 
-The local stack sits below the CLI (DESIGN §2) and cannot import this: the demo and the
-rehearsal take it as their `shipper` (`tether_local.demo.submit.CodeShipper`).
+The local stack sits below the CLI (docs/architecture.md#layers) and cannot import this: the demo
+and the rehearsal take it as their `shipper` (`tether_local.demo.submit.CodeShipper`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any
 from infra import names
 from tether_cli.output import EXIT_FAILURE, CliError
 
-# which → (parameter, the Secrets Manager secret of stacks before issue 16)
+# which → (parameter, the Secrets Manager secret of stacks from before the SSM parameters)
 KEYS = {
     "vast": (names.VAST_KEY_PARAMETER, names.VAST_SECRET_NAME),
     "cloudflare": (names.CLOUDFLARE_PARAMETER, names.CLOUDFLARE_SECRET_NAME),

@@ -1,5 +1,5 @@
-"""The local stack: the whole of tether on one machine (DESIGN §7). One composition, used by
-`tether local up`, the demo and the end-to-end tests.
+"""The local stack: the whole of tether on one machine (docs/architecture.md#local-stack). One
+composition, used by `tether local up`, the demo and the end-to-end tests.
 
     with LocalStack(LocalStackConfig()) as stack:
         stack.api_url      # the API front (API Gateway HTTP API on loopback)

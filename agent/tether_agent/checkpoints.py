@@ -1,6 +1,6 @@
 """Checkpoint layout and rules, pure (no I/O): keys, manifests, which checkpoints to restore.
 
-Remote layout (DESIGN §3), under the job prefix `jobs/<job_id>/`::
+Remote layout (docs/architecture.md#bucket-layout), under the job prefix `jobs/<job_id>/`::
 
     g<generation>/checkpoints/<step zero-padded to 12>/<files…>
     g<generation>/checkpoints/<step zero-padded to 12>/manifest.json   (written last)

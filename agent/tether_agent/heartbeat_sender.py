@@ -1,4 +1,4 @@
-"""Heartbeats to the control plane and the lease they renew (DESIGN §3).
+"""Heartbeats to the control plane and the lease they renew (docs/architecture.md#heartbeat).
 
 A heartbeat goes out every interval (and at once when the phase changes). Errors, timeouts and
 4xx/5xx replies back off (doubling up to 8 intervals, with jitter) and never touch training: only

@@ -1,4 +1,5 @@
-"""The agent ⇄ API heartbeat contract (DESIGN §3), mirrored from the control plane.
+"""The agent ⇄ API heartbeat contract (docs/architecture.md#heartbeat), mirrored from the control
+plane.
 
 The agent is a separate distribution and cannot import `functions`; these models must stay
 identical to `functions/domain/heartbeat_contract.py` (a contract test compares the JSON schemas).

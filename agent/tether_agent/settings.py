@@ -23,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-DEFAULT_LEASE_S = 3 * 3600  # DESIGN §3: lease window when no TETHER_LEASE_EXPIRES_AT is given
+# The lease window when no TETHER_LEASE_EXPIRES_AT is given (docs/architecture.md#lease).
+DEFAULT_LEASE_S = 3 * 3600
 
 
 class SettingsError(Exception):

@@ -1,4 +1,5 @@
-"""Cloudflare API adapter: mint R2 temporary credentials scoped to one job (DESIGN §3).
+"""Cloudflare API adapter: mint R2 temporary credentials scoped to one job
+(docs/architecture.md#credentials).
 
 `POST /accounts/{account_id}/r2/temp-access-credentials` with the parent API token in the
 Authorization header (never in a URL, a log line or an error message). Calls are retried with

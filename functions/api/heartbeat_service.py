@@ -1,5 +1,5 @@
 """The agent heartbeat, in the monitor's shape: gather the facts, decide once, apply
-(docs/architecture.md#the-heartbeat-agent--api).
+(docs/architecture.md#heartbeat).
 
 Gather (`_gather`): the job and the generation named by the body (`job_id`, `generation`), in
 one BatchGetItem, authenticated: the bearer token's sha256 must equal the hash on the generation

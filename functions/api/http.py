@@ -1,11 +1,11 @@
 """The HTTP edge shared by the API functions: the error contract, body parsing, identities.
 
 Every client mistake becomes `{"error": code, "message": …, "details": [{"path", "reason"}]}`
-with a 4xx status (DESIGN §6.5). Services raise domain errors (`functions/domain/errors.py`);
-request parsing here raises the few errors that only HTTP has (content type, malformed JSON,
-payload too large, method not allowed). `ERRORS` maps both to a status and a code, in one
-table, and `install_error_handlers` applies it, with Powertools' validation errors and unknown
-routes.
+with a 4xx status (docs/architecture.md#invariant-5). Services raise domain errors
+(`functions/domain/errors.py`); request parsing here raises the few errors that only HTTP has
+(content type, malformed JSON, payload too large, method not allowed). `ERRORS` maps both to a
+status and a code, in one table, and `install_error_handlers` applies it, with Powertools'
+validation errors and unknown routes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Environment variables the control plane gives the agent on a rented host (DESIGN §3).
+"""Environment variables the control plane gives the agent on a rented host
+(docs/architecture.md#rented-host).
 
 The onstart script and the Vast `env` set exactly these; the agent's settings model
 (`tether_agent/settings.py`) reads them. Only job-scoped values: never an account-wide key

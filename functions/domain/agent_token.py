@@ -1,4 +1,5 @@
-"""The per-generation agent token (DESIGN §3): minted at rent, stored only as its hash."""
+"""The per-generation agent token (docs/architecture.md#heartbeat): minted at rent, stored only as
+its hash."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Host blame: scoped to the job, and decaying everywhere else (DESIGN §4). Pure.
+"""Host blame: scoped to the job, and decaying everywhere else (docs/architecture.md#host-blame).
+Pure.
 
 A host that dies or hangs under a job is blamed. The blame has two scopes:
 

@@ -1,21 +1,11 @@
-"""The checkpoint interval a generation starts with (issue 15, Deliver 5; pure, no I/O).
+"""The checkpoint interval a generation starts with (pure, no I/O).
 
 The planner's interval (`functions.domain.cost.recommend_checkpoint_interval`: Young/Daly,
 sqrt(2 × checkpoint cost × MTBF), capped by one start-up) rests on two estimates that this job
-may already have measured when it rents a replacement:
-
-- **checkpoint cost**: the planner divides the checkpoint's size by the offer's published upload
-  speed. Each agent times its uploads (marker seen → manifest written) and reports the last one
-  in its heartbeats (`last_upload_s`); the median over the job's generations replaces the estimate.
-- **failure rate**: the planner reads the offer's reliability score as a rate λ₀ (prior). The
-  job's own record is n generations replaced as dead or hung over H hours on hosts (rent → end, or
-  now). The two are blended as a Gamma-Poisson posterior mean whose prior weighs as much as
-  `PRIOR_WEIGHT_H` hours on host:
-
-      λ = (λ₀ × W + n) / (W + H),   W = 24 h
-
-  With no hours on host λ = λ₀; after many hours λ → n / H. A day of weight keeps one early death
-  from halving the interval on its own (one death in 2 h on a 0.99 host: λ ≈ 0.086/h, not 0.5/h).
+may already have measured when it rents a replacement: the checkpoint cost (the median of the
+upload times its agents reported, `last_upload_s`, in place of size ÷ the offer's upload speed)
+and the failure rate (the offer's reliability as a prior worth `PRIOR_WEIGHT_H` hours on host,
+blended with the job's own deaths and hangs: docs/decisions/0003-learned-rates.md).
 
 `spec checkpoint.interval_min` overrides both, as it overrides the planner's interval.
 """
@@ -87,7 +77,7 @@ def measured_interruptions(generations: Iterable[Generation], now: float) -> tup
 def blended_failure_rate(
     prior_per_hour: float, failures: int, hours: float, *, weight_h: float = PRIOR_WEIGHT_H
 ) -> float:
-    """The prior rate and the job's own record, as in the module docstring."""
+    """The prior rate and the job's own record, blended (docs/decisions/0003-learned-rates.md)."""
     return posterior_rate_per_hour(prior_per_hour, failures, hours, prior_hours=weight_h)
 
 

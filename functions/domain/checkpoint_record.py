@@ -1,5 +1,5 @@
 """The control plane's record of good checkpoints: the only ones a new generation restores
-(DESIGN §3, invariant 2). Pure.
+(docs/architecture.md#recorded-checkpoints, invariant 2). Pure.
 
 Recording rule (`checkpoint_to_record`), applied to an authenticated heartbeat:
 - only the job's current generation records: a superseded generation is answered `superseded`

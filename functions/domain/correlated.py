@@ -1,4 +1,4 @@
-"""Correlated loss of heartbeats (DESIGN §4, invariant 9). Pure.
+"""Correlated loss of heartbeats (docs/architecture.md#correlated-loss, invariant 9). Pure.
 
 When many jobs go silent together while Vast says their hosts run, the fault is ours or the
 network's (an API outage, a flood of junk on the heartbeat route, a DNS or TLS failure between

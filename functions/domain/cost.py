@@ -1,4 +1,5 @@
-"""Full-cost model and planner (DESIGN §5): what a job will really cost on each Vast offer.
+"""Full-cost model and planner (docs/architecture.md#cost-model): what a job will really cost on
+each Vast offer.
 
 An hourly price hides most of what a short fine-tune costs on a marketplace host: the billed
 start-up minutes (image pull, dependency install, model download at the host's measured speed),

@@ -1,4 +1,5 @@
-"""Timing of the generation-scoped storage credentials (DESIGN §3, invariant 6). Pure.
+"""Timing of the generation-scoped storage credentials (docs/architecture.md#credentials,
+invariant 6). Pure.
 
 A generation holds two R2 temporary keys (`functions/adapters/cloudflare.py` mints them): read-only
 on the job's prefix and read-write on its own `g<generation>/`. Both are short-lived and kept

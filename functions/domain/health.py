@@ -1,4 +1,5 @@
-"""Health policy: classify one job generation from what the monitor knows (DESIGN §4).
+"""Health policy: classify one job generation from what the monitor knows
+(docs/architecture.md#health-policy).
 
 Pure and table-driven: `RULES` is an ordered table of (verdict, check); the first check that
 fires decides, so the order *is* the precedence. Every threshold comes from the job's `Policy`.
@@ -35,7 +36,7 @@ Then the replacement caps (`apply_caps`): a dead or hung verdict whose cause has
 (`policy.max_replacements_dead`, `policy.max_replacements_hung`) becomes `failed` (stop, the job
 ends FAILED with the reason); the host is still blamed (`Verdict.cause`).
 
-Decisions the design leaves open:
+Decisions beyond the rules of docs/architecture.md#health-policy:
 
 - One failed Vast call never kills a job: when the instance list failed this run
   (`instance.listed` false) every instance rule is skipped; heartbeat and clock rules still apply.
@@ -118,7 +119,8 @@ ACTIONS: dict[Health, Action] = {
     Health.FAILED: "stop",
 }
 
-# Replacements on these verdicts remember the host and avoid it next time (DESIGN §4).
+# Replacements on these verdicts remember the host and avoid it next time
+# (docs/architecture.md#host-blame).
 BLAMES_HOST = frozenset({Health.DEAD, Health.HUNG})
 
 

@@ -1,4 +1,4 @@
-"""The agent ⇄ API heartbeat contract (DESIGN §3), as the API validates it.
+"""The agent ⇄ API heartbeat contract (docs/architecture.md#heartbeat), as the API validates it.
 
 `POST /agent/heartbeat`, `Authorization: Bearer <agent token>`. The agent (a separate
 distribution that cannot import this package) mirrors these models in

@@ -10,7 +10,7 @@ The lease (`decide_lease`, the dead-man switch; the rule is `lease.py`) is renew
 the generation's `supervised_at` is fresh: the time a monitor run last completed this job's
 evaluation (read → decide → apply). A monitor that fails, or fails on this one job, writes
 nothing there, so the host stops itself within its lease
-(docs/architecture.md#the-heartbeat-agent--api).
+(docs/architecture.md#heartbeat).
 
 Everything is judged against the generation as it was read, before this heartbeat: which
 restore report is new, which misplaced checkpoints are new, whether this heartbeat is the first

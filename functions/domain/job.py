@@ -1,6 +1,6 @@
 """Job records, their states and timeline events, and the decisions taken on them (pure, no I/O).
 
-States (DESIGN §2, fixed):
+States (docs/architecture.md#states, fixed):
 
     PENDING → PROVISIONING → RUNNING ⇄ REPLACING → STOPPING → FINISHED | FAILED | CANCELLED |
     OVER_BUDGET

@@ -2,7 +2,7 @@
 
 Field names carry their unit (`_gb`, `_usd`, `_s`, `_min`, `_hours`, `_mbps`, `_pct`).
 Unknown keys are rejected; impossible values are rejected with the field path and a reason
-(see `functions.domain.errors`). Defaults follow DESIGN §4.
+(see `functions.domain.errors`). Defaults: docs/architecture.md#health-policy.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class Checkpoint(_Strict):
 class Outputs(_Strict):
     """The job's result: a directory the agent uploads, with a manifest, when the training exits
     0 (and on stop, cancel and lease expiry, after the final checkpoint). Set, a job ends
-    FINISHED only once that upload is recorded (DESIGN invariant 10)."""
+    FINISHED only once that upload is recorded (docs/architecture.md#invariant-10)."""
 
     dir: str = Field(default="/workspace/outputs", min_length=1, max_length=1024)
 
@@ -168,10 +168,11 @@ _RELATIVE_FLOORS = {
 
 
 class Policy(_Strict):
-    """Health thresholds (DESIGN §4). Floors are relative to `heartbeat_interval_s` (see
-    `_RELATIVE_FLOORS`): e.g. `heartbeat_timeout_s ≥ 3 × heartbeat_interval_s`. Defaults are
-    held to them too (`validate_default`): a long interval with the default timeout would
-    otherwise be accepted at submit and refused when the stored job is read back."""
+    """Health thresholds (docs/architecture.md#health-policy). Floors are relative to
+    `heartbeat_interval_s` (see `_RELATIVE_FLOORS`): e.g. `heartbeat_timeout_s ≥ 3 ×
+    heartbeat_interval_s`. Defaults are held to them too (`validate_default`): a long interval with
+    the default timeout would otherwise be accepted at submit and refused when the stored job is
+    read back."""
 
     heartbeat_interval_s: int = Field(
         default=15, ge=1, le=600, description="How often the agent heartbeats."
@@ -183,9 +184,9 @@ class Policy(_Strict):
         default=5, ge=0, le=100, description="'Near zero' GPU utilisation."
     )
     startup_timeout_s: int = Field(default=1200, ge=4, le=86_400, validate_default=True)
-    # Replacement caps, one per cause (DESIGN §4): once a cause has used its cap, the next
-    # verdict of that cause ends the job FAILED with the reason (and a notification) instead
-    # of renting again.
+    # Replacement caps, one per cause (docs/architecture.md#replacement-caps): once a cause has used
+    # its cap, the next verdict of that cause ends the job FAILED with the reason (and a
+    # notification) instead of renting again.
     max_restarts: int = Field(
         default=3, ge=0, le=100, description="Restarts after the training command crashed."
     )

@@ -1,10 +1,12 @@
-"""Vast instance labels (DESIGN §3): how the monitor knows whose host an instance is. Pure.
+"""Vast instance labels (docs/architecture.md#instance-labels): how the monitor knows whose host an
+instance is. Pure.
 
 `tether.<slot>:<job_id>:g<generation>`. The slot (one hex digit, `label_slot`) is a hash of the
 job id, put first so that the labels of a monitor shard's jobs are one contiguous range of
 label text: a shard lists only its own instances (`select_filters` on `label`, `functions/
 domain/shards.py`). Labels written before the slot (`tether:<job_id>:g<generation>`) are
-still read as ours; they are listed by every shard and kept by the one whose job it is.
+still read as ours; they are listed by every shard and kept by the one whose job it is
+(docs/decisions/0001-label-slots.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The agent's lease, the dead-man switch (DESIGN §3, invariant 4). Pure.
+"""The agent's lease, the dead-man switch (docs/architecture.md#lease, invariant 4). Pure.
 
 One rule, used by the heartbeat (a renewal) and by provisioning (the first lease, in the host's
 environment): `min(lease window, remaining budget / current $ per hour)`.

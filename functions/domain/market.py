@@ -1,4 +1,5 @@
-"""Interruptible (bid) hosts (DESIGN §5, issue 15): the bid, the outbid hazard, the markets.
+"""Interruptible (bid) hosts (docs/architecture.md#interruptible-hosts): the bid, the outbid hazard,
+the markets.
 
 Vast rents a host two ways. On demand, it runs until tether destroys it, at `dph_base` + storage.
 Interruptible, it runs while its bid is the highest: a renter bids at least the offer's `min_bid`
@@ -31,13 +32,8 @@ the hazard: a wider margin is outbid less often in fact, and that shows in the l
 **The hazard.** Until the job has run on interruptible hosts it is the spec's
 `resources.outbid_hazard_per_hour` (default 0.1: one outbid per ten hours). Then it is learned
 from the job's own outbid events (`learned_hazard`): a Gamma-Poisson posterior mean, with the
-spec's rate as the prior worth `PRIOR_HOURS` hours of observation,
-
-    h = (prior × PRIOR_HOURS + outbids) / (PRIOR_HOURS + hours on interruptible hosts)
-
-so one early outbid moves the rate without making it the whole story (3 outbids in 2 h with the
-0.1 prior: (1 + 3) / 12 = 0.33/h, not 1.5/h), and after a day on interruptible hosts the job's
-own rate dominates.
+spec's rate as the prior worth `PRIOR_HOURS` hours of observation
+(docs/decisions/0003-learned-rates.md).
 
 **Markets.** `resources.market`: `on-demand` (the default) prices every offer as today;
 `interruptible` prices every offer that has a `min_bid` at its bid; `auto` prices each offer both
@@ -124,7 +120,8 @@ def learned_hazard(
     prior_per_hour: float, outbids: int, hours: float, *, prior_hours: float = PRIOR_HOURS
 ) -> OutbidHazard:
     """The hazard after `outbids` outbid events in `hours` on interruptible hosts: the
-    Gamma-Poisson posterior mean with `prior_per_hour` worth `prior_hours` (module docstring).
+    Gamma-Poisson posterior mean with `prior_per_hour` worth `prior_hours`
+    (docs/decisions/0003-learned-rates.md).
 
     Nothing observed (0 outbids in 0 hours) gives the prior, as `source="spec"`."""
     numbers = (prior_per_hour, hours, prior_hours)

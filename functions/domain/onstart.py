@@ -1,4 +1,5 @@
-"""The onstart script and the instance environment for a rented Vast host (DESIGN §3). Pure.
+"""The onstart script and the instance environment for a rented Vast host
+(docs/architecture.md#rented-host). Pure.
 
 Vast runs `onstart` (≤ 4048 characters) inside the container at start. Ours only installs the
 agent into its own venv from a presigned URL and starts it in the background; every per-job value

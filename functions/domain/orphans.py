@@ -1,4 +1,5 @@
-"""Orphans (DESIGN §3, invariant 3): labelled instances that belong to no live generation. Pure.
+"""Orphans (docs/architecture.md#orphans, invariant 3): labelled instances that belong to no live
+generation. Pure.
 
 The monitor destroys them. An instance is left alone while younger than the grace (a rent lands
 in Vast's list before the lifecycle records it); one listed without a start date is as old as
@@ -69,7 +70,7 @@ def find_orphans(
     settings: SupervisionSettings,
     first_seen: Mapping[int, float] | None = None,
 ) -> list[Orphan]:
-    """Labelled instances that belong to no live generation (DESIGN §3, invariant 3).
+    """Labelled instances that belong to no live generation (docs/architecture.md#orphans).
 
     Live: the instance recorded for an active job's current generation, and the next
     generation's instance while the lifecycle is renting it (not recorded yet); but no

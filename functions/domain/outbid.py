@@ -1,39 +1,15 @@
-"""Interruptible (bid) hosts at run time (issue 15, Deliver 4): the bid a rent places, what an
-outbid instance looks like, whether to wait for it or replace it, and the job's outbid history.
-Pure. The planner prices interruptible offers (`functions/domain/cost.py`); this is the rest.
+"""Interruptible (bid) hosts at run time: the bid a rent places, what an outbid instance looks
+like, whether to wait for it or replace it, and the job's outbid history. Pure. The planner
+prices interruptible offers (`functions/domain/cost.py`); this is the rest.
 
-**What an outbid looks like.** Vast stops an interruptible instance when a higher bid takes its
-machine, and starts it again when it wins the machine back (shared/reference/vast-api.md). The
-stop is the marketplace's, not the renter's: `actual_status` is `stopped` while
-`intended_status` stays `running` (the renter still wants it to run, so it resumes by itself).
-Every other stop is asked for, and sets `intended_status: stopped`: tether's own (the lifecycle
-destroys rather than stops, but a user may stop one) and the agent's dead-man stop, which PUTs
-`{"state": "stopped"}` with the container's key. So an outbid is: an interruptible generation
-(or a record with `is_bid`), `stopped`, `intended_status: running`. Our reading of the docs; the
-real records (shared/fixtures/vast/instances.json) show stops by request as `intended_status:
-stopped` and no outbid record.
-
-**Wait or replace** (`wait_or_replace`), a break-even rule (the ski-rental rule: waiting until
-what it cost equals what replacing costs is never worse than twice the better choice in
-hindsight, whatever the unknown wait turns out to be):
-- replacing costs the new host's start-up (rent → first step) at its price, the start-up
-  download, and `lost_work_usd`, the work a replacement redoes that the resumed host, whose disk
-  Vast keeps, would not (the monitor passes 0: the agent uploads its last checkpoint when it is
-  stopped, and both resume from the last checkpoint);
-- waiting costs, per hour, the stopped instance's storage and the job's hour itself, valued at
-  the price it trains at (an hour outbid is an hour the job is not done);
-- so wait up to `replace_usd / (storage $/h + $/h)` hours, and never longer than the job's
-  remaining work (no wait is worth more than the rest of the job), then replace.
-
-**Back from an outbid.** When it wins its machine back, Vast starts it again: the container
-restarts, onstart runs the agent of the same generation again on the kept disk. Until that
-agent's first heartbeat, the last one is from before the stop (silent for the whole outbid, and
-maybe reporting the exit the stop caused): `resumed_at` restarts the heartbeat and start-up
-clocks at the status the instance came back with, and that old exit is no crash.
-
-**Outbid counts.** Each stopped stretch of an outbid generation counts once (`outbid_since` is
-the stretch's start); `outbid_history` sums them with the job's interruptible running hours, the
-facts the planner's learned hazard rate is computed from.
+An outbid is an interruptible generation (or a record with `is_bid`) that is `stopped` while
+Vast's `intended_status` stays `running`: every stop that was asked for (tether's, the user's,
+the agent's dead-man stop) sets `intended_status: stopped`. `wait_or_replace` waits while
+waiting has cost less than replacing would, never longer than the job's remaining work, then
+replaces (a ski-rental rule). Back from an outbid, the heartbeat and start-up clocks restart
+(`resumed_at`) and the exit the stop caused is no crash; each stopped stretch counts once
+(`outbid_since`), and `outbid_history` gives the planner's learned hazard its facts. The
+reasoning: docs/decisions/0002-outbid-wait-or-replace.md.
 """
 
 from __future__ import annotations
@@ -90,7 +66,8 @@ def wait_or_replace(
     lost_work_usd: float = 0.0,
     remaining_hours: float | None = None,
 ) -> WaitOrReplace:
-    """How long waiting for an outbid instance is worth it (the module docstring has the rule)."""
+    """How long waiting for an outbid instance is worth it: the break-even rule of
+    docs/decisions/0002-outbid-wait-or-replace.md."""
     replace_usd = max(0.0, usd_per_hour * startup_min / 60 + download_usd + lost_work_usd)
     rate = max(0.0, storage_usd_per_hour) + max(0.0, usd_per_hour)
     hours = replace_usd / rate if rate > 0 else 0.0

@@ -1,4 +1,4 @@
-"""The control plane's record of a job's outputs (DESIGN §3, invariant 10). Pure.
+"""The control plane's record of a job's outputs (docs/architecture.md#invariant-10). Pure.
 
 Recording rule (`outputs_to_record`), applied to an authenticated, stored heartbeat: the
 outputs a heartbeat reports are recorded, on the generation's stored heartbeat, only when the

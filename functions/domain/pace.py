@@ -1,6 +1,7 @@
 """What tether learns from a job's own generations (pure): training pace per (job name, GPU
 model, GPU count) and start-up per machine and per GPU model, and the estimators that give the
-planner those figures in place of the speed prior and the spec's start-up (DESIGN §5).
+planner those figures in place of the speed prior and the spec's start-up
+(docs/architecture.md#cost-model).
 
 Samples. A generation gives its samples when the lifecycle ends it (the `destroy` step of a
 replace or a stop, before a replacement is planned in the same execution):

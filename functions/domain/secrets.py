@@ -1,5 +1,5 @@
-"""User secrets (DESIGN §3): the names a spec may list, where their values live, and the warning
-for `env` values that look like tokens.
+"""User secrets (docs/job-spec.md#secrets): the names a spec may list, where their values live, and
+the warning for `env` values that look like tokens.
 
 Values live in SSM Parameter Store as standard-tier SecureStrings under `SECRET_PREFIX` (free at
 rest; Secrets Manager would cost $0.40 per secret a month, see docs/deploy.md). A spec names

@@ -1,11 +1,12 @@
-"""Monitor shards (issue 16): the fleet split across monitor schedules by a hash of the job id,
-each shard a bounded run of its own. Pure.
+"""Monitor shards (docs/architecture.md#shards): the fleet split across monitor schedules by a hash
+of the job id, each shard a bounded run of its own. Pure.
 
 A shard owns a contiguous run of the label slots (`functions/domain/labels.py`): it reads,
 judges and marks supervised only its own jobs, lists only the instances whose labels fall in
 its slots (plus the labels written before slots, which it filters by job), and sweeps only the
 orphans of its slots. So a shard that fails renews no lease but its own jobs', and no other
-shard's run extends them: each job's lease rests on its own shard's `supervised_at` writes.
+shard's run extends them: each job's lease rests on its own shard's `supervised_at` writes
+(docs/decisions/0001-label-slots.md).
 """
 
 from __future__ import annotations

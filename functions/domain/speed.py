@@ -1,4 +1,4 @@
-"""How long a job takes on an offer (DESIGN §5): work ÷ the host's speed.
+"""How long a job takes on an offer (docs/architecture.md#cost-model): work ÷ the host's speed.
 
 A job states its work as `expected_hours` on `gpu_count` GPUs of its `reference_gpu`. On an offer
 those hours become

@@ -1,4 +1,4 @@
-"""Spend accounting and the agent's lease (DESIGN §3, §5, invariant 4). Pure.
+"""Spend accounting and the agent's lease (docs/architecture.md#spend, invariant 4). Pure.
 
 A generation's spend is what Vast bills for it: GPU per second while running, storage every second
 the instance exists (stopped included, until destroyed), and traffic per byte both ways

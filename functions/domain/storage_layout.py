@@ -1,4 +1,5 @@
-"""Every prefix and key of the R2 bucket that the control plane builds or reads (DESIGN §3).
+"""Every prefix and key of the R2 bucket that the control plane builds or reads
+(docs/architecture.md#bucket-layout).
 
     code/<sha256>.tar.gz                            a packed working directory, as uploaded
     jobs/<job_id>/                                  read-only key of every generation

@@ -30,7 +30,7 @@ attempt that is due, if one is, counting later attempts (`TransitionsRetried`) a
 their last attempt (`TransitionsExhausted`). A job over budget is stopped even while a provision
 or replace is under way (`functions/domain/reconcile.py`).
 
-Cost grows with pages and changes, not jobs × calls (issue 16): the generations of every active
+Cost grows with pages and changes, not jobs × calls: the generations of every active
 job are read in BatchGetItem pages (`JobStore.read_generations`), Vast's instance pages in a few
 label-range chains beside the charges (`functions/monitor/vast_reads.py`), and the jobs' decisions
 are applied `APPLY_WORKERS` at a time, each job's actions in order and its report its own. A

@@ -48,8 +48,9 @@ Limits, in both runtimes:
   as Lambda counts it separately; it is bounded by the function's timeout too.
 
 Sources for the timeout error: the AWS Lambda Developer Guide, "Troubleshoot invocation issues
-in Lambda" (the `Sandbox.Timedout` error type), and aws/aws-appsync-community#386, where a
-function timeout surfaces as `unhandledErrorType: "Sandbox.Timedout"`; Step Functions' older
+in Lambda" (the `Sandbox.Timedout` error type), and an AWS AppSync community report
+(https://github.com/aws/aws-appsync-community/issues/386), where a function timeout surfaces
+as `unhandledErrorType: "Sandbox.Timedout"`; Step Functions' older
 documentation ("Handle Lambda service exceptions") calls the same unhandled error
 `Lambda.Unknown`, the name it used when older runtimes sent no `errorType`.
 """

@@ -1,5 +1,5 @@
 """The `heartbeat-flood` scenario: junk heartbeats at a high rate against the local API front
-while a job trains (issue 13, Why 7; DESIGN §6.9).
+while a job trains (docs/architecture.md#invariant-9).
 
 `Flood` sends, over loopback only, a bounded number of junk `POST /agent/heartbeat` requests
 (`rate_per_s × duration_s` at most, scheduled as Poisson arrivals over `duration_s`, and none

@@ -74,7 +74,8 @@ def hung_gpu_real_probe(run: DemoRun) -> None:
 
 def _stall_training(run: DemoRun, g: Generation) -> None:
     """The training process stops making progress (SIGSTOP), the agent heartbeats on, the GPU
-    idles: DESIGN §4's 'no progress while GPU utilisation stays near zero'."""
+    idles: the hung rule's 'no progress while GPU utilisation stays near zero'
+    (docs/architecture.md#health-policy)."""
     assert run.stack.hosts is not None
     host = run.stack.hosts.get(run.instance(g))
     agent = host.process.pid if host.process is not None else None

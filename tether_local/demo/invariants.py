@@ -1,4 +1,5 @@
-"""The DESIGN §6 invariants as pure checks over what a demo run left behind (no I/O).
+"""The invariants (docs/architecture.md#invariants) as pure checks over what a demo run left behind
+(no I/O).
 
 `tether_local.demo` gathers the evidence — the job, its generations and timeline from DynamoDB,
 the checkpoints in the S3 stand-in (each manifest verified file by file), the Vast simulator's
@@ -7,8 +8,8 @@ a few bad requests, and the weight hashes of the run and of an uninterrupted ref
 `check_invariants` judges it. Every check says why it failed, so a broken run can be read.
 
 Tolerances: times on the local stack are real seconds on a shared machine, so each bound that
-DESIGN states in monitor intervals gets `slack_s` on top (scheduling jitter of the demo machine,
-default 2 s), and never more.
+the invariants state in monitor intervals gets `slack_s` on top (scheduling jitter of the demo
+machine, default 2 s), and never more.
 """
 
 from __future__ import annotations

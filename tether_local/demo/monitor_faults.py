@@ -2,11 +2,11 @@
 
 A deploy points the monitor at a Vast key parameter that SSM cannot find (the same happens
 when its role loses the grant, or SSM is down): every run reads the job list and
-then fails, for as long as the fault lasts. Before issue 13 such a run had already written the
-supervisor's pulse, so heartbeats kept renewing leases while nobody judged health or spend. Now
-no run completes the job's evaluation, so its `supervised_at` stops moving, no heartbeat renews
-the lease, and the agent stops the job and its machine within the lease. Then the deploy is
-fixed: the monitor finds the host stopped, replaces it, and the job finishes.
+then fails, for as long as the fault lasts. Before leases rested on `supervised_at`, such a run had
+already written the supervisor's pulse, so heartbeats kept renewing leases while nobody judged
+health or spend. Now no run completes the job's evaluation, so its `supervised_at` stops moving, no
+heartbeat renews the lease, and the agent stops the job and its machine within the lease. Then the
+deploy is fixed: the monitor finds the host stopped, replaces it, and the job finishes.
 """
 
 from __future__ import annotations

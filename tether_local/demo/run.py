@@ -37,7 +37,7 @@ class MonitorClock:
     """Runs the monitor every interval; `stop()` is the supervisor dying.
 
     `effective_interval_s` is the longest time seen between two completed runs: on a loaded
-    machine a run takes time of its own, and DESIGN's bounds are in monitor intervals as they
+    machine a run takes time of its own, and the invariants' bounds are in monitor intervals as they
     really were, not as configured."""
 
     def __init__(self, stack: LocalStack, interval_s: float) -> None:

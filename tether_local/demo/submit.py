@@ -1,7 +1,7 @@
 """How the demo and `tether rehearse` hand their job to the stack: as `tether submit` does, its
 `code.dir` packed, uploaded through `POST /code/uploads` and named by its sha256, then
 `POST /jobs`. That is the CLI's code (`tether_cli.local_ship.SHIPPER`); the local stack sits
-below the CLI (DESIGN §2), so the caller passes it in as a `CodeShipper`."""
+below the CLI (docs/architecture.md#layers), so the caller passes it in as a `CodeShipper`."""
 
 from __future__ import annotations
 

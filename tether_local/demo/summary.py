@@ -1,8 +1,9 @@
 """The demo's verdict: the summary it prints, and how it is reached from the evidence
-(`tether_local.demo.invariants` checks DESIGN §6 on it). Invariant 8 compares the weights of the
-highest verified checkpoint with an uninterrupted reference run of the same command to the same
-step, run directly (no stack) in the job image's stand-in, in the example's folder (the code
-the job ships), its checkpoints in a temporary directory."""
+(`tether_local.demo.invariants` checks the invariants, docs/architecture.md#invariants, on it).
+Invariant 8 compares the weights of the highest verified checkpoint with an uninterrupted
+reference run of the same command to the same step, run directly (no stack) in the job image's
+stand-in, in the example's folder (the code the job ships), its checkpoints in a temporary
+directory."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def weights_sha256(weights_file: Path) -> str:
 
 
 def summarize(run: DemoRun, view: JobView) -> DemoSummary:
-    """Judge the ended run from stored state: DESIGN §6's invariants, the incidents, the spend."""
+    """Judge the ended run from stored state: the invariants, the incidents, the spend."""
     stack, job = run.stack, view.job
     run.checkpoints.update({c.prefix: c for c in checkpoint_facts(stack, run.job_id)})
     checkpoints = list(run.checkpoints.values())

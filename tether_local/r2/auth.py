@@ -22,7 +22,7 @@ front cannot parse (it cannot tell which keys are named). Where the table is sil
 its codes a case gets (an unknown key, a wrong session token), the front answers 401
 `Unauthorized`, the table's "invalid credentials".
 
-Why 401 for an expired or revoked key, not 403: R2's table gives `Unauthorized` for "missing or
+An expired or revoked key gets 401, not 403: R2's table gives `Unauthorized` for "missing or
 invalid authentication credentials … have not expired", and keeps `AccessDenied` for
 "insufficient permissions for the requested operation". The distinction is the one a client must
 act on: 401 means "get fresh credentials", 403 `AccessDenied` means "this operation is out of

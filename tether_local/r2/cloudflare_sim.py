@@ -1,4 +1,5 @@
-"""The Cloudflare API simulator's core: mints R2 temporary credentials that expire (DESIGN §7).
+"""The Cloudflare API simulator's core: mints R2 temporary credentials that expire
+(docs/architecture.md#local-stack).
 
 In memory and thread-safe. `CloudflareSim.handle` answers httpx requests in Cloudflare's shapes:
 `POST /client/v4/accounts/{account_id}/r2/temp-access-credentials` → `{"success": true, "result":

@@ -1,5 +1,5 @@
 """`rclone serve s3` as a local S3 data plane, for tests, benchmarks and the local stack
-(DESIGN §7).
+(docs/architecture.md#local-stack).
 
 Buckets are the top-level directories of `root` (rclone serves every directory in the root as a
 bucket and ignores files there), so `S3Server.create_bucket` is just a mkdir. With `keys` rclone

@@ -45,8 +45,9 @@ def _checkpoint_dirs(stack: LocalStack, job_id: str, generation: int) -> dict[in
 
 
 def _billed_one_at_a_time(stack: LocalStack, instance_ids: list[int]) -> None:
-    """The ledger: each instance's bill closed before the next one's opened (DESIGN §6.1 allows
-    one monitor interval of overlap; invariant 1's slack on top)."""
+    """The ledger: each instance's bill closed before the next one's opened
+    (docs/architecture.md#invariant-1 allows one monitor interval of overlap; invariant 1's slack on
+    top)."""
     ledgers = sorted((stack.vast.ledger(i) for i in instance_ids), key=lambda led: led.opened_at)
     assert all(led.closed_at is not None for led in ledgers), ledgers
     for before, after in itertools.pairwise(ledgers):

@@ -1,4 +1,4 @@
-"""`tether demo --scenario outbid` end to end (issue 15, Deliver 4): an interruptible host,
+"""`tether demo --scenario outbid` end to end: an interruptible host,
 outbid and waited for, wins its machine back and trains on in the same generation; outbid
 again, the wait runs out and it is replaced through the state machine; every invariant holds
 and the weights are those of an uninterrupted run."""

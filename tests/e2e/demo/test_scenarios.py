@@ -1,5 +1,6 @@
-"""`tether demo`'s fault scenarios end to end on one local stack: each asserts DESIGN §6's
-invariants through stored state (DynamoDB, the S3 stand-in) and the Vast simulator's ledger."""
+"""`tether demo`'s fault scenarios end to end on one local stack: each asserts the invariants
+(docs/architecture.md#invariants) through stored state (DynamoDB, the S3 stand-in) and
+the Vast simulator's ledger."""
 
 from __future__ import annotations
 
@@ -157,7 +158,7 @@ def test_supervisor_dead_host_stops_itself_within_the_lease(demo_stack: LocalSta
 
 
 def test_monitor_crash_renews_no_lease_and_the_host_stops_itself(demo_stack: LocalStack) -> None:
-    """Reproduction (issue 13, Why 1): a monitor failing after its first step wrote its pulse
+    """Reproduction: a monitor failing after its first step wrote its pulse
     first, so leases went on being renewed and the host never stopped. Now nothing is renewed,
     the host stops itself within its lease, and the job resumes when the monitor is fixed."""
     summary = run_scenario("monitor-crash", stack=demo_stack, shipper=SHIPPER)
@@ -221,9 +222,10 @@ def test_crash_loop_fails_after_max_restarts(demo_stack: LocalStack) -> None:
 
 
 def test_heartbeat_flood_is_refused_and_replaces_no_host(demo_stack: LocalStack) -> None:
-    """Junk heartbeats at three times the heartbeat route's throttle for 10 s (issue 13, Why 7):
-    every junk request a 4xx (429 past the bucket, as API Gateway answers), nothing stored, the
-    agent's heartbeats never stopped for a heartbeat timeout, generation 1 trains to the end."""
+    """Junk heartbeats at three times the heartbeat route's throttle for 10 s
+    (docs/architecture.md#bounded-input): every junk request a 4xx (429 past the bucket, as API
+    Gateway answers), nothing stored, the agent's heartbeats never stopped for a heartbeat timeout,
+    generation 1 trains to the end."""
     summary = run_scenario("heartbeat-flood", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert set(summary.scenario_checks) == {

@@ -1,6 +1,6 @@
-"""The HTTP API's throttles on the synthesized template (issue 13, Why 7): every route has its
-own token bucket, the heartbeat route one sized for the fleet, all four numbers are stack
-parameters a user can raise, and the stage is created after the routes it names."""
+"""The HTTP API's throttles on the synthesized template (docs/architecture.md#bounded-input): every
+route has its own token bucket, the heartbeat route one sized for the fleet, all four numbers are
+stack parameters a user can raise, and the stage is created after the routes it names."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Crafted manifests where a later generation would look (DESIGN §3, invariant 2), against a
-real S3 server: every kind is skipped with its reason, the next recorded checkpoint is restored,
+"""Crafted manifests where a later generation would look (docs/architecture.md#invariant-2), against
+a real S3 server: every kind is skipped with its reason, the next recorded checkpoint is restored,
 and with none left the start is fresh and says so. The agent as a process reports it all in its
 heartbeats, and never dies of it.
 

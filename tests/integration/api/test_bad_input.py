@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (the corpus is a table: one request per line reads best)
-"""Every client mistake is a 4xx with the error shape, and nothing is stored (DESIGN §6.5).
+"""Every client mistake is a 4xx with the error shape, and nothing is stored (docs/architecture.md#invariant-5).
 
 A corpus of hand-written bad requests, then hypothesis-generated bodies.
 """

@@ -1,4 +1,4 @@
-"""Every number of every request is bounded and finite (issue 13, Why 8; DESIGN §6.5).
+"""Every number of every request is bounded and finite (docs/architecture.md#bounded-input).
 
 Numbers are sent as JSON text, the way a client writes them: `1e400` is valid JSON that Python
 reads as infinity, and an integer of 40 digits is one DynamoDB cannot store (38 digits). Each is

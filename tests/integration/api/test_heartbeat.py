@@ -1,5 +1,5 @@
-"""Heartbeat API (DESIGN §3): token by hash, superseded generations, the lease and its renewal
-only while the monitor supervises the job (`supervised_at`)."""
+"""Heartbeat API (docs/architecture.md#heartbeat): token by hash, superseded generations, the lease
+and its renewal only while the monitor supervises the job (`supervised_at`)."""
 
 from __future__ import annotations
 

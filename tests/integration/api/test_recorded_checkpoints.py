@@ -1,7 +1,7 @@
-"""The heartbeat API records the good checkpoints (DESIGN §3, invariant 2): from the current
-generation only, each of its own checkpoints with the manifest's sha256, newest first and
-bounded; a superseded generation's heartbeat records nothing; a restore that skipped a
-candidate goes on the timeline."""
+"""The heartbeat API records the good checkpoints (docs/architecture.md#recorded-checkpoints): from
+the current generation only, each of its own checkpoints with the manifest's sha256, newest first
+and bounded; a superseded generation's heartbeat records nothing; a restore that skipped a candidate
+goes on the timeline."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 synthesized state machine: the job never stays stuck in a transition, and overlapping monitor
 runs start each attempt exactly once.
 
-Reproduction (issue 13): a begin that failed after moving the job RUNNING → REPLACING, with the
+Reproduction: a begin that failed after moving the job RUNNING → REPLACING, with the
 host's agent dead, left the job REPLACING for 10 h while its instance billed ($0.70 of $0.20).
 """
 

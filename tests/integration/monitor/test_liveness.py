@@ -1,7 +1,7 @@
-"""Liveness that proves work was done (issue 13, Why 1): a lease is renewed only while a monitor
-run completed that job's evaluation, so a monitor that fails after it starts — a Secrets
-Manager error, a job item that no longer validates, one job's failing write — renews nothing
-for the jobs it did not finish, and stops no other job's supervision.
+"""Liveness that proves work was done (docs/architecture.md#lease): a lease is renewed only while a
+monitor run completed that job's evaluation, so a monitor that fails after it starts — a Secrets
+Manager error, a job item that no longer validates, one job's failing write — renews nothing for the
+jobs it did not finish, and stops no other job's supervision.
 
 Each test drives the real handlers (monitor, heartbeat, lifecycle) on the synthesized stack; the
 agent's side is played by the test: it heartbeats through the heartbeat function while its lease

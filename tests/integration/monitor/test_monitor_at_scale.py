@@ -1,4 +1,4 @@
-"""The monitor's cost grows with pages and changes, not jobs × calls (issue 16): generations
+"""The monitor's cost grows with pages and changes, not jobs × calls: generations
 read in BatchGetItem pages, unchanged spend not written, the jobs' writes from a bounded pool
 (one job's failure stops no other and renews nothing), Vast's instances listed in id-range
 chains side by side. Calls are counted with botocore's event hooks (`bench/lib/meter.py`) and

@@ -1,8 +1,8 @@
-"""Monitor shards (issue 16): the fleet split by a hash of the job id across schedules, each run
-bounded by its shard's jobs and instances. A shard reads, judges and marks supervised only its
-own jobs, lists only its own label ranges, sweeps only its own orphans; a failing shard extends
-no other shard's leases, and a listing filter that does not select what it should is caught,
-never read as a fleet of dead hosts."""
+"""Monitor shards (docs/architecture.md#shards): the fleet split by a hash of the job id across
+schedules, each run bounded by its shard's jobs and instances. A shard reads, judges and marks
+supervised only its own jobs, lists only its own label ranges, sweeps only its own orphans; a
+failing shard extends no other shard's leases, and a listing filter that does not select what it
+should is caught, never read as a fleet of dead hosts."""
 
 from __future__ import annotations
 

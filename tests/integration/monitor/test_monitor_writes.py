@@ -1,9 +1,9 @@
-"""One DynamoDB write per changed job and run (issue 16): the job's spend travels with the
-current generation's observation and `supervised_at` (`record_supervised`); the job item — billed
-three times for its two indexes, all on the ActiveJobs index's one partition — gets its
-`spent_usd` only when it lags by a step (1 % of the budget, at least a cent) or when a
-transition is named (`functions/domain/spend.py`, `job_item_spend_due`). Calls are counted with
-botocore's event hooks (`bench/lib/meter.py`); nothing here is timed."""
+"""One DynamoDB write per changed job and run (docs/architecture.md#spend): the job's spend travels
+with the current generation's observation and `supervised_at` (`record_supervised`); the job item —
+billed three times for its two indexes, all on the ActiveJobs index's one partition — gets its
+`spent_usd` only when it lags by a step (1 % of the budget, at least a cent) or when a transition is
+named (`functions/domain/spend.py`, `job_item_spend_due`). Calls are counted with botocore's event
+hooks (`bench/lib/meter.py`); nothing here is timed."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Interruptible hosts through the real lifecycle, monitor and state machine (issue 15,
-Deliver 4): an interruptible job is rented with a bid and billed at it; a refused bid moves to
-the next offer; an outbid host is waited for while that is worth it (counted once, told on the
-timeline, nobody blamed), then replaced through the replace transition, its stopped instance
-destroyed; one that wins its machine back goes on."""
+"""Interruptible hosts through the real lifecycle, monitor and state machine
+(docs/architecture.md#interruptible-hosts): an interruptible job is rented with a bid and billed at
+it; a refused bid moves to the next offer; an outbid host is waited for while that is worth it
+(counted once, told on the timeline, nobody blamed), then replaced through the replace transition,
+its stopped instance destroyed; one that wins its machine back goes on."""
 
 from __future__ import annotations
 

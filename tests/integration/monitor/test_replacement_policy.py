@@ -1,4 +1,4 @@
-"""The replacement policy (issue 13, Why 5) and the hung rules on real heartbeats (Why 4), through
+"""The replacement policy (caps, host blame) and the hung rules on real heartbeats, through
 the real monitor, heartbeat and lifecycle: per-cause caps end the job FAILED with the reason
 and a job event; a host's blame is scoped to the job and decays; an image that cannot be pulled
 is the job's fault; many jobs silent together while Vast says their hosts run are a fault of
@@ -149,7 +149,7 @@ def test_one_dead_job_among_running_ones_is_still_replaced(sup: Supervised) -> N
 
 
 def test_a_gpu_busy_through_the_window_is_not_hung_by_one_idle_sample(sup: Supervised) -> None:
-    """Reproduction (Why 4): "GPU idle" was judged from the last heartbeat only, so a job that
+    """Reproduction: "GPU idle" was judged from the last heartbeat only, so a job that
     made no step for 30 min while its GPU was busy (a long evaluation, a slow first step) was
     replaced as hung by one idle sample. Idleness is judged over the whole window now."""
     job, _ = sup.provisioned()
@@ -177,7 +177,7 @@ def test_a_gpu_busy_through_the_window_is_not_hung_by_one_idle_sample(sup: Super
 
 
 def test_the_no_progress_clock_starts_with_training_not_with_the_rent(sup: Supervised) -> None:
-    """Reproduction (Why 4): a job that restored for 15 min and then trained with an idle GPU
+    """Reproduction: a job that restored for 15 min and then trained with an idle GPU
     and no progress file (no step) was hung 15 minutes into training: the no-progress clock
     (30 min) started at rent time. It starts at the first training heartbeat."""
     job, _ = sup.provisioned()

@@ -1,6 +1,6 @@
-"""Spend as Vast bills it (issue 13, Why 6), through the real monitor and lifecycle: stopped time
-at the storage rate, every instance ever rented for the job counted, spend that only moves up,
-the budget judged in every active state, and an orphan without a start date still swept.
+"""Spend as Vast bills it (docs/architecture.md#spend), through the real monitor and lifecycle:
+stopped time at the storage rate, every instance ever rented for the job counted, spend that only
+moves up, the budget judged in every active state, and an orphan without a start date still swept.
 Expected figures come from the Vast simulator's ledger, never from tether's own cost model."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def job_ledgers_usd(sup: Supervised, job_id: str) -> float:
 
 
 def stuck_replacing(sup: Supervised, job_id: str) -> None:
-    """A replace whose execution died after its first step (issue 13, Why 2): the job is
+    """A replace whose execution died after its first step: the job is
     REPLACING and its generation 1 superseded, and nobody destroys that host."""
     now = sup.clock()
     sup.store.transition_job(

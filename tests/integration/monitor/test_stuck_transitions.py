@@ -2,7 +2,7 @@
 retried as a new attempt, and a stopping job's host is destroyed within a bounded number of
 monitor intervals once Vast answers again, even while the stop's executions keep failing.
 
-Reproduction (issue 13): a Vast 502 outage during a stop failed the execution; an hour after
+Reproduction: a Vast 502 outage during a stop failed the execution; an hour after
 Vast recovered the job was still STOPPING and its instance billing ($0.27 of a $0.20 budget).
 """
 

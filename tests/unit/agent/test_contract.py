@@ -165,7 +165,7 @@ def _minimal_env() -> dict[str, str]:
     }
 
 
-def test_defaults_follow_design() -> None:
+def test_defaults_match_the_job_spec_defaults() -> None:
     s = load_settings(_minimal_env())
     assert (s.heartbeat_interval_s, s.grace_s, s.probe_timeout_s) == (15, 120, 10)
     assert (s.marker, s.keep_last, s.on_dead_man, s.gpu_probe) == (

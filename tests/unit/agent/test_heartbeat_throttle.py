@@ -1,6 +1,7 @@
-"""The agent's heartbeat client under throttling (issue 13, Why 7): a 429 is retried within
-half an interval, however long the 429s last, and never touches training or the lease; other
-failures keep the doubling back-off. Through `Heartbeater.beat_once` with a mock transport."""
+"""The agent's heartbeat client under throttling (docs/architecture.md#bounded-input): a 429 is
+retried within half an interval, however long the 429s last, and never touches training or the
+lease; other failures keep the doubling back-off. Through `Heartbeater.beat_once` with a mock
+transport."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The import graph points one way: CLI → local stack → infra → functions (DESIGN §2).
+"""The import graph points one way: CLI → local stack → infra → functions
+(docs/architecture.md#layers).
 
 Every `import` and `from … import` in the source tree (lazy ones inside functions too) is read
 with `ast`, so an arrow that points up or across fails here rather than in a user's install.

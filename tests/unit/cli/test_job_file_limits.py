@@ -1,5 +1,5 @@
 """`tether validate` on pathological job files: each is refused with exit 2 and one line that
-names the file and the limit, never "unexpected …" with exit 1 (issue 13, Why 8).
+names the file and the limit, never "unexpected …" with exit 1 (docs/architecture.md#bounded-input).
 
 The limits (`functions/domain/documents.py`): 1 MiB, 32 levels, 10,000 values with aliases
 counted as what they repeat. The values below are written out, not read from the constants."""

@@ -1,4 +1,5 @@
-"""The health policy as a table: every transition, with its boundaries (DESIGN §4)."""
+"""The health policy as a table: every transition, with its boundaries
+(docs/architecture.md#health-policy)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The health policy's verdicts that end a job, as a table: an image that cannot be pulled (the
-job's fault), and the replacement caps per cause (DESIGN §4)."""
+job's fault), and the replacement caps per cause (docs/architecture.md#replacement-caps)."""
 
 from __future__ import annotations
 

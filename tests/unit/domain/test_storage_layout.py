@@ -1,5 +1,5 @@
 """The bucket layout the control plane builds and reads (functions/domain/storage_layout.py),
-spelled out as DESIGN §3 has it."""
+spelled out as docs/architecture.md#bucket-layout has it."""
 
 from __future__ import annotations
 
