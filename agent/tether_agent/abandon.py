@@ -15,7 +15,9 @@ class Abandoned(Exception):
     """`stop()` turned true while the work ran; the work goes on in its daemon thread."""
 
 
-def unless(work: Callable[[], _T], stop: Callable[[], bool], *, name: str = "work") -> _T:
+def run_until_stopped(
+    work: Callable[[], _T], stop: Callable[[], bool], *, name: str = "work"
+) -> _T:
     """`work()`'s result (its exception re-raised here), or `Abandoned` once `stop()` is true."""
     result: list[_T] = []
     error: list[BaseException] = []

@@ -23,7 +23,7 @@ from enum import IntEnum
 from types import FrameType
 from typing import Any
 
-from tether_agent.abandon import Abandoned, unless
+from tether_agent.abandon import Abandoned, run_until_stopped
 from tether_agent.checkpoints import generation_prefix
 from tether_agent.code_source import code_source
 from tether_agent.gpu import GpuMonitor, Probe, make_probe
@@ -55,6 +55,7 @@ from tether_agent.vast import stop_own_instance
 
 log = logging.getLogger(__name__)
 FIRST_STEP_POLL_S = 0.1  # how late the first step after the restore may be seen, at most
+COMMAND_NOT_STARTED = 127  # the exit code when the training command cannot start, as in a shell
 
 
 class ExitCode(IntEnum):
@@ -66,6 +67,29 @@ class ExitCode(IntEnum):
     STORAGE_FAILED = 13
     CODE_UNAVAILABLE = 14
     SECRETS_MISSING = 15
+
+
+class CannotTrain(Exception):
+    """Training cannot start on this host: what `Agent._fail`, the run's one failure path,
+    says and reports."""
+
+    def __init__(
+        self,
+        exit_code: int,
+        reason: str | None = None,
+        *,
+        note: str | None = None,
+        training_exit_code: int | None = None,
+    ) -> None:
+        super().__init__(reason or f"exit code {exit_code}")
+        self.exit_code = exit_code  # the agent's
+        self.reason = reason  # logged as an error; None: logged where it was found
+        self.note = note  # in the shipped log too (`tether logs`)
+        self.training_exit_code = training_exit_code  # the final heartbeat's `exit_code`
+
+
+class ShutdownDue(Exception):
+    """Before training: the control plane said `stop` or `superseded`, or the lease ran out."""
 
 
 class Agent:
@@ -228,103 +252,59 @@ class Agent:
             self.keys.close()
 
     def _run(self) -> int:
+        """The phases in order. Before training, a phase ends the run by raising: `CannotTrain`
+        (the one failure path, `_fail`), `Abandoned` (SIGTERM/SIGINT: `_stopped_by_signal`) or
+        `ShutdownDue` (a command or the lease: `_shut_down`); training ends it in `_train`."""
+        try:
+            self._await_secrets()
+            self._renew_lease_if_expired()
+            self._raise_if_shutdown_due()
+            self._fetch_code_and_restore()
+            self._adopt_earlier_uploads()
+            self._raise_if_shutdown_due()
+            training = self._start_training()
+        except CannotTrain as failure:
+            return self._fail(failure)
+        except Abandoned:
+            return self._stopped_by_signal()
+        except ShutdownDue:
+            return self._shut_down()
+        return self._train(training)
+
+    def _await_secrets(self) -> None:
+        """Phase `starting`: wait for the job's user secrets, if it has any (`secrets_inbox.py`);
+        `CannotTrain` when one is not stored or they did not arrive in time."""
         if self.user_secrets.wanted:
             self.heartbeater.poke()  # ask now, not one interval from now
         problem = self.user_secrets.wait(
             self.tuning.secrets_wait_s,
             lambda: self._command is not None or self._signalled is not None,
         )
-        if problem is not None and self._command is None and self._signalled is None:
-            log.error("cannot start training: %s", problem)
-            self.log_shipper.note(f"cannot start training: {problem}")
-            self.exit_code = None
-            self._set_phase("failed")
-            self.heartbeater.stop(final=True)
-            return ExitCode.SECRETS_MISSING
-        if self._signalled is not None:
-            return self._stopped_by_signal()
+        failure = None
+        if problem is not None:
+            why = f"cannot start training: {problem}"
+            failure = CannotTrain(ExitCode.SECRETS_MISSING, why, note=why)
+        self._fail_unless_overruled(failure)
+
+    def _renew_lease_if_expired(self) -> None:
         if self.lease.expired():  # started again with its rent's lease (back from an outbid)
             self.heartbeater.await_reply()  # renews it only while the job is supervised
-        if self._command or self.lease.expired():
-            return self._shut_down()
+
+    def _fetch_code_and_restore(self) -> None:
+        """Phase `restoring`: the job's code, then the newest usable recorded checkpoint;
+        `CannotTrain` when the code cannot be fetched or storage cannot be read."""
         self._set_phase("restoring")
-        try:
-            no_code = self._fetch_code()  # first: a bad commit fails before any download
-            readable = self._restore() if no_code is None else True
-        except Abandoned:
-            return self._stopped_by_signal()
-        if self._signalled is not None:
-            return self._stopped_by_signal()
-        if no_code is not None and self._command is None:
-            log.error("cannot fetch the job's code: %s", no_code)
-            self.log_shipper.note(f"cannot fetch the job's code: {no_code}; training not started")
-            self._set_phase("failed")
-            self.heartbeater.stop(final=True)
-            return ExitCode.CODE_UNAVAILABLE
-        if not readable and self._command is None:
-            self.exit_code = None
-            self._set_phase("failed")
-            self.heartbeater.stop(final=True)
-            return ExitCode.STORAGE_FAILED
-        if self.restored:
-            self.uploader.already_remote(self.restored.ref.step, self.restored.ref)
-        own = generation_prefix(self.settings.s3_prefix, self.settings.generation)
-        if stale := abort_stale_uploads(self.storage, own):  # killed mid-upload, same generation
-            self.log_shipper.note(f"started again: {stale} unfinished uploads aborted")
-        if adopted := self.uploader.adopt_remote():  # started again on its disk (outbid)
-            self.log_shipper.note(f"started again: checkpoints {adopted} already uploaded")
-        if self._command or self.lease.expired():
-            return self._shut_down()
-
-        self.uploader.start()
-        self.log_shipper.start()
-        restored = f"restored step {self.restored.ref.step}" if self.restored else "no checkpoint"
-        self.log_shipper.note(
-            f"generation {self.settings.generation} on instance {self.settings.container_id}: "
-            f"{restored}; starting training"
-        )
-        self.training = TrainingProcess(
-            self.command,
-            self._child_env(),
-            TeeLog(
-                RotatingLog(
-                    self.settings.work_dir / "logs" / "training.log",
-                    self.tuning.log_max_bytes,
-                    self.tuning.log_backups,
-                ),
-                self.log_shipper,
-            ),
-            orphan_grace_s=self.settings.grace_s,
-            orphan_log=self.settings.work_dir / "logs" / "training.log",
-            cwd=self.settings.code_dir,
-        )
-        baseline = self._step()  # what is on disk before the script ran
-        try:
-            self.training.start()
-        except OSError as exc:
-            log.error("cannot start the training command: %s", exc)
-            self.exit_code = 127
-            self._set_phase("failed")
-            self.uploader.stop_watching()
-            self.heartbeater.stop(final=True)
-            return 127
-        self.resume.started(self.restored.ref.step if self.restored else 0, baseline)
-        self._set_phase("training")
-        if self._signalled is not None and not self._interrupted:  # came while it started
-            self._interrupted = True
-            self.training.signal(self._signalled)
-
-        while True:
-            waiting = self.resume.waiting()  # for the first step: polled 10 times a second
-            poll_s = FIRST_STEP_POLL_S if waiting else 1.0
-            self.training.exited.wait(timeout=max(0.01, min(poll_s, self.lease.remaining_s())))
-            if waiting:
-                self.resume.observe(self._step())
-            if self._command or self.lease.expired():
-                return self._shut_down()
-            code = self.training.poll()
-            if code is not None:
-                return self._finish(code)
+        no_code = self._fetch_code()  # first: a bad commit fails before any download
+        readable = self._restore() if no_code is None else True
+        failure = None
+        if no_code is not None:
+            why = f"cannot fetch the job's code: {no_code}"
+            failure = CannotTrain(
+                ExitCode.CODE_UNAVAILABLE, why, note=f"{why}; training not started"
+            )
+        elif not readable:
+            failure = CannotTrain(ExitCode.STORAGE_FAILED)  # `_restore` logged why
+        self._fail_unless_overruled(failure)
 
     def _fetch_code(self) -> str | None:
         """Put the job's code in place (`code_source.py`); why not, when it cannot be. Raises
@@ -335,7 +315,7 @@ class Agent:
             return None
         log.info("fetching the job's code: %s", source.what)
         try:
-            self._unless_signalled(source.fetch)
+            self._run_until_signalled(source.fetch)
         except CodeUnavailable as exc:
             return str(exc)
         except TransferCancelled:
@@ -351,7 +331,7 @@ class Agent:
         Raises `Abandoned` when SIGTERM/SIGINT arrives meanwhile (the restore is abandoned)."""
         s = self.settings
         try:
-            result = self._unless_signalled(
+            result = self._run_until_signalled(
                 lambda: restore_recorded(
                     self.reader, s.restore_checkpoints, s.generation, s.checkpoint_dir,
                     self.tuning.file_concurrency,
@@ -372,20 +352,93 @@ class Agent:
             self.log_shipper.note("no recorded checkpoint was usable: starting from scratch")
         return True
 
+    def _adopt_earlier_uploads(self) -> None:
+        """Tell the uploader what storage already holds: the restored checkpoint, and this
+        generation's own checkpoints when it is started again on its disk (after an outbid);
+        its unfinished uploads from before (killed mid-upload) are aborted."""
+        if self.restored:
+            self.uploader.already_remote(self.restored.ref.step, self.restored.ref)
+        own = generation_prefix(self.settings.s3_prefix, self.settings.generation)
+        if stale := abort_stale_uploads(self.storage, own):
+            self.log_shipper.note(f"started again: {stale} unfinished uploads aborted")
+        if adopted := self.uploader.adopt_remote():
+            self.log_shipper.note(f"started again: checkpoints {adopted} already uploaded")
+
+    def _start_training(self) -> TrainingProcess:
+        """Start the uploader, the log shipper and the training command (phase `training`);
+        `CannotTrain` (127, as a shell says it) when the command cannot be started."""
+        self.uploader.start()
+        self.log_shipper.start()
+        restored = f"restored step {self.restored.ref.step}" if self.restored else "no checkpoint"
+        self.log_shipper.note(
+            f"generation {self.settings.generation} on instance {self.settings.container_id}: "
+            f"{restored}; starting training"
+        )
+        self.training = training = TrainingProcess(
+            self.command,
+            self._child_env(),
+            TeeLog(
+                RotatingLog(
+                    self.settings.work_dir / "logs" / "training.log",
+                    self.tuning.log_max_bytes,
+                    self.tuning.log_backups,
+                ),
+                self.log_shipper,
+            ),
+            orphan_grace_s=self.settings.grace_s,
+            orphan_log=self.settings.work_dir / "logs" / "training.log",
+            cwd=self.settings.code_dir,
+        )
+        baseline = self._step()  # what is on disk before the script ran
+        try:
+            training.start()
+        except OSError as exc:
+            why = f"cannot start the training command: {exc}"
+            failure = CannotTrain(COMMAND_NOT_STARTED, why, training_exit_code=COMMAND_NOT_STARTED)
+            raise failure from exc
+        self.resume.started(self.restored.ref.step if self.restored else 0, baseline)
+        self._set_phase("training")
+        if self._signalled is not None and not self._interrupted:  # came while it started
+            self._interrupted = True
+            training.signal(self._signalled)
+        return training
+
+    def _child_env(self) -> dict[str, str]:
+        env = training_env(
+            os.environ,
+            checkpoint_dir=self.settings.checkpoint_dir,
+            marker=self.settings.marker,
+            progress_file=self.progress_file,
+            restored_step=self.restored.ref.step if self.restored else None,
+            resume_from=self.restored.local_dir if self.restored else None,
+            code_dir=self.settings.code_dir,
+            outputs_dir=self.settings.outputs_dir,
+            checkpoint_interval_s=self.settings.checkpoint_interval_s,
+        )
+        env.update(self.user_secrets.values())  # the training command's environment only
+        return env
+
+    def _train(self, training: TrainingProcess) -> int:
+        """Wait for the training to exit (`_finish`), or for a command or the lease's end
+        (`_shut_down`); meanwhile watch for the first step after the restored one."""
+        while True:
+            waiting = self.resume.waiting()  # for the first step: polled 10 times a second
+            poll_s = FIRST_STEP_POLL_S if waiting else 1.0
+            training.exited.wait(timeout=max(0.01, min(poll_s, self.lease.remaining_s())))
+            if waiting:
+                self.resume.observe(self._step())
+            if self._shutdown_due():
+                return self._shut_down()
+            code = training.poll()
+            if code is not None:
+                return self._finish(code)
+
     def _finish(self, code: int) -> int:
         """Training ended on its own: upload what it marked, report, exit with its status."""
         log.info("training exited with %d", code)
         self.exit_code = code
         self._set_phase("uploading")
-        self.uploader.stop_watching()
-        try:
-            self.uploader.upload_pending()
-        except TransferCancelled:
-            pass
-        except StorageError as exc:
-            log.error("final upload failed: %s", exc)
-        if code == 0 or self._interrupted:
-            self._upload_outputs()
+        self._final_upload(code)
         if self._command and self._command[0] != "continue":
             return self._shut_down()
         self.log_shipper.note(f"training exited with {code}")
@@ -396,6 +449,77 @@ class Agent:
             self._set_phase("finished" if code == 0 else "failed")
         self.heartbeater.stop(final=True)
         return code
+
+    def _final_upload(self, code: int) -> None:
+        """Phase `uploading`: the last checkpoint the training marked, then the outputs dir when
+        the training finished (exit 0) or was stopped from outside."""
+        self.uploader.stop_watching()
+        try:
+            self.uploader.upload_pending()
+        except TransferCancelled:
+            pass
+        except StorageError as exc:
+            log.error("final upload failed: %s", exc)
+        if code == 0 or self._interrupted:
+            self._upload_outputs()
+
+    def _upload_outputs(self) -> None:
+        """The outputs dir, once, after the final checkpoint (`outputs.py`); a failure is said
+        in the log and leaves `self.outputs` unset (the job then cannot end FINISHED)."""
+        s = self.settings
+        if s.outputs_dir is None or self.outputs is not None or self.storage.cancel.is_set():
+            return
+        try:
+            self.outputs = upload_outputs(
+                self.storage,
+                s.outputs_dir,
+                s.generation,
+                self._step() or 0,
+                file_concurrency=self.tuning.file_concurrency,
+            )
+        except (StorageError, OSError) as exc:
+            log.error("outputs not uploaded: %s", exc)
+            self.log_shipper.note(f"outputs not uploaded: {exc}")
+            return
+        what = f"{self.outputs.files} files, {self.outputs.bytes} bytes"
+        if self.outputs.files == 0:
+            what = f"nothing: {s.outputs_dir} is empty"
+        log.info("outputs uploaded (%s): %s", what, self.outputs.manifest_key)
+        self.log_shipper.note(f"outputs uploaded ({what})")
+        self.heartbeater.poke()
+
+    # -- how the run ends before training, or with a command or the lease --------------------
+
+    def _fail_unless_overruled(self, failure: CannotTrain | None) -> None:
+        """Before training a signal overrules everything (`Abandoned`), and a command from the
+        control plane overrules a failure (obeyed at the next `_raise_if_shutdown_due`);
+        otherwise raise `failure`, if any."""
+        if self._signalled is not None:
+            raise Abandoned
+        if failure is not None and self._command is None:
+            raise failure
+
+    def _shutdown_due(self) -> bool:
+        """The control plane said `stop` or `superseded`, or the lease ran out."""
+        return bool(self._command) or self.lease.expired()
+
+    def _raise_if_shutdown_due(self) -> None:
+        if self._shutdown_due():
+            raise ShutdownDue
+
+    def _fail(self, failure: CannotTrain) -> int:
+        """The run's one failure path: training cannot start on this host. Say why, report
+        `failed` in the final heartbeat and exit with the failure's code; the machine is not
+        stopped here (the control plane decides what comes next)."""
+        if failure.reason is not None:
+            log.error("%s", failure.reason)
+        if failure.note is not None:
+            self.log_shipper.note(failure.note)
+        self.exit_code = failure.training_exit_code
+        self._set_phase("failed")
+        self.uploader.stop_watching()  # (a no-op unless the training command failed to start)
+        self.heartbeater.stop(final=True)
+        return failure.exit_code
 
     def _shut_down(self) -> int:
         """Lease expired, `stop` or `superseded`: stop training, maybe upload, stop the host."""
@@ -431,45 +555,15 @@ class Agent:
         )
         return reason
 
-    def _upload_outputs(self) -> None:
-        """The outputs dir, once, after the final checkpoint (`outputs.py`); a failure is said
-        in the log and leaves `self.outputs` unset (the job then cannot end FINISHED)."""
-        s = self.settings
-        if s.outputs_dir is None or self.outputs is not None or self.storage.cancel.is_set():
-            return
-        try:
-            self.outputs = upload_outputs(
-                self.storage,
-                s.outputs_dir,
-                s.generation,
-                self._step() or 0,
-                file_concurrency=self.tuning.file_concurrency,
-            )
-        except (StorageError, OSError) as exc:
-            log.error("outputs not uploaded: %s", exc)
-            self.log_shipper.note(f"outputs not uploaded: {exc}")
-            return
-        what = f"{self.outputs.files} files, {self.outputs.bytes} bytes"
-        if self.outputs.files == 0:
-            what = f"nothing: {s.outputs_dir} is empty"
-        log.info("outputs uploaded (%s): %s", what, self.outputs.manifest_key)
-        self.log_shipper.note(f"outputs uploaded ({what})")
-        self.heartbeater.poke()
-
-    def _child_env(self) -> dict[str, str]:
-        env = training_env(
-            os.environ,
-            checkpoint_dir=self.settings.checkpoint_dir,
-            marker=self.settings.marker,
-            progress_file=self.progress_file,
-            restored_step=self.restored.ref.step if self.restored else None,
-            resume_from=self.restored.local_dir if self.restored else None,
-            code_dir=self.settings.code_dir,
-            outputs_dir=self.settings.outputs_dir,
-            checkpoint_interval_s=self.settings.checkpoint_interval_s,
-        )
-        env.update(self.user_secrets.values())  # the training command's environment only
-        return env
+    def _stopped_by_signal(self) -> int:
+        """A signal before training: report `stopping` and exit 128+N (the host is being stopped
+        from outside; the control plane decides what comes next)."""
+        signum = self._signalled or signal.SIGTERM
+        log.warning("stopped by signal %d before training started", signum)
+        self.exit_code = None
+        self._set_phase("stopping")
+        self.heartbeater.stop(final=True)
+        return 128 + signum
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -484,23 +578,13 @@ class Agent:
             if training is None:
                 log.warning("got signal %d before training: stopping", signum)
                 self.storage.cancel.set()  # shared by `self.reader`: a restore stops too
-            elif training.pid is not None:  # (still starting: `_run` forwards it once started)
+            elif training.pid is not None:  # (still starting: `_start_training` forwards it)
                 self._interrupted = self._interrupted or training.poll() is None
                 log.info("got signal %d: forwarding it to the training group", signum)
                 training.signal(signum)
 
         return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
 
-    def _unless_signalled(self, work: Callable[[], Any]) -> Any:
+    def _run_until_signalled(self, work: Callable[[], Any]) -> Any:
         """`work()`, abandoned (`Abandoned`) when SIGTERM/SIGINT arrives (`abandon.py`)."""
-        return unless(work, lambda: self._signalled is not None, name="restore")
-
-    def _stopped_by_signal(self) -> int:
-        """A signal before training: report `stopping` and exit 128+N (the host is being stopped
-        from outside; the control plane decides what comes next)."""
-        signum = self._signalled or signal.SIGTERM
-        log.warning("stopped by signal %d before training started", signum)
-        self.exit_code = None
-        self._set_phase("stopping")
-        self.heartbeater.stop(final=True)
-        return 128 + signum
+        return run_until_stopped(work, lambda: self._signalled is not None, name="restore")

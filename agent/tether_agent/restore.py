@@ -89,7 +89,7 @@ def restore_latest(
     unreadable = False
     for ref in candidates[:MAX_RESTORE_CANDIDATES]:
         try:
-            local = _try(storage, ref, generation, checkpoint_dir, file_concurrency)
+            local = _restore_candidate(storage, ref, generation, checkpoint_dir, file_concurrency)
         except TransferCancelled:
             raise  # superseded or shutting down: not the candidate's fault
         except _Unreadable as exc:
@@ -125,7 +125,7 @@ def _skip(ref: CheckpointRef, reason: str) -> SkippedCheckpoint:
     return SkippedCheckpoint(manifest_key=ref.manifest_key, reason=text)
 
 
-def _try(
+def _restore_candidate(
     storage: Storage,
     ref: CheckpointRef,
     generation: int,

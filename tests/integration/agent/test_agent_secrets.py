@@ -96,3 +96,22 @@ def test_a_job_without_secrets_does_not_ask(
     assert code == 0, out
     assert seen.read_text() == "None"
     assert all(hb["wants_secrets"] is False for hb in control_plane.heartbeats)
+
+
+def test_a_secret_too_large_for_the_environment_fails_the_start_with_127(
+    tmp_path: Path, s3_server: S3Server, bucket: str, control_plane: ControlPlane
+) -> None:
+    """Linux refuses an environment variable over 128 KiB at exec: the training command cannot
+    start, so the generation fails with 127 as a shell says it (the one failure path, reached
+    after the uploader started)."""
+    huge = "x" * (256 * 1024)
+    control_plane.secrets = {"values": {"HF_TOKEN": huge}, "missing": []}
+    env = agent_env(tmp_path, s3_server, bucket, control_plane, TETHER_SECRETS="HF_TOKEN")
+    ran = tmp_path / "ran.txt"
+    code, out = finish(start_agent(env, [sys.executable, "-c", PRINT_SECRET, str(ran)]))
+    assert code == 127, out
+    assert not ran.exists()
+    assert "cannot start the training command: [Errno 7] Argument list too long" in out
+    assert huge not in out
+    last = control_plane.last()
+    assert last is not None and last["phase"] == "failed" and last["exit_code"] == 127
