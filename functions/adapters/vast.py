@@ -1,6 +1,6 @@
 """The Vast.ai REST API, as tether uses it: search offers, rent, watch, stop, destroy.
 
-Facts this code relies on (shared/reference/vast-api.md):
+Facts this code relies on (Vast's OpenAPI spec and official client; docs/vast.md):
 - auth is `Authorization: Bearer <key>` only; the key never goes into a URL (URLs end up in logs);
 - rate limits are per endpoint, answered with 429 and a plain-text body, no Retry-After;
 - error bodies are `{success: false, error, msg}` JSON or plain text, and an offer that is gone

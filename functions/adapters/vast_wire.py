@@ -3,7 +3,7 @@
 Its errors, typed from the answer (status, `{success: false, error, msg}` JSON or plain text, and
 the `no_such_ask` token that marks an offer gone whatever the status), its records (offers are
 `functions/domain/offer.py`), the offer search body, and the checks that refuse a request before
-it is sent when Vast would refuse it. Facts: shared/reference/vast-api.md.
+it is sent when Vast would refuse it. Facts: Vast's OpenAPI spec and official client (docs/vast.md).
 
 Records are read one at a time (`parse_instance`, `parse_offer`, `check_charge`): odd values are
 normalised first (`functions.domain.records`); a record that still cannot be read is left out of

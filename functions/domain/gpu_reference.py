@@ -9,8 +9,8 @@ one GPU of each model is, in the two figures Vast publishes per offer:
   four ≈ 230, eight ≈ 450).
 - `total_flops`: peak TFLOPS, the sum over the offer's GPUs (exactly linear in the count).
 
-Each row is derived from the real records (shared/fixtures/vast/offers.json, snapshots up to
-2026-09): the median `dlperf` of the model's one-GPU offers (or, for a model seen only on
+Each row is derived from real Vast offer records (search snapshots up to 2026-09, kept outside
+the repository): the median `dlperf` of the model's one-GPU offers (or, for a model seen only on
 multi-GPU offers, the median of `dlperf` ÷ `num_gpus`), and the median `total_flops` ÷
 `num_gpus`. A fixed table, not the offers of the moment, so that a spec validates the same way
 in `tether validate`, at `POST /jobs` and in every later plan, and a reference does not drift

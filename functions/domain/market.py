@@ -5,7 +5,7 @@ Vast rents a host two ways. On demand, it runs until tether destroys it, at `dph
 Interruptible, it runs while its bid is the highest: a renter bids at least the offer's `min_bid`
 ($/h for the GPU/machine part; storage is billed on top, as on demand), and when someone bids
 more the marketplace *stops* the instance (an outbid). A stopped instance bills storage only and
-resumes when its bid wins again (shared/reference/vast-api.md).
+resumes when its bid wins again (Vast's billing guide; docs/vast.md).
 
 The bid tether places is `min_bid × (1 + resources.bid_margin)`; while it runs the job pays
 

@@ -1,7 +1,7 @@
 """A marketplace offer, as Vast's search (`POST /api/v0/bundles/`) returns it.
 
 Only the fields tether uses are modelled; every other field is kept (extra="allow") so a newer
-API never breaks parsing. Units follow the real records (shared/fixtures/vast/README.md):
+API never breaks parsing. Units follow the real Vast records (docs/vast.md):
 `gpu_ram` MB, `disk_space` GB, `inet_down`/`inet_up` Mbit/s, `inet_*_cost` $/GB,
 `dph_*` and `min_bid` $/hour, `storage_cost` $/GB/month. `min_bid` prices the GPU/machine part
 of an interruptible (bid) instance; storage is billed on top, as for on-demand.

@@ -33,7 +33,7 @@ from functions.domain.offer import Offer
 # Decimal GB: for the same bytes this gives the larger GB count, so our estimate errs high,
 # which is the safe side for a budget cap.
 BYTES_PER_GB = 1_000_000_000
-HOURS_PER_MONTH = 720  # Vast's storage price is $/GB/month over 720 h (shared/fixtures README)
+HOURS_PER_MONTH = 720  # Vast's storage price is $/GB/month over 720 h (Vast's billing guide)
 
 
 class _Frozen(BaseModel):

@@ -1,6 +1,7 @@
 """Seeded, realistic Vast offer records ("bundles"), as `POST /api/v0/bundles/` returns them.
 
-The distributions follow the real records in shared/fixtures/vast (2024–2026 snapshots):
+The distributions follow real Vast search records (2024–2026 snapshots, kept outside the
+repository):
 - client prices are the host's listed prices × 4/3, which is where float noise such as
   0.26666666666666666 comes from;
 - `inet_*_cost` is $/GB (= `internet_*_cost_per_tb` / 1024), from 0 to about $0.05/GB, most
