@@ -4,13 +4,18 @@ The CDK construct that owns a resource fills the variable from it (`infra/constr
 names below are the only spelling of those variables (`infra/names.py` re-exports them for the
 stack and the tests). A missing or malformed variable fails the cold start with every problem
 named, instead of a KeyError on the first request.
+
+A field several functions read is spelled once: in a base the functions' models extend
+(`_Settings` for every function, `_CloudflareEndpoints`, `ProviderSettings` for the functions
+that call Vast and Cloudflare), or, where the functions differ in its default, as an `Annotated`
+type each declares with its own default.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -43,7 +48,34 @@ class SettingsError(RuntimeError):
     """The function's environment is incomplete or wrong: a deployment mistake."""
 
 
+ARN_PATTERN = r"^arn:aws[a-z-]*:"
+
+# Fields of several functions, each spelled once. A function that needs its own default says so
+# where it declares the field (`max_body_bytes: MaxBodyBytes = 160 * 1024`).
+StateMachineArn = Annotated[
+    str, Field(alias=STATE_MACHINE_ARN_ENV, pattern=ARN_PATTERN + r"states:[a-z0-9-]+:\d{12}:")
+]
+JobEventsTopicArn = Annotated[
+    str | None,
+    Field(
+        alias=JOB_EVENTS_TOPIC_ARN_ENV,
+        pattern=ARN_PATTERN + "sns:",
+        description="Where job transition events go; unset: not published.",
+    ),
+]
+CloudflareSecretArn = Annotated[str, Field(alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=ARN_PATTERN)]
+MaxBodyBytes = Annotated[int, Field(alias=MAX_BODY_BYTES_ENV, ge=1024)]
+VastDeadlineS = Annotated[
+    float, Field(alias=VAST_DEADLINE_ENV, gt=0, description="How long one Vast call retries.")
+]
+VastTimeoutS = Annotated[
+    float, Field(alias=VAST_TIMEOUT_ENV, gt=0, description="One Vast request's timeout.")
+]
+
+
 class _Settings(BaseModel):
+    """What every function reads: the base of each function's model."""
+
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     service_name: str = Field(alias=SERVICE_NAME_ENV, min_length=1)
@@ -51,29 +83,33 @@ class _Settings(BaseModel):
     table_name: str = Field(alias=TABLE_NAME_ENV, min_length=3, max_length=255)
 
 
-class JobsApiSettings(_Settings):
-    state_machine_arn: str = Field(
-        alias=STATE_MACHINE_ARN_ENV, pattern=r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:"
-    )
-    max_body_bytes: int = Field(default=256 * 1024, alias=MAX_BODY_BYTES_ENV, ge=1024)
-    idempotency_ttl_s: int = Field(default=24 * 3600, alias=IDEMPOTENCY_TTL_ENV, ge=60)
-    job_events_topic_arn: str | None = Field(
-        default=None,
-        alias=JOB_EVENTS_TOPIC_ARN_ENV,
-        pattern=r"^arn:aws[a-z-]*:sns:",
-        description="Where job transition events go; unset: not published.",
-    )
-    # Code archives (POST /code/uploads, and POST /jobs with `code.archive`): R2 through
-    # credentials minted from the Cloudflare secret. Unset: such jobs are refused (503).
-    cloudflare_secret_arn: str | None = Field(
-        default=None, alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:"
-    )
+class _CloudflareEndpoints(_Settings):
+    """Where a function that reaches Cloudflare or R2 sends its requests (the account's key:
+    its own `cloudflare_secret_arn`, required or not)."""
+
     cloudflare_base_url: str = Field(
         default="https://api.cloudflare.com/client/v4",
         alias=CLOUDFLARE_BASE_URL_ENV,
         pattern=r"^https?://",
     )
-    r2_endpoint: str | None = Field(default=None, alias=R2_ENDPOINT_ENV, pattern=r"^https?://")
+    r2_endpoint: str | None = Field(
+        default=None,
+        alias=R2_ENDPOINT_ENV,
+        pattern=r"^https?://",
+        description="Default: https://<account_id>.r2.cloudflarestorage.com",
+    )
+
+
+class JobsApiSettings(_CloudflareEndpoints):
+    state_machine_arn: StateMachineArn
+    max_body_bytes: MaxBodyBytes = 256 * 1024
+    idempotency_ttl_s: int = Field(default=24 * 3600, alias=IDEMPOTENCY_TTL_ENV, ge=60)
+    job_events_topic_arn: JobEventsTopicArn = None
+    # Code archives (POST /code/uploads, and POST /jobs with `code.archive`): R2 through
+    # credentials minted from the Cloudflare secret. Unset: such jobs are refused (503).
+    cloudflare_secret_arn: str | None = Field(
+        default=None, alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=ARN_PATTERN
+    )
 
 
 class HeartbeatSettings(_Settings):
@@ -89,53 +125,32 @@ class HeartbeatSettings(_Settings):
     # keys and 300-character reasons, two checkpoint references and a GPU error, every character
     # a control character; 26 KB when all are ASCII. A valid heartbeat refused for its size
     # would be refused every time, and the host would be lost to it.
-    max_body_bytes: int = Field(default=160 * 1024, alias=MAX_BODY_BYTES_ENV, ge=1024)
+    max_body_bytes: MaxBodyBytes = 160 * 1024
 
 
-class LogsApiSettings(_Settings):
+class LogsApiSettings(_CloudflareEndpoints):
     """GET /jobs/{id}/logs: reads the job's log segments in R2 with read-only credentials."""
 
-    cloudflare_secret_arn: str = Field(alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:")
-    cloudflare_base_url: str = Field(
-        default="https://api.cloudflare.com/client/v4",
-        alias=CLOUDFLARE_BASE_URL_ENV,
-        pattern=r"^https?://",
-    )
-    r2_endpoint: str | None = Field(default=None, alias=R2_ENDPOINT_ENV, pattern=r"^https?://")
+    cloudflare_secret_arn: CloudflareSecretArn
 
 
-class _ProviderSettings(_Settings):
-    """Where the account-wide keys live (SSM SecureString ARNs) and which endpoints to call."""
+class ProviderSettings(_CloudflareEndpoints):
+    """Where the account-wide keys live (SSM SecureString ARNs) and which endpoints to call: the
+    settings of the functions that call Vast and Cloudflare (`functions.adapters.factory.
+    Providers` builds their clients from them)."""
 
-    vast_secret_arn: str = Field(alias=VAST_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:")
-    cloudflare_secret_arn: str = Field(alias=CLOUDFLARE_SECRET_ARN_ENV, pattern=r"^arn:aws[a-z-]*:")
+    vast_secret_arn: str = Field(alias=VAST_SECRET_ARN_ENV, pattern=ARN_PATTERN)
+    cloudflare_secret_arn: CloudflareSecretArn
     vast_base_url: str = Field(
         default="https://console.vast.ai", alias=VAST_BASE_URL_ENV, pattern=r"^https?://"
     )
-    cloudflare_base_url: str = Field(
-        default="https://api.cloudflare.com/client/v4",
-        alias=CLOUDFLARE_BASE_URL_ENV,
-        pattern=r"^https?://",
-    )
-    r2_endpoint: str | None = Field(
-        default=None,
-        alias=R2_ENDPOINT_ENV,
-        pattern=r"^https?://",
-        description="Default: https://<account_id>.r2.cloudflarestorage.com",
-    )
     monitor_interval_s: float = Field(default=60, alias=MONITOR_INTERVAL_ENV, gt=0)
-    vast_deadline_s: float = Field(
-        default=30, alias=VAST_DEADLINE_ENV, gt=0, description="How long one Vast call retries."
-    )
-    vast_timeout_s: float = Field(
-        default=20, alias=VAST_TIMEOUT_ENV, gt=0, description="One Vast request's timeout."
-    )
+    vast_deadline_s: VastDeadlineS = 30
+    vast_timeout_s: VastTimeoutS = 20
 
 
-class MonitorSettings(_ProviderSettings):
-    state_machine_arn: str = Field(
-        alias=STATE_MACHINE_ARN_ENV, pattern=r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:"
-    )
+class MonitorSettings(ProviderSettings):
+    state_machine_arn: StateMachineArn
     monitor_shards: int = Field(
         default=1,
         alias=MONITOR_SHARDS_ENV,
@@ -146,20 +161,15 @@ class MonitorSettings(_ProviderSettings):
     )
 
 
-class LifecycleSettings(_ProviderSettings):
+class LifecycleSettings(ProviderSettings):
     # Shorter than the monitor's: the state machine retries a failed call itself, and the
     # provision step must fit its worst case in the function's timeout
     # (functions/lifecycle/provision.py, "The step's time budget").
-    vast_deadline_s: float = Field(default=20, alias=VAST_DEADLINE_ENV, gt=0)
-    vast_timeout_s: float = Field(default=10, alias=VAST_TIMEOUT_ENV, gt=0)
+    vast_deadline_s: VastDeadlineS = 20
+    vast_timeout_s: VastTimeoutS = 10
     artifacts_bucket: str = Field(alias=ARTIFACTS_BUCKET_ENV, min_length=3, max_length=63)
     api_url: str = Field(alias=API_URL_ENV, pattern=r"^https?://")
-    job_events_topic_arn: str | None = Field(
-        default=None,
-        alias=JOB_EVENTS_TOPIC_ARN_ENV,
-        pattern=r"^arn:aws[a-z-]*:sns:",
-        description="Where job transition events go; unset: not published.",
-    )
+    job_events_topic_arn: JobEventsTopicArn = None
 
 
 S = TypeVar("S", bound=_Settings)

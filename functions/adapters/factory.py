@@ -2,7 +2,9 @@
 
 Each handler gets its dependencies the same way: a `dependencies()` function decorated with
 `per_container`, which builds them from the function's settings model through the builders
-below and keeps them like a Lambda container keeps module state between invocations.
+below and keeps them like a Lambda container keeps module state between invocations. The
+functions that call Vast and Cloudflare (monitor, lifecycle) get those clients from one provider
+factory, `Providers`, built on their `ProviderSettings`.
 
 Account-wide keys are read from SSM (SecureString) on first use and cached with the clients they
 built (a Lambda container lives minutes to hours; a rotated key reaches new containers). Base
@@ -43,6 +45,7 @@ from functions.adapters.secrets import SecretStore
 from functions.adapters.store import JobStore
 from functions.adapters.transitions import TransitionStarter
 from functions.adapters.vast import VastClient
+from functions.settings import ProviderSettings
 
 if TYPE_CHECKING:
     from functools import _lru_cache_wrapper
@@ -281,3 +284,38 @@ def account_secrets(vast_secret_arn: str, cloudflare_secret_arn: str, base_url: 
     reaches the host (invariant 6)."""
     _, account = cloudflare(cloudflare_secret_arn, base_url)
     return [vast_api_key(vast_secret_arn), account.api_token]
+
+
+@dataclass(frozen=True)
+class Providers:
+    """The Vast and Cloudflare clients, and what is built on them, as the function's settings
+    name them. Each method builds on its first call (a function that never reaches a provider
+    never reads its key) and returns the cached client after; hand the methods themselves to
+    the function's dependencies."""
+
+    settings: ProviderSettings
+
+    def vast(self) -> VastClient:
+        return vast(
+            self.settings.vast_secret_arn,
+            self.settings.vast_base_url,
+            deadline_s=self.settings.vast_deadline_s,
+            timeout_s=self.settings.vast_timeout_s,
+        )
+
+    def cloudflare(self) -> tuple[CloudflareClient, CloudflareAccount]:
+        return cloudflare(self.settings.cloudflare_secret_arn, self.settings.cloudflare_base_url)
+
+    def code_bucket(self) -> CodeBucket:
+        return code_bucket(
+            self.settings.cloudflare_secret_arn,
+            self.settings.cloudflare_base_url,
+            self.settings.r2_endpoint,
+        )
+
+    def account_secrets(self) -> list[str]:
+        return account_secrets(
+            self.settings.vast_secret_arn,
+            self.settings.cloudflare_secret_arn,
+            self.settings.cloudflare_base_url,
+        )

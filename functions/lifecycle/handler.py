@@ -33,25 +33,15 @@ class InvalidStepInput(ValueError):
 @factory.per_container
 def dependencies() -> LifecycleDeps:
     settings = load_settings(LifecycleSettings)
+    providers = factory.Providers(settings)
     return LifecycleDeps(
         settings=settings,
         store=factory.store(settings.table_name),
-        vast=lambda: factory.vast(
-            settings.vast_secret_arn,
-            settings.vast_base_url,
-            deadline_s=settings.vast_deadline_s,
-            timeout_s=settings.vast_timeout_s,
-        ),
-        cloudflare=lambda: factory.cloudflare(
-            settings.cloudflare_secret_arn, settings.cloudflare_base_url
-        ),
+        vast=providers.vast,
+        cloudflare=providers.cloudflare,
         artifacts=lambda: factory.artifacts(settings.artifacts_bucket),
-        code=lambda: factory.code_bucket(
-            settings.cloudflare_secret_arn, settings.cloudflare_base_url, settings.r2_endpoint
-        ),
-        account_secrets=lambda: factory.account_secrets(
-            settings.vast_secret_arn, settings.cloudflare_secret_arn, settings.cloudflare_base_url
-        ),
+        code=providers.code_bucket,
+        account_secrets=providers.account_secrets,
         clock=factory.now,
         events=factory.job_events(settings.job_events_topic_arn),
     )

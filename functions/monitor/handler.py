@@ -39,18 +39,12 @@ def shard_of(event: dict[str, Any], count: int) -> Shard:
 @factory.per_container
 def dependencies() -> service.MonitorDeps:
     settings = monitor_settings()
+    providers = factory.Providers(settings)
     return service.MonitorDeps(
         store=factory.store(settings.table_name),
         transitions=factory.transitions(settings.state_machine_arn),
-        vast=lambda: factory.vast(
-            settings.vast_secret_arn,
-            settings.vast_base_url,
-            deadline_s=settings.vast_deadline_s,
-            timeout_s=settings.vast_timeout_s,
-        ),
-        cloudflare=lambda: factory.cloudflare(
-            settings.cloudflare_secret_arn, settings.cloudflare_base_url
-        ),
+        vast=providers.vast,
+        cloudflare=providers.cloudflare,
         clock=factory.now,
         settings=SupervisionSettings(
             interval_s=settings.monitor_interval_s, orphan_grace_s=settings.monitor_interval_s

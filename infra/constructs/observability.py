@@ -8,11 +8,18 @@ Alarms go to an own `Alarms` SNS topic: CloudWatch cannot publish to a topic enc
 AWS-managed `aws/sns` key (its key policy cannot grant CloudWatch), and a customer-managed key
 costs $1 a month, idle or not. Job notifications (rented, ended, failed) go to the lifecycle's
 topic. The `AlarmEmail` stack parameter, when set, subscribes an address to both.
+
+Each alarm is a row of `ALARM_RULES` (metric, statistic, threshold, periods, description, its
+line on the dashboard), as the health rules are a table (`functions/domain/health.py`): the
+construct builds the alarms, their notifications and their dashboard lines from the rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
 
 from aws_cdk import CfnCondition, CfnParameter, Duration, Fn, Stack
 from aws_cdk import aws_apigatewayv2 as apigwv2
@@ -102,18 +109,18 @@ def fleet_gauge(name: str, label: str, shards: int) -> cloudwatch.IMetric:
     )
 
 
-def unsupervised_metric(
-    statistic: str, shards: int, label: str | None = None
+def highest_of_shards(
+    name: str, statistic: str, shards: int, label: str | None = None
 ) -> cloudwatch.IMetric:
-    """`JobsUnsupervised`; sharded, the highest of the shards' own figures (each shard sends it
-    with a `shard` dimension, `functions/monitor/metrics.py`), so that one shard's zeros do not
-    hide another's failures under a Minimum."""
+    """A metric each shard sends with a `shard` dimension (`functions/monitor/metrics.py`), read
+    as the highest of the shards' own figures, so that one shard's zeros do not hide another's
+    failures under a Minimum. Unsharded: the metric itself."""
     if shards == 1:
-        return tether_metric(UNSUPERVISED_METRIC, statistic, label)
+        return tether_metric(name, statistic, label)
     per_shard = {
         f"u{k}": cloudwatch.Metric(
             namespace=names.METRICS_NAMESPACE,
-            metric_name=UNSUPERVISED_METRIC,
+            metric_name=name,
             dimensions_map={"service": names.SERVICE_NAME, SHARD_DIMENSION: str(k)},
             statistic=statistic,
             period=PERIOD,
@@ -124,8 +131,139 @@ def unsupervised_metric(
         expression=f"MAX([{','.join(per_shard)}])",
         using_metrics=per_shard,
         period=PERIOD,
-        label=label or UNSUPERVISED_METRIC,
+        label=label or name,
     )
+
+
+Statistic = Literal["Sum", "Maximum", "Minimum", "Average"]
+AT_LEAST = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+BELOW = cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD
+
+
+class Signal(StrEnum):
+    """What an alarm reads that is no Tether metric: math over the services' own metrics, which
+    the construct builds (it needs the function and the state machine). The value is its label."""
+
+    MONITOR_RUNS_SUCCEEDED = "monitor runs that succeeded"
+    LIFECYCLE_FAILURES = "lifecycle executions failed, timed out or aborted"
+
+
+@dataclass(frozen=True)
+class AlarmRule:
+    """One alarm, and how its line reads on the dashboard.
+
+    It reads `metric` (a Tether metric, `functions/domain/measures.py`, or a `Signal`) at
+    `statistic` over PERIOD and goes off after `periods` periods in a row that compare true with
+    the threshold: `threshold`, plus `threshold_per_extra_shard` for each monitor shard past the
+    first. `per_shard`: sharded, the highest of the shards' own figures (`highest_of_shards`).
+    `graph_label` (None: not graphed, only in the alarms' status widget): its line's label on
+    the dashboard, read at `graph_statistic` (default: the alarm's); the dashboard's layout
+    places the line (`Observability.lines`).
+    """
+
+    name: str  # the construct id, so the start of the alarm's logical id
+    description: str
+    metric: str
+    threshold: float
+    statistic: Statistic = "Sum"
+    comparison: cloudwatch.ComparisonOperator = AT_LEAST
+    periods: int = 1
+    missing_data: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING
+    threshold_per_extra_shard: float = 0
+    per_shard: bool = False
+    notify_ok: bool = False  # also notify its return to OK
+    graph_label: str | None = None
+    graph_statistic: Statistic | None = None
+
+    def threshold_for(self, shards: int) -> float:
+        return self.threshold + (shards - 1) * self.threshold_per_extra_shard
+
+
+# In the order of the alarms' status widget.
+ALARM_RULES: tuple[AlarmRule, ...] = (
+    AlarmRule(
+        "MonitorNotRunning",
+        "The monitor has not completed a run for 10 minutes: nobody replaces dead hosts or "
+        "checks spend (agents stop themselves after their lease). Sharded: fewer runs "
+        "completed than all shards but one would make.",
+        Signal.MONITOR_RUNS_SUCCEEDED,
+        threshold=1,
+        comparison=BELOW,
+        periods=2,
+        missing_data=cloudwatch.TreatMissingData.BREACHING,
+        # Every run of one shard missing is as many as a period holds.
+        threshold_per_extra_shard=RUNS_PER_PERIOD,
+        # "Back to normal" matters for the monitor: it says the supervisor is running again.
+        notify_ok=True,
+        graph_label=Signal.MONITOR_RUNS_SUCCEEDED,
+    ),
+    AlarmRule(
+        "LifecycleFailing",
+        "A lifecycle execution failed, timed out or was aborted: the job's timeline says which "
+        "step and why; the monitor starts the transition's next attempt, and destroys a stuck "
+        "stop's or replace's hosts.",
+        Signal.LIFECYCLE_FAILURES,
+        threshold=1,
+        graph_label=Signal.LIFECYCLE_FAILURES,
+    ),
+    AlarmRule(
+        "SpendNearBudget",
+        f"A job has spent {SPEND_ALARM_FRACTION:.0%} of its budget (it is stopped at 100 %). "
+        "`tether jobs` shows which.",
+        BUDGET_FRACTION_METRIC,
+        threshold=SPEND_ALARM_FRACTION,
+        statistic="Maximum",
+        graph_label="spent / budget",
+    ),
+    AlarmRule(
+        "OrphanFound",
+        "The monitor destroyed a labelled Vast instance that belonged to no live job "
+        "generation (it was billing for nothing).",
+        ORPHANS_METRIC,
+        threshold=1,
+        graph_label="orphans destroyed",
+    ),
+    AlarmRule(
+        "HeartbeatsLostTogether",
+        "Many jobs stopped heartbeating at once while Vast says their hosts run: the fault is "
+        "ours or the network's (the API, its throttle, DNS), so the monitor holds their dead "
+        "verdicts instead of replacing every host. Each host stops itself when its lease runs "
+        "out unless heartbeats come back.",
+        HELD_METRIC,
+        threshold=1,
+        statistic="Maximum",
+        graph_label="dead verdicts held",
+    ),
+    AlarmRule(
+        "TransitionGaveUp",
+        "A job's stop failed on every attempt: it stays STOPPING (the monitor keeps destroying "
+        "its hosts). Its timeline says why each attempt failed.",
+        TRANSITIONS_EXHAUSTED_METRIC,
+        threshold=1,
+        statistic="Maximum",
+    ),
+    AlarmRule(
+        "JobsUnsupervised",
+        "The monitor could not complete some job's evaluation for 10 minutes (an item it "
+        "cannot read, a failing write or transition): that job's lease is not renewed, so its "
+        "host stops itself within the lease. The monitor's log names the job.",
+        UNSUPERVISED_METRIC,
+        threshold=1,
+        statistic="Minimum",  # every run of the two periods
+        periods=2,
+        per_shard=True,
+        graph_label="jobs unsupervised",
+        graph_statistic="Maximum",
+    ),
+    AlarmRule(
+        "JobFailed",
+        "A job failed for good (no host could be rented, or provisioning kept failing). "
+        "`tether status JOB` shows why.",
+        JOBS_FAILED_METRIC,
+        threshold=1,
+        graph_label="jobs failed",
+    ),
+)
 
 
 class Observability(Construct):
@@ -156,127 +294,56 @@ class Observability(Construct):
         )
         self._email_subscriptions(job_topic)
 
-        monitor_alive = cloudwatch.MathExpression(
-            expression="FILL(invocations, 0) - FILL(errors, 0)",
-            using_metrics={
-                "invocations": monitor_function.metric_invocations(period=PERIOD),
-                "errors": monitor_function.metric_errors(period=PERIOD),
-            },
-            period=PERIOD,
-            label="monitor runs that succeeded",
-        )
-        lifecycle_failures = cloudwatch.MathExpression(
-            expression="FILL(failed, 0) + FILL(timedout, 0) + FILL(aborted, 0)",
-            using_metrics={
-                "failed": state_machine.metric_failed(period=PERIOD),
-                "timedout": state_machine.metric_timed_out(period=PERIOD),
-                "aborted": state_machine.metric_aborted(period=PERIOD),
-            },
-            period=PERIOD,
-            label="lifecycle executions failed, timed out or aborted",
-        )
-        self.alarms = {
-            "MonitorNotRunning": cloudwatch.Alarm(
-                self,
-                "MonitorNotRunning",
-                alarm_description="The monitor has not completed a run for 10 minutes: nobody "
-                "replaces dead hosts or checks spend (agents stop themselves after their lease). "
-                "Sharded: fewer runs completed than all shards but one would make.",
-                metric=monitor_alive,
-                # Every run of one shard missing is as many as a period holds.
-                threshold=(monitor_shards - 1) * RUNS_PER_PERIOD + 1,
-                comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-                evaluation_periods=2,
-                treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+        signals: dict[str, cloudwatch.IMetric] = {
+            Signal.MONITOR_RUNS_SUCCEEDED: cloudwatch.MathExpression(
+                expression="FILL(invocations, 0) - FILL(errors, 0)",
+                using_metrics={
+                    "invocations": monitor_function.metric_invocations(period=PERIOD),
+                    "errors": monitor_function.metric_errors(period=PERIOD),
+                },
+                period=PERIOD,
+                label=Signal.MONITOR_RUNS_SUCCEEDED.value,
             ),
-            "LifecycleFailing": cloudwatch.Alarm(
-                self,
-                "LifecycleFailing",
-                alarm_description="A lifecycle execution failed, timed out or was aborted: "
-                "the job's timeline says which step and why; the monitor starts the "
-                "transition's next attempt, and destroys a stuck stop's or replace's hosts.",
-                metric=lifecycle_failures,
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            ),
-            "SpendNearBudget": cloudwatch.Alarm(
-                self,
-                "SpendNearBudget",
-                alarm_description=f"A job has spent {SPEND_ALARM_FRACTION:.0%} of its budget "
-                "(it is stopped at 100 %). `tether jobs` shows which.",
-                metric=tether_metric(BUDGET_FRACTION_METRIC, "Maximum"),
-                threshold=SPEND_ALARM_FRACTION,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            ),
-            "OrphanFound": cloudwatch.Alarm(
-                self,
-                "OrphanFound",
-                alarm_description="The monitor destroyed a labelled Vast instance that belonged "
-                "to no live job generation (it was billing for nothing).",
-                metric=tether_metric(ORPHANS_METRIC),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            ),
-            "HeartbeatsLostTogether": cloudwatch.Alarm(
-                self,
-                "HeartbeatsLostTogether",
-                alarm_description="Many jobs stopped heartbeating at once while Vast says their "
-                "hosts run: the fault is ours or the network's (the API, its throttle, DNS), "
-                "so the monitor holds their dead verdicts instead of replacing every host. Each "
-                "host stops itself when its lease runs out unless heartbeats come back.",
-                metric=tether_metric(HELD_METRIC, "Maximum"),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            ),
-            "TransitionGaveUp": cloudwatch.Alarm(
-                self,
-                "TransitionGaveUp",
-                alarm_description="A job's stop failed on every attempt: it stays STOPPING (the "
-                "monitor keeps destroying its hosts). Its timeline says why each attempt failed.",
-                metric=tether_metric(TRANSITIONS_EXHAUSTED_METRIC, "Maximum"),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            ),
-            "JobsUnsupervised": cloudwatch.Alarm(
-                self,
-                "JobsUnsupervised",
-                alarm_description="The monitor could not complete some job's evaluation for 10 "
-                "minutes (an item it cannot read, a failing write or transition): that job's "
-                "lease is not renewed, so its host stops itself within the lease. The monitor's "
-                "log names the job.",
-                metric=unsupervised_metric("Minimum", monitor_shards),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=2,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            ),
-            "JobFailed": cloudwatch.Alarm(
-                self,
-                "JobFailed",
-                alarm_description="A job failed for good (no host could be rented, or "
-                "provisioning kept failing). `tether status JOB` shows why.",
-                metric=tether_metric(JOBS_FAILED_METRIC),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            Signal.LIFECYCLE_FAILURES: cloudwatch.MathExpression(
+                expression="FILL(failed, 0) + FILL(timedout, 0) + FILL(aborted, 0)",
+                using_metrics={
+                    "failed": state_machine.metric_failed(period=PERIOD),
+                    "timedout": state_machine.metric_timed_out(period=PERIOD),
+                    "aborted": state_machine.metric_aborted(period=PERIOD),
+                },
+                period=PERIOD,
+                label=Signal.LIFECYCLE_FAILURES.value,
             ),
         }
+
+        def reading(rule: AlarmRule, statistic: str, label: str | None) -> cloudwatch.IMetric:
+            if rule.metric in signals:
+                return signals[rule.metric]
+            if rule.per_shard:
+                return highest_of_shards(rule.metric, statistic, monitor_shards, label)
+            return tether_metric(rule.metric, statistic, label)
+
         action = cw_actions.SnsAction(self.alarm_topic)
-        for alarm in self.alarms.values():
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        self.lines: dict[str, cloudwatch.IMetric] = {}  # alarm name → its dashboard line
+        for rule in ALARM_RULES:
+            alarm = cloudwatch.Alarm(
+                self,
+                rule.name,
+                alarm_description=rule.description,
+                metric=reading(rule, rule.statistic, None),
+                threshold=rule.threshold_for(monitor_shards),
+                comparison_operator=rule.comparison,
+                evaluation_periods=rule.periods,
+                treat_missing_data=rule.missing_data,
+            )
             alarm.add_alarm_action(action)
-        # "Back to normal" matters for the monitor: it says the supervisor is running again.
-        self.alarms["MonitorNotRunning"].add_ok_action(action)
+            if rule.notify_ok:
+                alarm.add_ok_action(action)
+            self.alarms[rule.name] = alarm
+            if rule.graph_label is not None:
+                statistic = rule.graph_statistic or rule.statistic
+                self.lines[rule.name] = reading(rule, statistic, rule.graph_label)
 
         self.dashboard = cloudwatch.Dashboard(
             self,
@@ -289,14 +356,7 @@ class Observability(Construct):
             *self._recovery_row(),
         )  # fmt: skip
         self.dashboard.add_widgets(
-            *self._control_plane_row(
-                http_api,
-                monitor_alive,
-                lifecycle_failures,
-                monitor_function,
-                api_functions,
-                unsupervised_metric("Maximum", monitor_shards, "jobs unsupervised"),
-            )
+            *self._control_plane_row(http_api, monitor_function, api_functions)
         )
         self.dashboard.add_widgets(
             cloudwatch.AlarmStatusWidget(
@@ -335,8 +395,7 @@ class Observability(Construct):
 
     # --- dashboard rows ---------------------------------------------------------------------
 
-    @staticmethod
-    def _spend_row(shards: int) -> list[cloudwatch.IWidget]:
+    def _spend_row(self, shards: int) -> list[cloudwatch.IWidget]:
         spend = cloudwatch.GraphWidget(
             title="Spend of active jobs (USD)",
             left=[fleet_gauge(SPEND_METRIC, "total spend, active jobs", shards)],
@@ -344,7 +403,7 @@ class Observability(Construct):
         )
         budget = cloudwatch.GraphWidget(
             title="Budget used, highest job",
-            left=[tether_metric(BUDGET_FRACTION_METRIC, "Maximum", "spent / budget")],
+            left=[self.lines["SpendNearBudget"]],
             left_y_axis=cloudwatch.YAxisProps(min=0, max=1.1),
             left_annotations=[
                 cloudwatch.HorizontalAnnotation(value=SPEND_ALARM_FRACTION, label="alarm"),
@@ -362,9 +421,8 @@ class Observability(Construct):
         )
         return [spend, budget, active]
 
-    @staticmethod
     def _health_row(
-        monitor_logs: logs.ILogGroup, lifecycle_logs: logs.ILogGroup
+        self, monitor_logs: logs.ILogGroup, lifecycle_logs: logs.ILogGroup
     ) -> list[cloudwatch.IWidget]:
         heartbeat = cloudwatch.GraphWidget(
             title="Heartbeat age, oldest live job (s)",
@@ -379,7 +437,7 @@ class Observability(Construct):
             ],
             right=[
                 tether_metric(JOBS_SUBMITTED_METRIC, "Sum", "jobs submitted"),
-                tether_metric(JOBS_FAILED_METRIC, "Sum", "jobs failed"),
+                self.lines["JobFailed"],
             ],
             width=8,
         )
@@ -419,30 +477,27 @@ class Observability(Construct):
             average_and_worst("Work lost per incident (s of training)", WORK_LOST_METRIC),
         ]
 
-    @staticmethod
     def _control_plane_row(
+        self,
         http_api: apigwv2.HttpApi,
-        monitor_alive: cloudwatch.IMetric,
-        lifecycle_failures: cloudwatch.IMetric,
         monitor_function: lambda_.IFunction,
         api_functions: Mapping[str, lambda_.IFunction],
-        unsupervised: cloudwatch.IMetric,
     ) -> list[cloudwatch.IWidget]:
         return [
             cloudwatch.GraphWidget(
                 title="Monitor",
-                left=[monitor_alive],
+                left=[self.lines["MonitorNotRunning"]],
                 right=[
                     tether_metric(MONITOR_ERRORS_METRIC, "Sum", "job errors"),
-                    unsupervised,
-                    tether_metric(HELD_METRIC, "Maximum", "dead verdicts held"),
-                    tether_metric(ORPHANS_METRIC, "Sum", "orphans destroyed"),
+                    self.lines["JobsUnsupervised"],
+                    self.lines["HeartbeatsLostTogether"],
+                    self.lines["OrphanFound"],
                 ],
                 width=8,
             ),
             cloudwatch.GraphWidget(
                 title="Lifecycle failures",
-                left=[lifecycle_failures],
+                left=[self.lines["LifecycleFailing"]],
                 right=[monitor_function.metric_throttles(period=PERIOD, label="monitor throttles")],
                 width=8,
             ),

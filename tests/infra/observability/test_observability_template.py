@@ -174,6 +174,29 @@ def test_dashboard_widgets_plot_the_metrics_the_code_emits(template) -> None:
     assert '"type":"alarm"' in dashboard_body(template)
 
 
+def test_every_graphed_alarm_has_its_line_on_the_dashboard(template) -> None:
+    """The alarm table says which alarms are graphed and under which label; the dashboard's
+    layout places each line, and none may be forgotten."""
+    graphed = {rule.name: rule.graph_label for rule in obs.ALARM_RULES if rule.graph_label}
+    assert graphed == {
+        "MonitorNotRunning": "monitor runs that succeeded",
+        "LifecycleFailing": "lifecycle executions failed, timed out or aborted",
+        "SpendNearBudget": "spent / budget",
+        "OrphanFound": "orphans destroyed",
+        "HeartbeatsLostTogether": "dead verdicts held",
+        "JobsUnsupervised": "jobs unsupervised",
+        "JobFailed": "jobs failed",
+    }
+    labels = {
+        part["label"]
+        for widget in dashboard_json(template)["widgets"]
+        for metric in widget["properties"].get("metrics", [])
+        for part in metric
+        if isinstance(part, dict) and "label" in part
+    }
+    assert set(graphed.values()) <= labels
+
+
 def test_custom_metrics_have_only_the_service_dimension(template) -> None:
     body = dashboard_body(template)
     for match in re.finditer(r'\["Tether","[^"]+"(?:,"([^"]+)","([^"]+)")?', body):
