@@ -13,12 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.factory import SecretNotSet
-from functions.domain.code_archive import MAX_ARCHIVE_BYTES, SHA256
-from functions.domain.errors import FieldError, Invalid, Unavailable, field_errors
+from functions.domain.code_archive import MAX_ARCHIVE_BYTES, UploadRequest
+from functions.domain.errors import FieldError, Invalid, Unavailable
 from functions.domain.jobspec import CodeArchive, JobSpec
 from functions.domain.storage_layout import code_upload_key
 
@@ -29,26 +27,11 @@ class CodeUnavailable(Unavailable):
     """Storage cannot be reached right now (Cloudflare or R2 down, secret unset)."""
 
 
-class UploadRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    sha256: str = Field(pattern=SHA256.pattern, description="sha256 of the tar.gz")
-    size_bytes: int = Field(
-        gt=0,
-        le=MAX_ARCHIVE_BYTES,
-        description=f"the tar.gz's size, at most {MAX_ARCHIVE_BYTES} bytes",
-    )
-
-
 Bucket = Callable[[], CodeBucket | None]
 
 
-def request_upload(bucket: Bucket, body: dict[str, Any]) -> dict[str, Any]:
-    """Where to PUT the archive `body` describes, or that it is there already."""
-    try:
-        wanted = UploadRequest.model_validate(body)
-    except ValidationError as exc:
-        raise Invalid("the upload request is not valid", field_errors(exc)) from None
+def request_upload(bucket: Bucket, wanted: UploadRequest) -> dict[str, Any]:
+    """Where to PUT the archive `wanted` describes, or that it is there already."""
     store = _bucket(bucket)
     try:
         size = store.size_of(wanted.sha256)

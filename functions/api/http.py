@@ -1,4 +1,4 @@
-"""The HTTP edge shared by the API functions: the error contract, body parsing, identities.
+"""The HTTP edge shared by the API functions: the error contract, body parsing, the route guard.
 
 Every client mistake becomes `{"error": code, "message": …, "details": [{"path", "reason"}]}`
 with a 4xx status (docs/architecture.md#invariant-5). Services raise domain errors
@@ -6,6 +6,10 @@ with a 4xx status (docs/architecture.md#invariant-5). Services raise domain erro
 (content type, malformed JSON, payload too large, method not allowed). `ERRORS` maps both to a
 status and a code, in one table, and `install_error_handlers` applies it, with Powertools'
 validation errors and unknown routes.
+
+Every IAM route declares its guard with the route (`middlewares=[iam_guard(...)]`): the caller's
+IAM identity, then the query parameters it accepts, checked before the handler runs; the handler
+reads the identity with `caller_arn`.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver
+from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails
@@ -177,6 +183,33 @@ def iam_identity(raw_event: Mapping[str, Any]) -> str:
             [FieldError(path="header.authorization", reason="no IAM identity on the request")],
         )
     return arn
+
+
+# --- the route guard ----------------------------------------------------------------------
+
+_CALLER_ARN = "caller_arn"  # where the guard leaves the identity, in the request's app context
+
+RouteGuard = Callable[[ApiGatewayResolver, NextMiddleware], Response[Any]]
+
+
+def iam_guard(*allowed_query: str) -> RouteGuard:
+    """The checks every IAM route makes before its handler runs, in this order: the caller's IAM
+    identity (401 without one), then no query parameter but `allowed_query` (400 naming each
+    unknown one). Powertools has validated the declared parameters' values before it (it runs
+    first in the route's middleware stack), and a 404 or 405 never reaches it."""
+
+    def guard(app: ApiGatewayResolver, next_middleware: NextMiddleware) -> Response[Any]:
+        raw = app.current_event.raw_event
+        app.context[_CALLER_ARN] = iam_identity(raw)  # cleared when the request is answered
+        reject_unknown_query(raw, allowed_query)
+        return next_middleware(app)
+
+    return guard
+
+
+def caller_arn(app: ApiGatewayResolver) -> str:
+    """The IAM identity `iam_guard` checked for the current request."""
+    return str(app.context[_CALLER_ARN])
 
 
 def validation_details(exc: RequestValidationError | ValidationError) -> list[FieldError]:

@@ -1,15 +1,14 @@
 """What the job API does, apart from HTTP: submit, list, get, cancel, and the measures learned
 per job name.
 
-The handler (`functions/api/jobs.py`) parses the request and maps results to responses;
-everything here takes plain values and the adapters it needs, and says what went wrong with the
-domain's errors (`functions/domain/errors.py`), which `functions/api/http.py` maps to statuses.
+The handler (`functions/api/jobs.py`) parses the request into domain types (a submission, a
+state filter) and maps results to responses; everything here takes those typed values and the
+adapters it needs, and says what went wrong with the domain's errors
+(`functions/domain/errors.py`), which `functions/api/http.py` maps to statuses.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import time
 from collections.abc import Callable
@@ -37,8 +36,8 @@ from functions.domain.job import (
     with_known_spend,
 )
 from functions.domain.job_events import submission_event, transition_event
-from functions.domain.jobspec import SpecError, parse_job
 from functions.domain.pace import measures_json
+from functions.domain.submission import JobSubmission
 from functions.settings import JobsApiSettings
 
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -92,19 +91,12 @@ def validate_idempotency_key(key: str | None) -> str | None:
     return key
 
 
-def request_hash(body: dict[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 def submit_job(
-    deps: JobsDeps, body: dict[str, Any], *, identity: str, idempotency_key: str | None
+    deps: JobsDeps, submission: JobSubmission, *, identity: str, idempotency_key: str | None
 ) -> tuple[dict[str, Any], bool]:
-    """Store a PENDING job and start its provision transition. Returns (job view, created)."""
-    try:
-        spec = parse_job(body)
-    except SpecError as exc:
-        raise Invalid("the job spec is not valid", exc.errors) from None
+    """Store a PENDING job and start its provision transition. Returns (job view, created).
+    The Idempotency-Key is checked after the spec's secrets and code, as it always was."""
+    spec = submission.spec
     _require_secrets(deps, spec.secrets)
     code_service.verify_archive(deps.code, spec)  # before anything is stored
     now = deps.clock()
@@ -114,7 +106,7 @@ def submit_job(
         stored, created = deps.store.create_job(
             job,
             event,
-            idempotency=(key, request_hash(body)) if key else None,
+            idempotency=(key, submission.request_sha256) if key else None,
             idempotency_expires_at=now + deps.settings.idempotency_ttl_s,
         )
     except IdempotencyConflict as exc:
@@ -138,24 +130,28 @@ def submit_job(
 # --- list / get ---------------------------------------------------------------------------
 
 
-def list_jobs(
-    deps: JobsDeps, *, state: str | None, limit: int, next_token: str | None
-) -> dict[str, Any]:
-    wanted = None
-    if state is not None:
-        try:
-            wanted = JobState(state.upper())
-        except ValueError:
-            raise Invalid(
-                "unknown state",
-                [
-                    FieldError(
-                        path="query.state", reason=f"must be one of {[s.value for s in JobState]}"
-                    )
-                ],
-            ) from None
+def parse_state_filter(state: str | None) -> JobState | None:
+    """`GET /jobs?state=`: a job state, any case; 400 naming `query.state` for anything else."""
+    if state is None:
+        return None
     try:
-        page = deps.store.list_jobs(state=wanted, limit=limit, token=next_token)
+        return JobState(state.upper())
+    except ValueError:
+        raise Invalid(
+            "unknown state",
+            [
+                FieldError(
+                    path="query.state", reason=f"must be one of {[s.value for s in JobState]}"
+                )
+            ],
+        ) from None
+
+
+def list_jobs(
+    deps: JobsDeps, *, state: JobState | None, limit: int, next_token: str | None
+) -> dict[str, Any]:
+    try:
+        page = deps.store.list_jobs(state=state, limit=limit, token=next_token)
     except BadPageToken as exc:
         raise Invalid("bad page token", [FieldError(path="query.next", reason=str(exc))]) from None
     return {"jobs": [job_summary(j) for j in page.jobs], "next": page.next_token}

@@ -1,5 +1,8 @@
 """The user-facing job API (IAM/SigV4 auth on API Gateway): a thin layer over `job_service`.
 
+Each route's guard (`iam_guard`: the caller's identity, the query parameters it accepts) is
+declared with the route; a handler parses the body into a domain type before the service sees it.
+
 POST /jobs                 submit (honours Idempotency-Key)            201
 GET  /jobs                 list ?state=&limit=&next=                     200
 GET  /jobs/{id}            job, host, spend vs budget, checkpoint, timeline  200
@@ -21,12 +24,14 @@ from functions.adapters.code_bucket import CodeBucket
 from functions.api import code_service, job_service
 from functions.api import metrics as api_metrics
 from functions.api.http import (
-    iam_identity,
+    caller_arn,
+    iam_guard,
     install_error_handlers,
     json_response,
     parse_json_body,
-    reject_unknown_query,
 )
+from functions.domain.code_archive import parse_upload_request
+from functions.domain.submission import parse_submission
 from functions.observability import logger, metrics, tracer
 from functions.settings import JobsApiSettings, load_settings
 
@@ -65,62 +70,53 @@ def _code_bucket(settings: JobsApiSettings) -> CodeBucket | None:
     )
 
 
-@app.post("/jobs")
+@app.post("/jobs", middlewares=[iam_guard()])
 def submit() -> Response[Any]:
-    raw = app.current_event.raw_event
-    identity = iam_identity(raw)
     deps = dependencies()
-    reject_unknown_query(raw, ())
-    body = parse_json_body(raw, max_bytes=deps.settings.max_body_bytes)
+    body = parse_json_body(app.current_event.raw_event, max_bytes=deps.settings.max_body_bytes)
+    submission = parse_submission(body)
     key = app.current_event.headers.get("idempotency-key")
-    view, created = job_service.submit_job(deps, body, identity=identity, idempotency_key=key)
+    view, created = job_service.submit_job(
+        deps, submission, identity=caller_arn(app), idempotency_key=key
+    )
     api_metrics.job_submitted(created)
     headers = {} if created else {"Idempotent-Replayed": "true"}
     headers["Location"] = f"/jobs/{view['job_id']}"
     return json_response(HTTPStatus.CREATED, view, headers=headers)
 
 
-@app.post("/code/uploads")
+@app.post("/code/uploads", middlewares=[iam_guard()])
 def code_upload() -> Response[Any]:
-    raw = app.current_event.raw_event
-    iam_identity(raw)
     deps = dependencies()
-    reject_unknown_query(raw, ())
-    body = parse_json_body(raw, max_bytes=deps.settings.max_body_bytes)
-    return json_response(HTTPStatus.OK, code_service.request_upload(deps.code, body))
+    body = parse_json_body(app.current_event.raw_event, max_bytes=deps.settings.max_body_bytes)
+    wanted = parse_upload_request(body)
+    return json_response(HTTPStatus.OK, code_service.request_upload(deps.code, wanted))
 
 
-@app.get("/jobs")
+@app.get("/jobs", middlewares=[iam_guard("state", "limit", "next")])
 def list_jobs(
     state: Annotated[str | None, Query(max_length=32)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     next_token: Annotated[str | None, Query(alias="next", min_length=1, max_length=2048)] = None,
 ) -> Response[Any]:
-    iam_identity(app.current_event.raw_event)
-    reject_unknown_query(app.current_event.raw_event, ("state", "limit", "next"))
-    page = job_service.list_jobs(dependencies(), state=state, limit=limit, next_token=next_token)
+    wanted = job_service.parse_state_filter(state)
+    page = job_service.list_jobs(dependencies(), state=wanted, limit=limit, next_token=next_token)
     return json_response(HTTPStatus.OK, page)
 
 
-@app.get("/jobs/<job_id>")
+@app.get("/jobs/<job_id>", middlewares=[iam_guard()])
 def get_job(job_id: str) -> Response[Any]:
-    iam_identity(app.current_event.raw_event)
-    reject_unknown_query(app.current_event.raw_event, ())
     return json_response(HTTPStatus.OK, job_service.get_job(dependencies(), job_id))
 
 
-@app.get("/measures")
+@app.get("/measures", middlewares=[iam_guard("name")])
 def measures(name: Annotated[str, Query(min_length=1, max_length=63)]) -> Response[Any]:
-    iam_identity(app.current_event.raw_event)
-    reject_unknown_query(app.current_event.raw_event, ("name",))
     return json_response(HTTPStatus.OK, job_service.job_measures(dependencies(), name))
 
 
-@app.post("/jobs/<job_id>/cancel")
+@app.post("/jobs/<job_id>/cancel", middlewares=[iam_guard()])
 def cancel(job_id: str) -> Response[Any]:
-    identity = iam_identity(app.current_event.raw_event)
-    reject_unknown_query(app.current_event.raw_event, ())
-    view = job_service.cancel_job(dependencies(), job_id, identity=identity)
+    view = job_service.cancel_job(dependencies(), job_id, identity=caller_arn(app))
     api_metrics.cancel_requested()
     return json_response(HTTPStatus.ACCEPTED, view)
 

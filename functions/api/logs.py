@@ -13,12 +13,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.adapters import factory
 from functions.api import files_service, logs_service
-from functions.api.http import (
-    iam_identity,
-    install_error_handlers,
-    json_response,
-    reject_unknown_query,
-)
+from functions.api.http import iam_guard, install_error_handlers, json_response
 from functions.observability import logger, metrics, tracer
 from functions.settings import LogsApiSettings, load_settings
 
@@ -41,19 +36,19 @@ def dependencies() -> logs_service.LogsDeps:
     )
 
 
-@app.get("/jobs/<job_id>/logs")
+@app.get("/jobs/<job_id>/logs", middlewares=[iam_guard("after", "limit")])
 def job_logs(
     job_id: str,
     after: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=logs_service.MAX_PAGE)] = 50,
 ) -> Response[Any]:
-    iam_identity(app.current_event.raw_event)
-    reject_unknown_query(app.current_event.raw_event, ("after", "limit"))
     page = logs_service.list_logs(dependencies(), job_id, after=after, limit=limit)
     return json_response(HTTPStatus.OK, page)
 
 
-@app.get("/jobs/<job_id>/files")
+@app.get(
+    "/jobs/<job_id>/files", middlewares=[iam_guard("outputs", "checkpoint", "offset", "limit")]
+)
 def job_files(
     job_id: str,
     outputs: Annotated[bool, Query()] = False,
@@ -61,8 +56,6 @@ def job_files(
     offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=files_service.MAX_PAGE)] = files_service.MAX_PAGE,
 ) -> Response[Any]:
-    iam_identity(app.current_event.raw_event)
-    reject_unknown_query(app.current_event.raw_event, ("outputs", "checkpoint", "offset", "limit"))
     listing = files_service.list_files(
         dependencies(),
         job_id,
