@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 TORCH_INDEX ?=
 TORCH_PIN = $(shell sed -n 's/^ *"\(torch==[^"]*\)",$$/\1/p' pyproject.toml)
 
-.PHONY: venv demo test lint format bench mutate synth deploy clean
+.PHONY: venv demo test test-fast lint format bench mutate synth deploy clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,10 @@ demo: venv
 test: venv
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
+# The unit tier alone (pure, no servers): about a minute, for the edit-test loop.
+test-fast: venv
+	$(PY) -m pytest -q -n 2 tests/unit
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -44,7 +48,8 @@ bench: venv
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b $(if $(QUICK),--quick) || exit 1; done
 
 # Mutation testing of the pure rules (functions/domain, the agent's checkpoint and restore
-# rules) with their unit tests; not in CI (tens of minutes). Prints survivors and the score.
+# rules) with their unit tests; not in CI (tens of minutes). Prints survivors and the score;
+# fails when a half reaches no mutant (then it measured nothing).
 mutate: venv
 	$(PY) -m pip install --quiet mutmut==3.8.1
 	$(PY) -m tests.mutation

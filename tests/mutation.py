@@ -10,7 +10,9 @@ mutmut's module names match the imported ones:
 
 A surviving mutant is a rule that no test pins down. The run prints each survivor and the score
 (killed ÷ mutants that a test reached). It takes tens of minutes on two cores; `--only domain` or
-`--only agent` runs one. Exit 0 always: the score is a report, not a gate.
+`--only agent` runs one. The score is a report, not a gate, but a half that reaches no mutant
+measured nothing (its staging lacks a file its tests read, or mutmut failed): that exits 1,
+naming the half and its log.
 
     python -m tests.mutation [--only domain|agent] [--max-children N]
 """
@@ -38,6 +40,8 @@ class Target:
     sources: dict[str, Path]  # staging name → where it comes from
     mutate: tuple[str, ...]  # globs, relative to the staging root
     tests: tuple[str, ...]
+    # Other files the tests read (relative to the checkout), copied to the same place.
+    files: tuple[str, ...] = ()
 
 
 TARGETS = (
@@ -52,6 +56,7 @@ TARGETS = (
         sources={"tether_agent": ROOT / "agent" / "tether_agent"},
         mutate=("tether_agent/checkpoints.py", "tether_agent/restore.py"),
         tests=("tests/unit/agent",),
+        files=("agent/README.md",),  # tests/unit/agent/test_training_env.py reads its table
     ),
 )
 
@@ -69,17 +74,26 @@ def stage(target: Target) -> Path:
         shutil.copytree(source, root / name, ignore=ignore)
     for name in SHARED:
         shutil.copytree(ROOT / name, root / name, ignore=ignore)
+    for name in target.files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, root / name)
     (root / "pyproject.toml").write_text(
         "[tool.mutmut]\n"
         f"source_paths = {_toml_list(list(target.sources))}\n"
         f"only_mutate = {_toml_list(target.mutate)}\n"
         f"pytest_add_cli_args_test_selection = {_toml_list(target.tests)}\n"
-        f"also_copy = {_toml_list(list(SHARED))}\n\n"
+        f"also_copy = {_toml_list([*SHARED, *_top_folders(target.files)])}\n\n"
         "[tool.pytest.ini_options]\n"
         'addopts = "-q -p no:cacheprovider"\n'
         'filterwarnings = ["ignore::DeprecationWarning"]\n'
     )
     return root
+
+
+def _top_folders(files: tuple[str, ...]) -> list[str]:
+    """The staging folders that hold `files`: mutmut copies a file of `also_copy` only into a
+    folder that exists, so the folder is named instead (it holds only those files)."""
+    return sorted({Path(name).parts[0] for name in files})
 
 
 def run(target: Target, max_children: int) -> dict[str, int]:
@@ -125,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
         print("mutmut is not installed: pip install mutmut (make mutate does)", file=sys.stderr)
         return 2
+    unmeasured = []
     for target in TARGETS:
         if args.only and target.name != args.only:
             continue
@@ -133,7 +148,16 @@ def main(argv: list[str] | None = None) -> int:
         reached = killed + counts.get("survived", 0) + counts.get("timeout", 0)
         score = f"{killed / reached:.1%}" if reached else "n/a"
         print(f"== {target.name}: {score} killed ({killed} of {reached} reached); {counts}")
-    return 0
+        if not reached:
+            unmeasured.append(target.name)
+    for name in unmeasured:
+        log = (STAGING / name / "mutmut-run.log").relative_to(ROOT)
+        print(
+            f"mutate: the {name} half reached no mutant, so it measured nothing: its tests did "
+            f"not run against the mutants (read {log})",
+            file=sys.stderr,
+        )
+    return 1 if unmeasured else 0
 
 
 if __name__ == "__main__":
