@@ -1,6 +1,6 @@
 """The headline test of examples/qlora-7b: the example users copy, run on the local stack with
 real torch, transformers and peft (its tiny mode: a tiny Llama from a config on the CPU, no
-downloads), through the `tether` CLI as the README walks through it.
+downloads), through the `tether` CLI as docs/first-fine-tune.md walks through it.
 
 `tether secrets set HF_TOKEN` → `tether submit job.yaml` (the spec's folder shipped as the
 job's code) → the host destroyed twice, each time past a checkpoint and before the next one →

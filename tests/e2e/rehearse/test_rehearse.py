@@ -132,7 +132,12 @@ def test_the_qlora_example_in_its_tiny_mode_resumes_identically(
     assert example["secrets"] == ["HF_TOKEN"] and example["code"] == {"dir": "."}
     run = example["run"] + " --seed 4243"  # this test's own command line
     spec = _spec(tmp_path, **{**example, "run": run, "code": {"dir": str(qlora)}})
-    tiny = ["--env", "QLORA_TINY=1", "--env", "QLORA_STEP_SECONDS=0.15"]  # as the README says
+    tiny = [
+        "--env",
+        "QLORA_TINY=1",
+        "--env",
+        "QLORA_STEP_SECONDS=0.15",
+    ]  # as docs/first-fine-tune.md says
     argv = ["rehearse", str(spec), "--kill-at-step", "15", *tiny, "--json"]
     code = main(argv)
     out, err = capsys.readouterr()
