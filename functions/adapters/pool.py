@@ -29,7 +29,7 @@ def map_bounded(fn: Callable[[T], R], items: Iterable[T], *, workers: int) -> li
 
 
 @contextmanager
-def beside(fn: Callable[[], R]) -> Iterator[Future[R]]:
+def run_in_background(fn: Callable[[], R]) -> Iterator[Future[R]]:
     """Run `fn` on another thread while the `with` body runs; the block waits for it on exit."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         yield pool.submit(contextvars.copy_context().run, fn)

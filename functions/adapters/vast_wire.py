@@ -6,7 +6,7 @@ the `no_such_ask` token that marks an offer gone whatever the status), its recor
 it is sent when Vast would refuse it. Facts: Vast's OpenAPI spec and official client (docs/vast.md).
 
 Records are read one at a time (`parse_instance`, `parse_offer`, `check_charge`): odd values are
-normalised first (`functions.domain.records`); a record that still cannot be read is left out of
+normalised first (`functions.domain.vast_values`); a record that still cannot be read is left out of
 its `Listing` and named in `Listing.issues` (kind, id as sent, fields), so one bad host never
 fails a whole listing. An instance keeps its place when only a field nothing decides on is
 unreadable (that field is dropped): hiding an instance would hide an orphan that bills.
@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from functions.domain.jobspec import Resources
 from functions.domain.offer import Offer
-from functions.domain.records import normalise
 from functions.domain.spend import UnreadableCharge, instance_charge
+from functions.domain.vast_values import normalise
 
 MIN_DISK_GB = 8
 MAX_LABEL_CHARS = 256
@@ -105,7 +105,7 @@ class Instance(BaseModel):
     """An instance record from `GET /api/v0/instances/…` or `/api/v1/instances/`.
 
     Only `id` is required: records right after a rent lack most fields (actual_status is null).
-    Unknown fields are kept. Odd values are normalised first (`functions.domain.records`): an id
+    Unknown fields are kept. Odd values are normalised first (`functions.domain.vast_values`): an id
     or a number as text, "n/a" or "" for a missing number, an ISO `start_date`, a numeric label.
     """
 

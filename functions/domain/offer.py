@@ -6,7 +6,7 @@ API never breaks parsing. Units follow the real Vast records (docs/vast.md):
 `dph_*` and `min_bid` $/hour, `storage_cost` $/GB/month. `min_bid` prices the GPU/machine part
 of an interruptible (bid) instance; storage is billed on top, as for on-demand.
 
-Odd values are made readable first (`functions.domain.records.normalise`: "n/a" and "" are
+Odd values are made readable first (`functions.domain.vast_values.normalise`: "n/a" and "" are
 missing, numbers written as text are numbers). An offer without a price (`dph_total` and
 `dph_base` both missing) is refused: it is not an offer, and ranked as one it would look nearly
 free.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from functions.domain.records import normalise
+from functions.domain.vast_values import normalise
 
 
 class Offer(BaseModel):

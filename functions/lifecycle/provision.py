@@ -61,9 +61,9 @@ from functions.lifecycle.steps import (
     LifecycleDeps,
     ProvisionInput,
     ProvisionOutput,
-    event,
-    move,
-    read,
+    logged_listing,
+    timeline_event,
+    transition_and_publish,
 )
 
 PROVISION_TIMEOUT_S = 3600  # of waiting for capacity, then the job FAILS
@@ -87,7 +87,7 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
         )  # fmt: skip
     vast = deps.vast()
     _destroy_strays(vast, instance_label(job.job_id, inp.generation))
-    offers = read(vast.search_offers(job.spec.resources), "offer search")
+    offers = logged_listing(vast.search_offers(job.spec.resources), "offer search")
     generations = deps.store.list_generations(job.job_id)
     machines = [o.machine_id for o in offers if o.machine_id is not None]
     plan = plan_rent(
@@ -103,7 +103,7 @@ def provision(deps: LifecycleDeps, inp: ProvisionInput) -> ProvisionOutput:
 def _destroy_strays(vast: VastClient, label: str) -> None:
     """An earlier attempt of this step may have rented and died before recording: not ours to
     adopt (its agent token is lost), so it goes before we rent again."""
-    for stray in read(vast.list_instances(label=label), "stray instances"):
+    for stray in logged_listing(vast.list_instances(label=label), "stray instances"):
         if stray.label == label:
             vast.destroy_instance(stray.id)
 
@@ -113,7 +113,7 @@ def _refused(
 ) -> ProvisionOutput:
     if refusal.outcome == "no_capacity":
         return _no_capacity(deps, job, inp, now, refusal.reason)
-    stopped = move(
+    stopped = transition_and_publish(
         deps, job, JobState.STOPPING, RENTING, now, "over_budget", refusal.reason,
         stop_reason="over_budget", state_reason=refusal.reason,
     )  # fmt: skip
@@ -157,15 +157,15 @@ def _rent_down(
             )  # fmt: skip
         except BidTooLow as exc:  # min_bid rose past our bid: the offer is gone at our price
             deps.store.append_event(
-                event(job.job_id, now, "bid_too_low", f"offer {offer.id} refused bid "
-                      f"${candidate.bid_usd_per_hour}/h ({exc.message}); next offer",
-                      offer_id=offer.id)
+                timeline_event(job.job_id, now, "bid_too_low", f"offer {offer.id} refused bid "
+                               f"${candidate.bid_usd_per_hour}/h ({exc.message}); next offer",
+                               offer_id=offer.id)
             )  # fmt: skip
             continue
         except OfferGone:
             deps.store.append_event(
-                event(job.job_id, now, "offer_gone", f"offer {offer.id} was taken; next offer",
-                      offer_id=offer.id)
+                timeline_event(job.job_id, now, "offer_gone",
+                               f"offer {offer.id} was taken; next offer", offer_id=offer.id)
             )  # fmt: skip
             continue
         except VastUnavailable as exc:
@@ -259,7 +259,7 @@ def _record(
         generation,
         expected=RENTING,
         now=now,
-        event=event(
+        event=timeline_event(
             job.job_id, now, "rented", message, instance_id=result.instance_id,
             machine_id=offer.machine_id, gpu_name=offer.gpu_name, **_assumed_data(candidate),
         ),
@@ -281,7 +281,7 @@ def _record(
         f"{result.instance_id}"
     )
     deps.store.append_event(
-        event(job.job_id, now, "lost_race", lost, instance_id=result.instance_id)
+        timeline_event(job.job_id, now, "lost_race", lost, instance_id=result.instance_id)
     )
     return ProvisionOutput(outcome="lost_race", proceed=False, message=lost)
 
@@ -323,7 +323,9 @@ def _assumed_data(candidate: RentCandidate) -> dict[str, float | int | str]:
 
 def _rented_anyway(vast: VastClient, label: str) -> RentResult | None:
     """After a rent that may have reached Vast: the instance with our label, if it exists."""
-    for instance in read(vast.list_instances(label=label), "instances after an unsure rent"):
+    for instance in logged_listing(
+        vast.list_instances(label=label), "instances after an unsure rent"
+    ):
         if instance.label == label:
             return RentResult(instance_id=instance.id)
     return None
@@ -353,7 +355,7 @@ def _no_capacity(
         if timed_out
         else f"{why}; trying again in {wait} s"
     )
-    deps.store.append_event(event(job.job_id, now, "no_capacity", message))
+    deps.store.append_event(timeline_event(job.job_id, now, "no_capacity", message))
     return ProvisionOutput(
         outcome="no_capacity",
         message=message,

@@ -45,10 +45,10 @@ from functions.lifecycle.steps import (
     ProvisionInput,
     StepOutput,
     StopBeginInput,
-    event,
-    move,
-    read,
-    skip,
+    logged_listing,
+    nothing_to_do,
+    timeline_event,
+    transition_and_publish,
 )
 
 
@@ -69,26 +69,26 @@ def begin(deps: LifecycleDeps, inp: BeginInput) -> StepOutput:
         return StepOutput(proceed=False, outcome="abandon", message="no such job")
     previous = inp.generation - 1
     if job.current_generation != previous:
-        return skip(job, f"generation {inp.generation} is not next")
+        return nothing_to_do(job, f"generation {inp.generation} is not next")
     if inp.action == "provision":
         if job.state == JobState.PENDING:
-            job = move(
+            job = transition_and_publish(
                 deps, job, JobState.PROVISIONING, (JobState.PENDING,), now, "provisioning",
                 f"looking for a host: {inp.reason}",
             )  # fmt: skip
         if job.state != JobState.PROVISIONING:
-            return skip(job, "not pending")
+            return nothing_to_do(job, "not pending")
         place_code(deps, job)
         return StepOutput(outcome="begun", state=job.state.value)
     if job.state == JobState.RUNNING:
         crashed = reason_health(inp.reason) is Health.CRASHED
-        job = move(
+        job = transition_and_publish(
             deps, job, JobState.REPLACING, (JobState.RUNNING,), now, "replacing",
             f"replacing generation {previous}: {inp.reason}", state_reason=inp.reason,
             restarts=job.restarts + 1 if crashed else None,
         )  # fmt: skip
     if job.state != JobState.REPLACING:
-        return skip(job, "not running")
+        return nothing_to_do(job, "not running")
     # Not ended yet: the generation ends when DestroyPrevious has seen its instance gone.
     # Until then it may still finish a checkpoint upload, which is then a checkpoint of a
     # generation that existed, and restorable (invariant 2).
@@ -136,7 +136,7 @@ def destroy(deps: LifecycleDeps, inp: DestroyInput) -> StepOutput:
     labelled = [
         i
         for label_range in job_label_ranges(inp.job_id)  # the job's labels, not the account's
-        for i in read(vast.list_instances(label_range=label_range), "destroy")
+        for i in logged_listing(vast.list_instances(label_range=label_range), "destroy")
     ]
     targets = {i.id for i in labelled if doomed(i.label)}
     targets |= {g.instance_id for g in generations if g.instance_id is not None}
@@ -155,7 +155,7 @@ def destroy(deps: LifecycleDeps, inp: DestroyInput) -> StepOutput:
         )
     if targets:
         deps.store.append_event(
-            event(
+            timeline_event(
                 inp.job_id, now, "destroyed", f"destroyed instances {sorted(targets)}",
                 instance_ids=sorted(targets),
             )
@@ -192,7 +192,7 @@ def fail(deps: LifecycleDeps, inp: FailInput) -> StepOutput:
     if job is None:
         return StepOutput(proceed=False, outcome="abandon", message="no such job")
     reason = inp.reason or "provisioning failed"
-    job = move(
+    job = transition_and_publish(
         deps, job, JobState.FAILED, (JobState.PENDING, *RENTING), now, "failed", reason,
         stop_reason="failed", state_reason=reason,
     )  # fmt: skip
@@ -208,17 +208,17 @@ def stop_begin(deps: LifecycleDeps, inp: StopBeginInput) -> StepOutput:
     if job is None:
         return StepOutput(proceed=False, outcome="abandon", message="no such job")
     if is_terminal(job.state):
-        return skip(job, "already ended")
+        return nothing_to_do(job, "already ended")
     if job.state != JobState.STOPPING:
         stop_reason = stop_reason_for(inp.reason)
-        job = move(
+        job = transition_and_publish(
             deps, job, JobState.STOPPING,
             (JobState.PENDING, JobState.PROVISIONING, JobState.RUNNING, JobState.REPLACING),
             now, "stopping", f"stopping: {inp.reason}",
             stop_reason=stop_reason, state_reason=inp.reason,
         )  # fmt: skip
     if job.state != JobState.STOPPING:
-        return skip(job, "already ended")
+        return nothing_to_do(job, "already ended")
     return StepOutput(outcome="stopping", state=job.state.value)
 
 
@@ -230,7 +230,7 @@ def finish(deps: LifecycleDeps, inp: FinishInput) -> StepOutput:
         return StepOutput(proceed=False, outcome="abandon", message="no such job")
     if job.state == JobState.STOPPING:
         target = TERMINAL_STATE_FOR[job.stop_reason or "cancelled"]
-        job = move(
+        job = transition_and_publish(
             deps, job, target, (JobState.STOPPING,), now, target.value.lower(),
             f"job ended {target.value}: {job.state_reason or job.stop_reason}",
         )  # fmt: skip
@@ -260,7 +260,7 @@ def attempt_failed(deps: LifecycleDeps, inp: AttemptFailedInput) -> StepOutput:
     error, cause = describe_error(inp.error)
     message = f"{inp.execution} failed in {inp.failed_state}: {error}: {cause}"
     deps.store.append_event(
-        event(
+        timeline_event(
             inp.job_id, deps.clock(), "transition_failed", message,
             execution=inp.execution, state=inp.failed_state, error=error,
         )

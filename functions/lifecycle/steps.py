@@ -129,11 +129,13 @@ class LifecycleDeps:
     remaining_s: Callable[[], float] = field(default=lambda: math.inf)
 
 
-def event(job_id: str, now: float, kind: str, message: str, **data: Any) -> TimelineEvent:
+def timeline_event(job_id: str, now: float, kind: str, message: str, **data: Any) -> TimelineEvent:
+    """One entry of the job's timeline, at `now`."""
     return TimelineEvent(job_id=job_id, at=now, kind=kind, message=message, data=data)
 
 
-def skip(job: Job, why: str) -> StepOutput:
+def nothing_to_do(job: Job, why: str) -> StepOutput:
+    """The step's answer when the job is no longer where this step acts: abandon, saying why."""
     return StepOutput(
         proceed=False,
         outcome="abandon",
@@ -142,7 +144,7 @@ def skip(job: Job, why: str) -> StepOutput:
     )
 
 
-def move(
+def transition_and_publish(
     deps: LifecycleDeps,
     job: Job,
     target: JobState,
@@ -164,7 +166,7 @@ def move(
             target,
             expected=expected,
             now=now,
-            event=event(job.job_id, now, kind, message),
+            event=timeline_event(job.job_id, now, kind, message),
             state_reason=state_reason,
             stop_reason=stop_reason,
             restarts=restarts,
@@ -175,7 +177,7 @@ def move(
     return moved
 
 
-def read(listing: Listing[T], what: str) -> Listing[T]:
+def logged_listing(listing: Listing[T], what: str) -> Listing[T]:
     """A Vast listing, after one warning naming the records it could not read (never fatal)."""
     if listing.issues:
         logger.warning(

@@ -24,7 +24,7 @@ import copy
 import math
 from collections.abc import Sequence
 
-from functions.adapters.pool import beside, map_bounded
+from functions.adapters.pool import map_bounded, run_in_background
 from functions.adapters.vast import (
     INSTANCES_PAGE_LIMIT,
     Instance,
@@ -85,7 +85,7 @@ def read_vast(
         return instances, read_charges(vast, snapshots, issues)
     charge_issues: list[RecordIssue] = []
     copied = copy.copy(vast)
-    with beside(lambda: read_charges(copied, snapshots, charge_issues)) as pending:
+    with run_in_background(lambda: read_charges(copied, snapshots, charge_issues)) as pending:
         instances = list_instances(vast, issues, shard, ranges, known)
         charges = pending.result()
     if instances is None:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from functions.domain.offer import Offer
-from functions.domain.records import field_kind, normalise
+from functions.domain.vast_values import field_kind, normalise
 
 
 class Record(BaseModel):
