@@ -112,9 +112,11 @@ class R2:
         *,
         session_token: str | None = MINTED,
         secret: str | None = None,
+        checksums: str = "when_required",
     ) -> Any:
         """An S3 client for `creds`; `session_token=None` leaves it out, another string
-        replaces it, `secret` replaces the secret."""
+        replaces it, `secret` replaces the secret; `checksums="when_supported"` is boto3's
+        default (request checksums R2 refuses)."""
         token = creds.session_token if session_token == MINTED else session_token
         return boto3.session.Session().client(
             "s3",
@@ -127,7 +129,7 @@ class R2:
                 signature_version="s3v4",
                 s3={"addressing_style": "path", "payload_signing_enabled": False},
                 retries={"max_attempts": 1, "mode": "standard"},
-                request_checksum_calculation="when_required",
+                request_checksum_calculation=checksums,
                 response_checksum_validation="when_required",
             ),
         )

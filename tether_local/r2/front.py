@@ -8,7 +8,9 @@ object key (or listing prefix, or every key of a `DeleteObjects`, or a copy's so
 key's `prefixes`/`objects`, and the permission; a refusal is R2's S3 error XML, with the codes and
 statuses of Cloudflare's R2 error table (`tether_local.r2.auth` says which and why). At
 `CompleteMultipartUpload` it also applies R2's part rules, which rclone does not: every part but
-the last at least 5 MiB (`EntityTooSmall`) and all of the same size (`InvalidPart`).
+the last at least 5 MiB (`EntityTooSmall`) and all of the same size (`InvalidPart`). An allowed
+request that uses a feature R2 does not take (request checksums and aws-chunked trailers on
+uploads, ACLs, tagging, object lock) is refused as R2 refuses it (`tether_local.r2.features`).
 
 Why the front verifies the signature rather than leaving it to rclone (with an auth proxy
 handing rclone each key's secret): rclone answers a bad signature before reading the body and
@@ -58,6 +60,7 @@ from tether_local.r2.auth import (
     classify,
     error_xml,
 )
+from tether_local.r2.features import unsupported_feature
 
 LOG = logging.getLogger(__name__)
 
@@ -174,10 +177,9 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(key, Refusal):
             self._refuse(key)
             return
-        op = classify(
-            self.command, raw_path, dict(request.query()), self.headers.get("x-amz-copy-source")
-        )
-        refusal = authorize(key.scope, op)
+        query = dict(request.query())
+        op = classify(self.command, raw_path, query, self.headers.get("x-amz-copy-source"))
+        refusal = authorize(key.scope, op) or unsupported_feature(op.name, request.headers, query)
         body: bytes | None = None
         if refusal is None and op.needs_body:
             body = self._read_judged_body()
@@ -341,9 +343,8 @@ def _local(tag: str) -> str:
 
 
 def _reason(status: int) -> str:
-    return {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 411: "Length Required"}.get(
-        status, "Service Unavailable"
-    )
+    reasons = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 411: "Length Required"}
+    return {**reasons, 501: "Not Implemented"}.get(status, "Service Unavailable")
 
 
 def _copy(source: Any, conn: http.client.HTTPConnection, length: int, buffer: memoryview) -> None:
