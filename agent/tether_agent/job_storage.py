@@ -79,6 +79,7 @@ class JobStorage:
             nice=tuning.upload_nice,
             backoff_s=min(1.0, s.heartbeat_interval_s),
             credential_wait_s=max(4 * s.heartbeat_interval_s, 1.0),
+            stale_wait_s=max(s.heartbeat_interval_s, 1.0),
             cancel=cancel,
             stats=stats,
         )

@@ -10,8 +10,12 @@ things with 401 and 403, and they are treated as such:
   them; without new ones it counts as a failed attempt.
 - 403 `AccessDenied`: the credentials work, but this operation is outside their scope (bucket,
   prefix, permission). Retrying with credentials of the same scope cannot help, so it raises
-  `AccessDenied` at once (after one retry if newer credentials arrived meanwhile, or as a 401 when
-  the credentials have expired by the local clock), and callers report it instead of retrying.
+  `AccessDenied` (after one retry if newer credentials arrived meanwhile, or as a 401 when the
+  credentials have expired by the local clock), and callers report it instead of retrying. Real
+  R2 may answer 403 where the local front answers 401 (a key revoked or expired early), so the
+  first 403 on a credentials version is taken as "maybe stale": calls wait for newer credentials
+  until `stale_wait_s` after it (one heartbeat interval on a host) and retry with them; without
+  them, and for every later 403 on that version, it is a refusal at once.
 `NoSuchUpload` (the server lost the multipart upload) restarts that file's upload from the first
 part; 404 is "not there", never a refusal. A failed upload is aborted so no multipart upload is
 left open.
@@ -163,6 +167,7 @@ class Storage:
         max_attempts: int = 8,
         backoff_s: float = 0.5,
         credential_wait_s: float = 60.0,
+        stale_wait_s: float = 10.0,
         cancel: threading.Event | None = None,
         stats: TransferStats | None = None,
     ) -> None:
@@ -175,6 +180,9 @@ class Storage:
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
         self._credential_wait_s = credential_wait_s
+        self._stale_wait_s = stale_wait_s
+        self._doubt_lock = threading.Lock()
+        self._doubted_until: dict[int, float] = {}  # credentials version → monotonic deadline
         self._nice = nice
         # Upload parts in memory at once (read but not yet sent).
         self._window = threading.BoundedSemaphore(concurrency * 2)
@@ -228,9 +236,11 @@ class Storage:
                     raise
                 newer = self.store.current().version > creds.version
                 if code in DENIED_ERRORS and not newer and not _expired(creds):
-                    denied = AccessDenied(what, creds.bucket, creds.access_key_id)
-                    log.error("storage refused %s", denied)
-                    raise denied from exc
+                    if not self._newer_after_doubt(what, creds):
+                        denied = AccessDenied(what, creds.bucket, creds.access_key_id)
+                        log.error("storage refused %s", denied)
+                        raise denied from exc
+                    newer = True
                 if code in DENIED_ERRORS or code in CREDENTIAL_ERRORS:
                     renewals += 1
                     if renewals > self._max_attempts:
@@ -255,6 +265,26 @@ class Storage:
             log.info("%s failed (%s); retry %d in %.1fs", what, error, attempt, delay)
             if self.cancel.wait(delay):
                 raise TransferCancelled(what)
+
+    def _newer_after_doubt(self, what: str, creds: Credentials) -> bool:
+        """After a 403 on `creds`: wait for newer credentials until `stale_wait_s` after the
+        first 403 on this version (concurrent parts share the deadline); True when they came."""
+        with self._doubt_lock:
+            first = creds.version not in self._doubted_until
+            deadline = self._doubted_until.setdefault(
+                creds.version, time.monotonic() + self._stale_wait_s
+            )
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            return False
+        if first:
+            log.warning(
+                "%s: AccessDenied with key %s…; waiting %.0fs for newer credentials once",
+                what,
+                creds.access_key_id[:4],
+                self._stale_wait_s,
+            )
+        return self.store.wait_newer(creds.version, left_s) is not None
 
     # -- listing ---------------------------------------------------------------------------
 

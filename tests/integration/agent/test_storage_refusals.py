@@ -150,10 +150,15 @@ def new_job() -> str:
 
 
 def test_access_denied_is_raised_at_once_not_waited_on(r2: R2) -> None:
-    """Before: AccessDenied waited for new credentials (a minute on a host) and tried again."""
+    """Before: AccessDenied waited for new credentials (a minute on a host) and tried again.
+    Now it waits only `stale_wait_s` once (R2 may say 403 for a stale key), never that minute."""
     minted = r2.mint(prefixes=["jobs/A/"])
     storage = Storage(
-        CredentialStore(credentials(r2, minted)), "jobs/B/", credential_wait_s=3600, backoff_s=0.01
+        CredentialStore(credentials(r2, minted)),
+        "jobs/B/",
+        credential_wait_s=3600,
+        stale_wait_s=0.5,
+        backoff_s=0.01,
     )
     try:
         thread, outcome = in_thread(lambda: storage.put_bytes("jobs/B/x.bin", b"x"))
@@ -165,6 +170,52 @@ def test_access_denied_is_raised_at_once_not_waited_on(r2: R2) -> None:
     assert minted.secret_access_key not in str(outcome[0])
     assert [(r.method, r.code) for r in r2.front.refusals] == [("PUT", "AccessDenied")]
     assert "jobs/B/x.bin" not in r2.on_disk()
+
+
+def test_a_403_on_a_current_key_waits_once_for_newer_credentials_and_recovers(r2: R2) -> None:
+    """Real R2 may answer 403 where the front answers 401 (a key revoked early): the first 403
+    on a key the agent believes current waits for the next heartbeat's key and retries with it.
+    Before: AccessDenied at once, and the upload was lost although a working key came a beat
+    later."""
+    store = CredentialStore(credentials(r2, r2.mint(prefixes=["jobs/A/"])))
+    storage = Storage(store, "jobs/R/", credential_wait_s=HANG_S, stale_wait_s=HANG_S)
+    try:
+        thread, outcome = in_thread(lambda: storage.put_bytes("jobs/R/x.bin", b"x"))
+        deadline = time.monotonic() + HANG_S
+        while not r2.front.refusals and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [(r.status, r.code) for r in r2.front.refusals] == [(403, "AccessDenied")]
+        time.sleep(0.2)
+        assert thread.is_alive(), "a 403 on a current key was not doubted once"
+        store.offer(credentials(r2, r2.mint(prefixes=["jobs/R/"]), expires_at=time.time() + 900))
+        thread.join(HANG_S)
+    finally:
+        storage.close()
+    assert outcome == [None]
+    assert (r2.data / "jobs/R/x.bin").read_bytes() == b"x"
+    assert len(r2.front.refusals) == 1
+
+
+def test_a_403_is_doubted_once_per_key_then_refused_at_once(r2: R2) -> None:
+    stale_wait_s = 2.0
+    storage = Storage(
+        CredentialStore(credentials(r2, r2.mint(prefixes=["jobs/A/"]))),
+        "jobs/R/",
+        credential_wait_s=HANG_S,
+        stale_wait_s=stale_wait_s,
+    )
+    try:
+        elapsed_s = []
+        for name in ("first.bin", "second.bin"):
+            started = time.monotonic()
+            with pytest.raises(AccessDenied):
+                storage.put_bytes(f"jobs/R/{name}", b"x")
+            elapsed_s.append(time.monotonic() - started)
+    finally:
+        storage.close()
+    assert elapsed_s[0] >= stale_wait_s, "the first 403 was not doubted"
+    assert elapsed_s[1] < stale_wait_s, "the same key's second 403 waited again"
+    assert [r.code for r in r2.front.refusals] == ["AccessDenied", "AccessDenied"]
 
 
 def test_expired_key_waits_for_the_fresh_one_then_succeeds(r2: R2) -> None:
