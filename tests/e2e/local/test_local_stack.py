@@ -61,7 +61,9 @@ def _s3(stack: LocalStack, key: dict[str, str]) -> object:
         aws_access_key_id=key["accessKeyId"],
         aws_secret_access_key=key["secretAccessKey"],
         aws_session_token=key["sessionToken"],
-        config=Config(retries={"max_attempts": 1}),
+        config=Config(  # R2 refuses boto3's default request checksums on uploads
+            retries={"max_attempts": 1}, request_checksum_calculation="when_required"
+        ),
     )
 
 
