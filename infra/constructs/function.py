@@ -72,6 +72,10 @@ class TetherFunction(Construct):
                 names.METRICS_NAMESPACE_ENV: names.METRICS_NAMESPACE,
                 **({} if traced else {"POWERTOOLS_TRACE_DISABLED": "true"}),
                 **environment,
+                # After the caller's: no trace records a returned or raised value (presigned
+                # URLs, secrets), whatever Tracer a handler builds (functions/observability.py).
+                "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+                "POWERTOOLS_TRACER_CAPTURE_ERROR": "false",
             },
         )
         acknowledge(

@@ -14,6 +14,7 @@ from functions.adapters.code_bucket import CodeBucket
 from functions.api import jobs
 from functions.domain.storage_layout import code_upload_key
 from tests.integration.api.helpers import spec
+from tests.xray_traces import recorded_traces
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
 
@@ -63,6 +64,18 @@ def test_an_upload_is_presigned_for_the_content_addressed_key(api, bucket):
     assert reply.body["key"] == f"code/{SHA}.tar.gz"
     assert reply.body["url"].startswith(f"https://r2.example/code/{SHA}.tar.gz")
     assert bucket.presigned == [(f"code/{SHA}.tar.gz", 600)]
+
+
+def test_the_presigned_url_is_not_kept_in_the_trace(api, bucket, monkeypatch):
+    # The handler runs with the X-Ray SDK recording in memory: no document it would send to
+    # X-Ray (kept 30 days, readable with X-Ray read rights) holds the URL.
+    with recorded_traces(monkeypatch) as emitter:
+        reply = api.jobs("POST", "/code/uploads", body={"sha256": SHA, "size_bytes": len(CONTENT)})
+    assert reply.status == 200, reply.body
+    assert "X-Amz-Signature" in reply.body["url"]
+    assert emitter.documents, "nothing was traced: the recorder is not on"
+    assert reply.body["url"] not in emitter.text()
+    assert "X-Amz-Signature" not in emitter.text()
 
 
 def test_an_archive_already_there_is_not_uploaded_again(api, bucket):
