@@ -113,6 +113,20 @@ MONITOR_SCHEDULE_EXPRESSION = "rate(1 minute)"
 # CDK context (`-c monitorShards=4`, or TETHER_MONITOR_SHARDS for `tether deploy`): how many
 # schedules split the fleet by job hash (functions/domain/shards.py). 1: one run sees every job.
 MONITOR_SHARDS_CONTEXT = "monitorShards"
+# CDK context: each function's reserved concurrency (infra/concurrency.py, docs/deploy.md), or
+# the environment variable next to it for `make synth` and `tether deploy`.
+MONITOR_CONCURRENCY_CONTEXT = "monitorConcurrency"
+LIFECYCLE_CONCURRENCY_CONTEXT = "lifecycleConcurrency"
+HEARTBEAT_CONCURRENCY_CONTEXT = "heartbeatConcurrency"
+JOBS_CONCURRENCY_CONTEXT = "jobsConcurrency"
+# Synth-time settings read from the environment: variable → CDK context.
+SYNTH_CONTEXT_ENV = {
+    MONITOR_SHARDS_ENV: MONITOR_SHARDS_CONTEXT,
+    "TETHER_MONITOR_CONCURRENCY": MONITOR_CONCURRENCY_CONTEXT,
+    "TETHER_LIFECYCLE_CONCURRENCY": LIFECYCLE_CONCURRENCY_CONTEXT,
+    "TETHER_HEARTBEAT_CONCURRENCY": HEARTBEAT_CONCURRENCY_CONTEXT,
+    "TETHER_JOBS_CONCURRENCY": JOBS_CONCURRENCY_CONTEXT,
+}
 # The lifecycle's longest path: an hour of waiting for capacity plus retried destroys.
 LIFECYCLE_TIMEOUT_HOURS = 3
 

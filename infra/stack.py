@@ -13,6 +13,7 @@ from constructs import Construct
 
 from functions.domain.shards import MAX_SHARDS
 from infra import names
+from infra.concurrency import reserved_concurrency
 from infra.constructs.api import Api
 from infra.constructs.artifacts import Artifacts
 from infra.constructs.data import DataStore
@@ -35,6 +36,8 @@ class TetherStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         code = lambda_.Code.from_asset(str(lambda_asset_dir))
+        shards = monitor_shards(self.node.try_get_context(names.MONITOR_SHARDS_CONTEXT))
+        reserved = reserved_concurrency(self.node.try_get_context, shards=shards)
         self.data = DataStore(self, names.DATA_ID)
         self.secrets = Secrets(self, names.SECRETS_ID)
         self.artifacts = Artifacts(self, names.ARTIFACTS_ID, agent_wheel_dir=agent_wheel_dir)
@@ -46,6 +49,7 @@ class TetherStack(Stack):
             vast_secret=self.secrets.vast_api_key,
             cloudflare_secret=self.secrets.cloudflare,
             artifacts_bucket=self.artifacts.bucket,
+            reserved_concurrency=reserved.lifecycle,
         )
         self.api = Api(
             self,
@@ -54,6 +58,8 @@ class TetherStack(Stack):
             table=self.data.table,
             state_machine=self.lifecycle.state_machine,
             cloudflare_secret=self.secrets.cloudflare,
+            jobs_concurrency=reserved.jobs,
+            heartbeat_concurrency=reserved.heartbeat,
         )
         self.lifecycle.set_api_url(self.api.url)
         self.monitor = Monitor(
@@ -64,7 +70,8 @@ class TetherStack(Stack):
             state_machine=self.lifecycle.state_machine,
             vast_secret=self.secrets.vast_api_key,
             cloudflare_secret=self.secrets.cloudflare,
-            shards=monitor_shards(self.node.try_get_context(names.MONITOR_SHARDS_CONTEXT)),
+            shards=shards,
+            reserved_concurrency=reserved.monitor,
         )
         # Every function that moves a job publishes its transitions (the monitor only starts
         # lifecycle executions; the lifecycle moves the job).

@@ -196,8 +196,9 @@ def build_app(*, bundle: bool, outdir: str | None = None, nag: bool = True) -> t
 
     lambda_asset = build_lambda_asset(bundle=bundle)
     wheel_dir = build_agent_wheel(bundle=bundle)
-    shards = os.environ.get(names.MONITOR_SHARDS_ENV)  # `tether deploy`'s way to set the context
-    context = {names.MONITOR_SHARDS_CONTEXT: shards} if shards else None
+    # `tether deploy`'s way to set a context (TETHER_MONITOR_SHARDS, …)
+    given = {key: os.environ.get(env) for env, key in names.SYNTH_CONTEXT_ENV.items()}
+    context = {key: value for key, value in given.items() if value} or None
     app = App(outdir=outdir, analytics_reporting=False, context=context)
     stack = TetherStack(app, lambda_asset_dir=lambda_asset, agent_wheel_dir=wheel_dir)
     if nag:
@@ -208,10 +209,13 @@ def build_app(*, bundle: bool, outdir: str | None = None, nag: bool = True) -> t
 def _template_cache(bundle: bool) -> Path:
     paths = [ROOT / "infra", FUNCTIONS] + ([AGENT / "tether_agent"] if bundle else [])
     kind = "bundled" if bundle else "source"
-    from functions.settings import MONITOR_SHARDS_ENV
+    from infra.names import SYNTH_CONTEXT_ENV
 
-    shards = os.environ.get(MONITOR_SHARDS_ENV, "1")  # a context the template depends on
-    return BUILD / "synth" / f"template-{kind}-s{shards}-{source_hash(*paths)}.json"
+    # the contexts the template depends on
+    settings = hashlib.sha256(
+        json.dumps({env: os.environ.get(env) or "" for env in sorted(SYNTH_CONTEXT_ENV)}).encode()
+    ).hexdigest()[:8]
+    return BUILD / "synth" / f"template-{kind}-{settings}-{source_hash(*paths)}.json"
 
 
 def synth_template(*, bundle: bool) -> dict[str, Any]:

@@ -11,6 +11,11 @@ authorizer, so anyone who knows the URL can spend its bucket: its own bucket kee
 off the user routes and bounds what it costs; the agents retry a 429 within half an interval
 (`agent/tether_agent/heartbeat_sender.py`), which carries them through a flood several times the
 rate.
+
+Past the throttles, the heartbeat and jobs functions have reserved concurrency, which caps
+them (`infra/concurrency.py`): what the buckets let through cannot hold more of the account's
+Lambda concurrency than that, however slowly the functions answer, so the monitor and the
+lifecycle always find theirs.
 """
 
 from __future__ import annotations
@@ -92,6 +97,8 @@ class Api(Construct):
         table: dynamodb.ITable,
         state_machine: sfn.IStateMachine,
         cloudflare_secret: ProviderKey,
+        jobs_concurrency: int | None = None,
+        heartbeat_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.jobs = TetherFunction(
@@ -107,6 +114,8 @@ class Api(Construct):
                 # submit that it is there as described, with R2 keys minted per request.
                 names.CLOUDFLARE_SECRET_ARN_ENV: cloudflare_secret.parameter_arn,
             },
+            # `$default` runs it for anyone: a flood there stops at this cap.
+            reserved_concurrency=jobs_concurrency,
         )
         self.heartbeat = TetherFunction(
             self,
@@ -122,6 +131,8 @@ class Api(Construct):
             # (Lambda samples the first request of every second) at $5 a million, $0.0012 a
             # job-hour, as much as the rest of a job-hour's bill. Its log line says enough.
             traced=False,
+            # No authorizer in front: a flood stops at this cap, not at the account's pool.
+            reserved_concurrency=heartbeat_concurrency,
         )
         # Reads the job item, then the job's log segments in R2 with read-only credentials it
         # mints from the Cloudflare secret (which the heartbeat function cannot read).

@@ -1,6 +1,6 @@
 """One Lambda function the tether way: arm64, Python 3.12, its own log group with retention,
-X-Ray tracing (unless `traced=False`), and its own role that holds only what the function is
-granted."""
+X-Ray tracing (unless `traced=False`), reserved concurrency if given, and its own role that
+holds only what the function is granted."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class TetherFunction(Construct):
         memory_mb: int = 256,
         timeout: Duration | None = None,
         traced: bool = True,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(
@@ -67,6 +68,9 @@ class TetherFunction(Construct):
             memory_size=memory_mb,
             timeout=timeout or Duration.seconds(15),
             description=description,
+            # A share of the account's concurrency this function alone may use, and its cap
+            # (infra/concurrency.py); None: the account's unreserved pool.
+            reserved_concurrent_executions=reserved_concurrency,
             environment={
                 names.SERVICE_NAME_ENV: names.SERVICE_NAME,
                 names.METRICS_NAMESPACE_ENV: names.METRICS_NAMESPACE,

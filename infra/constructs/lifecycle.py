@@ -90,6 +90,7 @@ class Lifecycle(Construct):
         vast_secret: ProviderKey,
         cloudflare_secret: ProviderKey,
         artifacts_bucket: s3.IBucket,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.task_function = TetherFunction(
@@ -107,6 +108,7 @@ class Lifecycle(Construct):
             },
             memory_mb=512,
             timeout=Duration.minutes(3),
+            reserved_concurrency=reserved_concurrency,
         )
         role = self.task_function.role
         role.add_to_policy(

@@ -50,6 +50,7 @@ class Monitor(Construct):
         vast_secret: ProviderKey,
         cloudflare_secret: ProviderKey,
         shards: int = 1,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.shards = shards
@@ -74,6 +75,7 @@ class Monitor(Construct):
             traced=False,
             # Under the interval, so runs rarely overlap (and overlapping ones are harmless).
             timeout=Duration.seconds(names.MONITOR_INTERVAL_S - 5),
+            reserved_concurrency=reserved_concurrency,
         )
         role = self.function.role
         role.add_to_policy(
