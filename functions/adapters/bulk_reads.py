@@ -26,7 +26,6 @@ from functions.domain.job import Generation, Job
 
 BATCH_GET_KEYS = 100  # the most one BatchGetItem may ask for
 BATCH_GET_WORKERS = 8
-UNPROCESSED_ATTEMPTS = 5  # rounds for keys DynamoDB left unprocessed (throttling)
 
 
 @dataclass
@@ -76,17 +75,8 @@ class BulkReads(StoreBase):
             return None
 
     def _batch_get(self, keys: list[dict[str, str]]) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
         request: dict[str, Any] = {self.table_name: {"Keys": [serialize(k) for k in keys]}}
-        for _ in range(UNPROCESSED_ATTEMPTS):
-            reply = self.client.batch_get_item(RequestItems=request)
-            items.extend(
-                deserialize(i) for i in reply.get("Responses", {}).get(self.table_name, [])
-            )
-            request = dict(reply.get("UnprocessedKeys") or {})
-            if not request:
-                return items
-        raise RuntimeError("BatchGetItem left keys unprocessed after retries")
+        return [deserialize(i) for i in self._table.batch_get(request)[self.table_name]]
 
     def _query_each(self, keys: list[dict[str, str]], reads: GenerationReads) -> None:
         for pk in dict.fromkeys(k["pk"] for k in keys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -115,7 +115,7 @@ class JobRecords(StoreBase):
             }
             items.append(self._put(record, condition="attribute_not_exists(pk)"))
         try:
-            self.client.transact_write_items(TransactItems=cast(Any, items))
+            self._table.transact_write(items)
         except ClientError as exc:
             if idempotency is None or not is_condition_failure(exc):
                 raise

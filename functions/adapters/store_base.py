@@ -3,6 +3,8 @@ through, and the transaction Put they share."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -16,12 +18,19 @@ else:
 
 
 class StoreBase:
-    """The tether table's connection. `client=None` builds a default client."""
+    """The tether table's connection. `client=None` builds a default client; `sleep` waits
+    between the retries of conflicted and throttled calls (`Table`)."""
 
-    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.table_name = table_name
         self.client: DynamoDBClient = client or boto3.client("dynamodb")
-        self._table = Table(table_name, self.client)
+        self._table = Table(table_name, self.client, sleep=sleep)
 
     def _put(self, item: dict[str, Any], *, condition: str | None = None) -> dict[str, Any]:
         """A Put of a transaction."""

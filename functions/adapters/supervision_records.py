@@ -123,12 +123,9 @@ class SupervisionRecords(StoreBase):
         for start in range(0, len(ids), 100):  # BatchGetItem takes at most 100 keys
             keys = [serialize(host_key(i)) for i in ids[start : start + 100]]
             request: dict[str, Any] = {self.table_name: {"Keys": keys}}
-            while request:
-                reply = self.client.batch_get_item(RequestItems=request)
-                for item in reply.get("Responses", {}).get(self.table_name, []):
-                    reputation = as_reputation(deserialize(item))
-                    found[reputation.machine_id] = reputation
-                request = reply.get("UnprocessedKeys") or {}
+            for item in self._table.batch_get(request)[self.table_name]:
+                reputation = as_reputation(deserialize(item))
+                found[reputation.machine_id] = reputation
         return found
 
     def first_sightings(self, instance_ids: Iterable[int]) -> dict[int, float]:
@@ -138,12 +135,9 @@ class SupervisionRecords(StoreBase):
         for start in range(0, len(ids), 100):  # BatchGetItem takes at most 100 keys
             keys = [serialize(sighting_key(i)) for i in ids[start : start + 100]]
             request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
-            while request:
-                reply = self.client.batch_get_item(RequestItems=request)
-                for item in reply.get("Responses", {}).get(self.table_name, []):
-                    plain = deserialize(item)
-                    found[int(str(plain["pk"]).split("#", 1)[1])] = float(plain["first_seen"])
-                request = reply.get("UnprocessedKeys") or {}
+            for item in self._table.batch_get(request)[self.table_name]:
+                plain = deserialize(item)
+                found[int(str(plain["pk"]).split("#", 1)[1])] = float(plain["first_seen"])
         return found
 
     def record_first_sighting(self, instance_id: int, at: float) -> bool:

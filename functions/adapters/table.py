@@ -47,6 +47,12 @@ table; this module holds what it needs below the level of jobs and generations: 
 spelled, how values become DynamoDB attributes, how a page cursor is encoded, and a thin client
 (`Table`) that turns a failed condition into `False` instead of an exception.
 
+A cancelled transaction is a failed condition only when a `CancellationReasons` code is
+`ConditionalCheckFailed`; one cancelled for another transaction's conflict or for throttling
+(and a BatchGetItem's `UnprocessedKeys`) is asked again with jittered exponential back-off, at
+most `TRANSIENT_ATTEMPTS` calls within about a second, then raises `TableBusy`, which callers
+let fail the invocation (the Lambda is retried, the monitor counts the job as failed this run).
+
 `TABLE_DEFINITION` is the one definition of keys and indexes; the CDK construct
 (`infra/constructs/data.py`), the tests and the local stack all create the table from it.
 """
@@ -56,7 +62,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import random
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
@@ -303,9 +312,79 @@ def decode_page_token(token: str, index: str) -> dict[str, Any]:
 # --- the client ---------------------------------------------------------------------------
 
 
+TRANSIENT_ATTEMPTS = 4  # calls in all for a conflicted/throttled transaction or batch read
+FIRST_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 0.4  # the waits between the 4 calls add up to well under a second
+CONDITION_FAILED = "ConditionalCheckFailed"
+# Cancellation reasons and error codes that say "not now", not "no": asked again.
+TRANSIENT_CODES = frozenset(
+    {
+        "TransactionConflict",
+        "ThrottlingError",
+        "ProvisionedThroughputExceeded",
+        "RequestLimitExceeded",
+        "TransactionConflictException",
+        "ThrottlingException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+    }
+)
+_REASONS_IN_MESSAGE = re.compile(r"specific reasons \[([^\]]*)\]")
+
+
+class TableBusy(RuntimeError):
+    """DynamoDB kept refusing for conflicts or throttling after the bounded retries: a
+    transient failure of this call, never a failed condition."""
+
+
+def cancellation_codes(exc: ClientError) -> list[str]:
+    """The `CancellationReasons` codes of a cancelled transaction, one per item (`None` for an
+    item that was fine); read from the message when the reasons are not in the response."""
+    reasons = exc.response.get("CancellationReasons")
+    if isinstance(reasons, list) and reasons:
+        return [str(r.get("Code") or "None") for r in reasons if isinstance(r, Mapping)]
+    found = _REASONS_IN_MESSAGE.search(exc.response.get("Error", {}).get("Message", ""))
+    return [c.strip() for c in found.group(1).split(",")] if found else []
+
+
 def is_condition_failure(exc: ClientError) -> bool:
+    """A failed condition: a conditional write refused, or a transaction cancelled with at least
+    one `ConditionalCheckFailed` reason (a transaction cancelled without reasons is read as one,
+    as before reasons were told apart)."""
     code = exc.response.get("Error", {}).get("Code", "")
-    return code in {"ConditionalCheckFailedException", "TransactionCanceledException"}
+    if code == "ConditionalCheckFailedException":
+        return True
+    if code != "TransactionCanceledException":
+        return False
+    codes = cancellation_codes(exc)
+    return CONDITION_FAILED in codes or not any(c in TRANSIENT_CODES for c in codes)
+
+
+def is_transient(exc: ClientError) -> bool:
+    """Refused for conflicts or throttling and worth asking again (never a failed condition)."""
+    code = exc.response.get("Error", {}).get("Code", "")
+    if code == "TransactionCanceledException":
+        return not is_condition_failure(exc)
+    return code in TRANSIENT_CODES
+
+
+class Backoff:
+    """Jittered exponential waits between at most `TRANSIENT_ATTEMPTS` calls."""
+
+    def __init__(self, sleep: Callable[[float], None], rng: random.Random) -> None:
+        self._sleep = sleep
+        self._wait_s = FIRST_BACKOFF_S * rng.uniform(1.0, 1.5)
+        self._rng = rng
+        self.calls = 1
+
+    def another(self) -> bool:
+        """Wait before another call; False when the calls are used up."""
+        if self.calls >= TRANSIENT_ATTEMPTS:
+            return False
+        self._sleep(self._wait_s)
+        self._wait_s = min(self._wait_s * self._rng.uniform(1.5, 2.0), MAX_BACKOFF_S)
+        self.calls += 1
+        return True
 
 
 def set_clause(fields: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
@@ -341,11 +420,24 @@ def state_in(expected: Iterable[JobState], values: dict[str, Any]) -> str:
 
 
 class Table:
-    """One DynamoDB table, read and written with plain (deserialized) items."""
+    """One DynamoDB table, read and written with plain (deserialized) items. `sleep` and `rng`
+    pace the retries of conflicted and throttled calls (tests pass an instant sleep)."""
 
-    def __init__(self, name: str, client: DynamoDBClient) -> None:
+    def __init__(
+        self,
+        name: str,
+        client: DynamoDBClient,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
         self.name = name
         self.client = client
+        self.sleep = sleep
+        self._rng = rng if rng is not None else random.Random()
+
+    def backoff(self) -> Backoff:
+        return Backoff(self.sleep, self._rng)
 
     def get(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
         reply = self.client.get_item(TableName=self.name, Key=serialize(key), ConsistentRead=True)
@@ -400,9 +492,45 @@ class Table:
     def transact(self, items: Sequence[Mapping[str, Any]]) -> bool:
         """One TransactWriteItems; False when a condition in it fails."""
         try:
-            self.client.transact_write_items(TransactItems=cast(Any, list(items)))
+            self.transact_write(items)
         except ClientError as exc:
             if is_condition_failure(exc):
                 return False
             raise
         return True
+
+    def transact_write(self, items: Sequence[Mapping[str, Any]]) -> None:
+        """TransactWriteItems, asked again while it is cancelled for conflicts or throttling
+        only; `TableBusy` when the attempts run out. A failed condition raises its ClientError."""
+        backoff = self.backoff()
+        while True:
+            try:
+                self.client.transact_write_items(TransactItems=cast(Any, list(items)))
+            except ClientError as exc:
+                if not is_transient(exc):
+                    raise
+                if not backoff.another():
+                    raise TableBusy(
+                        f"TransactWriteItems refused {backoff.calls} times: "
+                        f"{', '.join(cancellation_codes(exc)) or exc}"
+                    ) from exc
+            else:
+                return
+
+    def batch_get(self, request: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        """Every item BatchGetItem `request` (its `RequestItems`) finds, by table, as DynamoDB
+        attributes: `UnprocessedKeys` are asked again with back-off; `TableBusy` when keys are
+        still unprocessed after `TRANSIENT_ATTEMPTS` calls."""
+        found: dict[str, list[dict[str, Any]]] = {name: [] for name in request}
+        pending: Mapping[str, Any] = request
+        backoff = self.backoff()
+        while True:
+            reply = self.client.batch_get_item(RequestItems=cast(Any, pending))
+            for name, items in reply.get("Responses", {}).items():
+                found.setdefault(name, []).extend(cast(Any, items))
+            pending = reply.get("UnprocessedKeys") or {}
+            if not pending:
+                return found
+            if not backoff.another():
+                left = sum(len(p.get("Keys", [])) for p in pending.values())
+                raise TableBusy(f"BatchGetItem left {left} keys unprocessed")
