@@ -7,6 +7,9 @@ spend at the simulated prices, whether the final weights are identical to an uni
 and every invariant (docs/architecture.md#invariants) checked from stored state. `--json` prints the
 summary as one JSON object on stdout (the timeline then goes to stderr). Exit 0 only if every
 invariant holds and the job ended as the scenario expects; 1 otherwise.
+
+The timeline and the summary carry what the hosts wrote (event messages, the log tail, file
+names in the evidence): printed with control characters shown (`tether_cli.terminal_text`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from rich.text import Text
 
 from tether_cli import output
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, LOCAL_EXTRA_HINT, CliError, import_local
+from tether_cli.terminal_text import json_visible, visible
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -69,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     except DemoError as exc:
         raise CliError(f"demo: {exc}", EXIT_FAILURE) from None
     if args.json:
-        out.write(summary.model_dump_json() + "\n")
+        out.write(json_visible(summary.model_dump_json()) + "\n")
     else:
         _print_summary(output.console(out), summary)
     return EXIT_OK if summary.ok else EXIT_FAILURE
@@ -80,12 +84,19 @@ _STYLES = {"dead": "red", "hung": "red", "crashed": "red", "failed": "red", "fin
 
 def timeline_printer(console: Console) -> Any:
     """A `tether_local.demo` Timeline that prints each line: elapsed time, source, text (the
-    demo's and `tether local up`'s)."""
+    demo's, `tether rehearse`'s and `tether local up`'s); source and text as `visible` shows
+    them, on one line."""
 
     def timeline(elapsed_s: float, source: str, text: str) -> None:
         style = "bold red" if text.startswith(("FAULT", "ZOMBIE")) else _STYLES.get(source, "")
+        shown_source = visible(source, keep_newlines=False)
         line = Text.assemble(
-            (f"{elapsed_s:6.1f}s", "dim"), " ", (f"{source:>12}", "cyan"), " ", text, style=style
+            (f"{elapsed_s:6.1f}s", "dim"),
+            " ",
+            (f"{shown_source:>12}", "cyan"),
+            " ",
+            visible(text, keep_newlines=False),
+            style=style,
         )
         console.print(line)
 
@@ -123,7 +134,7 @@ def _print_summary(console: Console, summary: Any) -> None:
     for incident in summary.incidents:
         lost = "-" if incident.lost_steps is None else str(incident.lost_steps)
         incidents.add_row(
-            incident.kind,
+            visible(incident.kind, keep_newlines=False),
             _seconds(incident.detected_after_s),
             _seconds(incident.resumed_after_s),
             _seconds(incident.first_step_after_start_s),
@@ -142,11 +153,15 @@ def _print_summary(console: Console, summary: Any) -> None:
     checks.add_column("evidence")
     for name, ok in {**summary.invariants, **summary.scenario_checks}.items():
         detail = summary.invariant_details.get(name, "scenario check")
-        checks.add_row(name, Text("yes", style="green") if ok else Text("NO", style="red"), detail)
+        checks.add_row(
+            visible(name, keep_newlines=False),
+            Text("yes", style="green") if ok else Text("NO", style="red"),
+            visible(detail, keep_newlines=True),
+        )
     console.print(checks)
     if summary.log_tail:
         console.print("last host's log tail:", style="bold")
-        console.print(summary.log_tail)
+        console.print(visible(summary.log_tail, keep_newlines=True))
     step = summary.compared_step
     if summary.identical_to_uninterrupted:
         console.print(

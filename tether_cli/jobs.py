@@ -3,6 +3,9 @@
 Each command talks to the API found by `api_client.resolve_api_url` (`--local`, `TETHER_API_URL`
 or the deployed stack's outputs), signed with the user's AWS credentials. `--json` prints the
 API's own document (for `logs`, one JSON object per segment line) for scripts.
+
+What a host wrote (log segments, timeline messages, exit reasons, checkpoint paths) is printed
+with its control characters shown, not obeyed (`tether_cli.terminal_text.visible`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from functions.domain.job import JobState
 from tether_cli import code_ship, output
 from tether_cli.api_client import IDEMPOTENCY_KEY_PATTERN, TetherApi, resolve_api_url
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
+from tether_cli.terminal_text import visible
 from tether_cli.validate import load_job, summary
 
 # What renting a marketplace host means for the data (the README says it too).
@@ -240,8 +244,8 @@ def run_jobs(args: argparse.Namespace) -> int:
     for job in found:
         spent, budget = float(job.get("spent_usd") or 0), float(job.get("budget_usd") or 0)
         table.add_row(
-            str(job["job_id"]),
-            str(job["state"]),
+            visible(str(job["job_id"]), keep_newlines=False),
+            visible(str(job["state"]), keep_newlines=False),
             output.usd(spent),
             output.usd(budget),
             f"{spent / budget:.0%}" if budget else "-",
@@ -283,7 +287,8 @@ def outputs_line(view: dict[str, Any]) -> str:
 
 
 def status_lines(view: dict[str, Any], now: float) -> list[str]:
-    """`tether status` for people: one fact per line, then the timeline."""
+    """`tether status` for people: one fact per line, then the timeline; each line with its
+    control characters shown (a line break in a host's message too: a line is one fact)."""
     lines = [f"job       {view['job_id']} ({view.get('name')})"]
     state = str(view["state"])
     reason = view.get("state_reason") or view.get("stop_reason")
@@ -327,7 +332,7 @@ def status_lines(view: dict[str, Any], now: float) -> list[str]:
         for event in shown:
             message = event.get("message") or ""
             lines.append(f"  {clock(event['at'])}  {event['kind']:<20} {message}")
-    return lines
+    return [visible(line, keep_newlines=False) for line in lines]
 
 
 def health_line(host: dict[str, Any] | None, now: float) -> str:
@@ -399,9 +404,10 @@ def run_logs(args: argparse.Namespace) -> int:
         for segment, text in segments:
             if args.json:
                 record = {k: segment[k] for k in ("name", "generation", "sequence")}
+                # ensure_ascii: every control character (C0, DEL, C1) is a \u escape.
                 sys.stdout.write(json.dumps({**record, "text": text}) + "\n")
             else:
-                sys.stdout.write(text)
+                sys.stdout.write(visible(text, keep_newlines=True))
             sys.stdout.flush()
     return EXIT_OK
 

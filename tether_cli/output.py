@@ -7,7 +7,9 @@ so they write to whatever `sys.stdout` / `sys.stderr` are at that moment (pytest
 Data is printed verbatim: every console here has rich's markup, emoji codes, highlighting and line
 wrapping off, so an ARN with `:secret:` or a reason with `[bold]` in it reaches the terminal byte
 for byte.
-Styling is given as `style=` or `Text` spans, never as markup inside a string.
+Styling is given as `style=` or `Text` spans, never as markup inside a string. Control characters
+are the exception: text a host can influence passes through `terminal_text.visible` before it
+is printed (errors and warnings here always do), and JSON through `terminal_text.json_visible`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
+
+from tether_cli.terminal_text import json_visible, visible
 
 # Exit codes, the same for every command.
 EXIT_OK = 0
@@ -66,21 +70,22 @@ def stderr_console() -> Console:
 
 def print_json(data: Any) -> None:
     """Plain JSON on stdout (no colour codes, ever): the output scripts parse."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_visible(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
     sys.stdout.flush()
 
 
 def error(message: str) -> None:
-    """One error line on stderr, as `tether: error: …`."""
-    sys.stderr.write(f"tether: error: {message}\n")
+    """One error line on stderr, as `tether: error: …` (its text may come from a host or the
+    API: control characters are shown, not obeyed; a process's output tail keeps its lines)."""
+    sys.stderr.write(f"tether: error: {visible(message, keep_newlines=True)}\n")
 
 
 def error_detail(line: str) -> None:
-    sys.stderr.write(f"  {line}\n")
+    sys.stderr.write(f"  {visible(line, keep_newlines=True)}\n")
 
 
 def warn(message: str) -> None:
-    sys.stderr.write(f"tether: warning: {message}\n")
+    sys.stderr.write(f"tether: warning: {visible(message, keep_newlines=True)}\n")
 
 
 def usd(value: float) -> str:

@@ -24,6 +24,7 @@ from functions.domain.pace import pace_estimator, startup_estimator
 from tether_cli import output, plan_market
 from tether_cli.output import EXIT_FAILURE, EXIT_NO_OFFER, EXIT_OK, CliError
 from tether_cli.plan_measures import PlanMeasures, fetch_measures
+from tether_cli.terminal_text import visible
 from tether_cli.validate import load_job
 
 DEFAULT_TOP = 5
@@ -275,8 +276,8 @@ def _print_table(
         table.add_row(
             str(rank),
             str(cost.offer.id),
-            gpu_label(cost.offer) + marker,
-            cost.offer.geolocation or "?",
+            visible(gpu_label(cost.offer) + marker, keep_newlines=False),  # the host's word
+            visible(cost.offer.geolocation or "?", keep_newlines=False),
             f"{cost.usd_per_hour:.3f}",
             *plan_market.cells(job, cost),
             f"{cost.startup_min:.1f} {startup_from(cost)}",
@@ -297,8 +298,8 @@ def _print_table(
     console.print(Text(f"Measured: {learned.detail}."))
     if best.speed.source != "spec":
         console.print(Text(f"Hours of #1: {best.expected_hours:.2f} ({best.speed.detail})."))
-    console.print(Text(startup_line(best, job, override)))
-    console.print(Text(_comparison(best, naive)))
+    console.print(Text(visible(startup_line(best, job, override), keep_newlines=False)))
+    console.print(Text(visible(_comparison(best, naive), keep_newlines=False)))
     console.print(
         Text(
             f"Breakdown of #1: compute {output.usd(best.breakdown.compute_usd)}, start-up "

@@ -14,6 +14,8 @@ step training resumed at, the steps lost: a lower bound where it is one) and whe
 checkpoint is identical, file by file, to the uninterrupted run's; `--json` prints the report as
 one JSON object on stdout (the timeline then goes to stderr). Exit 0 when identical, 1 when not
 (or when the rehearsal could not be driven to its end), 2 on bad input, the field named.
+The differences name files the job wrote: printed with control characters shown
+(`tether_cli.terminal_text`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from rich.text import Text
 from tether_cli import output
 from tether_cli.demo import _quiet_functions, timeline_printer
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, import_local
+from tether_cli.terminal_text import json_visible, visible
 from tether_cli.validate import load_job
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -131,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     except DemoError as exc:
         raise CliError(f"rehearse: {exc}", EXIT_FAILURE) from None
     if args.json:
-        out.write(report.model_dump_json() + "\n")
+        out.write(json_visible(report.model_dump_json()) + "\n")
     else:
         print_report(output.console(out), report)
     return EXIT_OK if report.identical else EXIT_FAILURE
@@ -159,9 +162,9 @@ def print_report(console: Console, report: Any) -> None:
         )
     )
     for line in report.differences:
-        console.print(Text(f"  {line}"))
+        console.print(Text(f"  {visible(line, keep_newlines=False)}"))
     for line in report.not_compared:
-        console.print(Text(f"  not compared: {line}"))
+        console.print(Text(f"  not compared: {visible(line, keep_newlines=False)}"))
     if report.identical:
         console.print(
             Text("final checkpoint: identical to an uninterrupted run", style="bold green")

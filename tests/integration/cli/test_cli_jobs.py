@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import boto3
 import httpx
@@ -74,7 +75,7 @@ class FakeBucket:
 
     def presign_get(self, prefix: str, key: str, expires_s: int) -> tuple[str, float]:
         assert key.startswith(prefix), (prefix, key)  # a key is read only under its prefix
-        return f"https://{R2_HOST}/{key}?X-Amz-Signature=ok", 2e9
+        return f"https://{R2_HOST}/{quote(key)}?X-Amz-Signature=ok", 2e9  # as R2's signer
 
     def get_bytes(self, prefix: str, key: str, max_bytes: int) -> bytes | None:
         assert key.startswith(prefix), (prefix, key)
