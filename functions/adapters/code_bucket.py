@@ -6,7 +6,14 @@ control plane holds no R2 secret key of its own, `functions/adapters/r2.py`):
 - `presign_put`: `object-read-write` on the one key `code/<sha256>.tar.gz`;
 - `size_of`, `sha256_of`: `object-read-only` on that key;
 - `copy_to_job`: `object-read-write` on that key and the prefix `jobs/<job_id>/code/`, for one
-  server-side CopyObject (R2 reads the source under the same key's scope).
+  server-side CopyObject (R2 reads the source under the same key's scope), then a streamed hash
+  of the copy.
+
+The copy is verified, not the source: a PUT URL handed out before the archive existed still
+works until it expires (presigned URLs cannot be revoked), so the upload can change after the
+submit checked it. Only the control plane writes under `jobs/<job_id>/code/`, so the bytes
+hashed after the copy are the bytes every host will read; a copy that does not hash to its
+name is deleted and the step fails with `ArchiveChanged`.
 """
 
 from __future__ import annotations
@@ -74,40 +81,61 @@ class CodeBucket:
         none. Reads at most `max_bytes` + 1 bytes (more than that: the size says so)."""
         key = code_upload_key(sha256)
         client, _ = self._client("", [key], "object-read-only")
-        try:
-            body = client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{max_bytes}")[
-                "Body"
-            ]
-        except ClientError as exc:
-            if _code(exc) in _MISSING:
-                return None
-            raise
-        digest, read = hashlib.sha256(), 0
-        for chunk in iter(lambda: body.read(_CHUNK), b""):
-            digest.update(chunk)
-            read += len(chunk)
-        return read, digest.hexdigest()
+        return _digest(client, self.bucket, key, max_bytes)
 
     def copy_to_job(self, sha256: str, job_id: str, size_bytes: int) -> str:
-        """Copy the upload to `jobs/<job_id>/code/<sha256>.tar.gz` unless it is there already
-        with `size_bytes`; returns "present" or "copied". Raises `ArchiveMissing` when neither
-        the job's copy nor the upload exists."""
+        """Copy the upload to `jobs/<job_id>/code/<sha256>.tar.gz` unless a copy with
+        `size_bytes` that hashes to `sha256` is there already; returns "present" or "copied".
+        The copy is hashed after it is made; one that does not match is deleted and
+        `ArchiveChanged` raised. Raises `ArchiveMissing` when neither the job's copy nor the
+        upload exists."""
         source, dest = code_upload_key(sha256), job_code_key(job_id, sha256)
         client, _ = self._client(job_code_prefix(job_id), [source], "object-read-write")
-        if _head(client, self.bucket, dest) == size_bytes:
+        wanted = (size_bytes, sha256)
+        limit = size_bytes  # one byte more than the archive: a longer copy shows it
+        there = _head(client, self.bucket, dest) == size_bytes
+        if there and _digest(client, self.bucket, dest, limit) == wanted:
             return "present"
         if _head(client, self.bucket, source) != size_bytes:
             raise ArchiveMissing(f"{source} is gone or changed: the job's code cannot be copied")
         client.copy_object(
             Bucket=self.bucket, Key=dest, CopySource={"Bucket": self.bucket, "Key": source}
         )
-        if _head(client, self.bucket, dest) != size_bytes:
-            raise ArchiveMissing(f"the copy {dest} does not have {size_bytes} bytes")
+        copied = _digest(client, self.bucket, dest, limit)
+        if copied != wanted:
+            client.delete_object(Bucket=self.bucket, Key=dest)
+            got = "nothing" if copied is None else f"{copied[0]} bytes hashing to {copied[1]}"
+            raise ArchiveChanged(
+                f"{source} changed since the job was submitted: its copy is {got}, not "
+                f"{size_bytes} bytes hashing to {sha256}; the copy was deleted (upload the "
+                "archive again and resubmit)"
+            )
         return "copied"
 
 
 class ArchiveMissing(Exception):
     """The job's code archive is not in storage (deleted since the job was submitted)."""
+
+
+class ArchiveChanged(ArchiveMissing):
+    """The upload no longer holds the archive the job was submitted with (overwritten through a
+    PUT URL handed out before it existed): its copy was refused and deleted."""
+
+
+def _digest(client: Any, bucket: str, key: str, max_bytes: int) -> tuple[int, str] | None:
+    """(bytes read, their sha256) of `key`, streamed, reading at most `max_bytes` + 1 bytes;
+    None when there is no such object."""
+    try:
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{max_bytes}")["Body"]
+    except ClientError as exc:
+        if _code(exc) in _MISSING:
+            return None
+        raise
+    digest, read = hashlib.sha256(), 0
+    for chunk in iter(lambda: body.read(_CHUNK), b""):
+        digest.update(chunk)
+        read += len(chunk)
+    return read, digest.hexdigest()
 
 
 def _head(client: Any, bucket: str, key: str) -> int | None:

@@ -2,10 +2,13 @@
 
 `POST /code/uploads` `{sha256, size_bytes}` → a presigned PUT for `code/<sha256>.tar.gz`, or
 `exists: true` when that object is already there with that size and content (the CLI then skips
-the upload). `POST /jobs` with `code.archive` calls `verify_archive` before the job is stored:
-the object must exist with that size and hash to that sha256 (it is streamed and hashed here;
-`MAX_ARCHIVE_BYTES` bounds it), or the submit is refused with a 400 naming `code.archive` and
-nothing is stored.
+the upload), or a 409 naming `size_bytes` when it is there, hashing to its name, with another
+size: no PUT is ever handed out over an archive that hashes to its name, so a stored job's code
+cannot be replaced through a new URL (the lifecycle's copy into the job is hashed too,
+`functions/adapters/code_bucket.py`). `POST /jobs` with `code.archive` calls `verify_archive`
+before the job is stored: the object must exist with that size and hash to that sha256 (it is
+streamed and hashed here; `MAX_ARCHIVE_BYTES` bounds it), or the submit is refused with a 400
+naming `code.archive` and nothing is stored.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from functions.adapters.code_bucket import CodeBucket
 from functions.adapters.factory import SecretNotSet
 from functions.domain.code_archive import MAX_ARCHIVE_BYTES, UploadRequest
-from functions.domain.errors import FieldError, Invalid, Unavailable
+from functions.domain.errors import Conflict, FieldError, Invalid, Unavailable
 from functions.domain.jobspec import CodeArchive, JobSpec
 from functions.domain.storage_layout import code_upload_key
 
@@ -31,17 +34,31 @@ Bucket = Callable[[], CodeBucket | None]
 
 
 def request_upload(bucket: Bucket, wanted: UploadRequest) -> dict[str, Any]:
-    """Where to PUT the archive `wanted` describes, or that it is there already."""
+    """Where to PUT the archive `wanted` describes, or that it is there already. No PUT is
+    handed out over an archive that hashes to its name: the same size is `exists: true`,
+    another size a `Conflict` naming `size_bytes`. An object under the key that does not hash
+    to its name (a broken upload) may be replaced."""
     store = _bucket(bucket)
+    key = code_upload_key(wanted.sha256)
     try:
         size = store.size_of(wanted.sha256)
-        same = size == wanted.size_bytes and store.sha256_of(wanted.sha256, MAX_ARCHIVE_BYTES) == (
-            wanted.size_bytes,
-            wanted.sha256,
-        )
-        if same:
-            key = code_upload_key(wanted.sha256)
+        read = store.sha256_of(wanted.sha256, MAX_ARCHIVE_BYTES) if size is not None else None
+    except Exception as exc:
+        raise CodeUnavailable(_reason(exc)) from None
+    if read is not None and read == (size, wanted.sha256):
+        if size == wanted.size_bytes:
             return {"key": key, "exists": True, "url": None, "method": None, "expires_at": None}
+        raise Conflict(
+            f"{key} is already uploaded, with another size",
+            [
+                FieldError(
+                    path="size_bytes",
+                    reason=f"the uploaded archive with this sha256 has {size} bytes, "
+                    f"not {wanted.size_bytes}",
+                )
+            ],
+        )
+    try:
         key, url, expires_at = store.presign_put(wanted.sha256, UPLOAD_URL_TTL_S)
     except Exception as exc:
         raise CodeUnavailable(_reason(exc)) from None

@@ -105,7 +105,9 @@ def place_code(deps: LifecycleDeps, job: Job) -> None:
     job exists before anything is written under its prefix (a submit that dies halfway leaves
     no copy behind), and every provision and replace repairs a copy that is missing. The
     upload is never deleted, so a failed attempt loses nothing; `ArchiveMissing` (the upload
-    deleted since) fails the step, and the attempt is recorded on the timeline."""
+    deleted since) or its kind `ArchiveChanged` (the copy does not hash to the archive's sha256:
+    the upload was overwritten since, and the copy is deleted) fails the step, and the attempt
+    is recorded on the timeline."""
     archive = job.spec.code.archive if job.spec.code else None
     if archive is None or deps.code is None:
         return

@@ -92,6 +92,27 @@ def test_an_object_with_other_content_under_the_key_is_uploaded_again(api, bucke
     assert reply.status == 200 and reply.body["exists"] is False
 
 
+@pytest.mark.parametrize("size_bytes", [len(CONTENT) - 1, len(CONTENT) + 1, 1024])
+def test_no_put_is_handed_out_over_an_uploaded_archive_whatever_size_is_named(
+    api, bucket, size_bytes
+):
+    bucket.objects[f"code/{SHA}.tar.gz"] = CONTENT
+    reply = api.jobs("POST", "/code/uploads", body={"sha256": SHA, "size_bytes": size_bytes})
+    assert reply.status == 409, reply.body
+    assert reply.body["error"] == "conflict"
+    (detail,) = reply.body["details"]
+    assert detail["path"] == "size_bytes"
+    assert f"has {len(CONTENT)} bytes, not {size_bytes}" in detail["reason"]
+    assert bucket.presigned == []
+
+
+def test_an_object_that_does_not_hash_to_its_name_may_be_replaced_at_any_size(api, bucket):
+    bucket.objects[f"code/{SHA}.tar.gz"] = b"broken"
+    reply = api.jobs("POST", "/code/uploads", body={"sha256": SHA, "size_bytes": len(CONTENT)})
+    assert reply.status == 200 and reply.body["exists"] is False
+    assert bucket.presigned == [(f"code/{SHA}.tar.gz", 600)]
+
+
 @pytest.mark.parametrize(
     ("body", "path"),
     [

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from functions.adapters.cloudflare import Permission, TempCredentials
-from functions.adapters.code_bucket import ArchiveMissing, CodeBucket
+from functions.adapters.code_bucket import ArchiveChanged, ArchiveMissing, CodeBucket
 from tests.integration.r2_harness import BUCKET, R2
 
 CONTENT = b"\x1f\x8b" + bytes(range(256)) * 40
@@ -71,3 +71,36 @@ def test_a_copy_of_a_missing_upload_says_so(r2: R2) -> None:
     store = bucket(r2, [])
     with pytest.raises(ArchiveMissing, match="is gone or changed"):
         store.copy_to_job("0" * 64, "j-2", 10)
+
+
+def test_an_upload_swapped_after_the_submit_is_not_copied_into_the_job(r2: R2) -> None:
+    """A PUT URL handed out before the archive existed still works after the upload (presigned
+    URLs cannot be revoked): bytes of the same size written through it after the submit's check
+    are refused at the copy, and the job gets no copy of them."""
+    store = bucket(r2, [])
+    _, url, _ = store.presign_put(SHA, 600)
+    _, early_url, _ = store.presign_put(SHA, 600)  # another caller's, handed out meanwhile
+    assert httpx.put(url, content=CONTENT).status_code == 200
+    assert store.sha256_of(SHA, 10**6) == (len(CONTENT), SHA)  # what the submit checks
+    swapped = b"\x1f\x8b" + b"y" * (len(CONTENT) - 2)
+    assert httpx.put(early_url, content=swapped).status_code == 200
+    with pytest.raises(ArchiveChanged, match="changed since the job was submitted"):
+        store.copy_to_job(SHA, "j-3", len(CONTENT))
+    reader = r2.client(r2.mint(prefixes=["jobs/j-3/"], permission="object-read-only"))
+    listed = reader.list_objects_v2(Bucket=BUCKET, Prefix="jobs/j-3/")
+    assert listed.get("KeyCount", 0) == 0
+
+    # Put back (a broken upload may be replaced), the next transition copies it.
+    assert httpx.put(url, content=CONTENT).status_code == 200
+    assert store.copy_to_job(SHA, "j-3", len(CONTENT)) == "copied"
+
+
+def test_a_job_copy_that_does_not_hash_to_its_name_is_copied_again(r2: R2) -> None:
+    store = bucket(r2, [])
+    _, url, _ = store.presign_put(SHA, 600)
+    assert httpx.put(url, content=CONTENT).status_code == 200
+    writer = r2.client(r2.mint(prefixes=["jobs/j-4/"], permission="object-read-write"))
+    dest = f"jobs/j-4/code/{SHA}.tar.gz"
+    writer.put_object(Bucket=BUCKET, Key=dest, Body=b"z" * len(CONTENT))  # right size only
+    assert store.copy_to_job(SHA, "j-4", len(CONTENT)) == "copied"
+    assert writer.get_object(Bucket=BUCKET, Key=dest)["Body"].read() == CONTENT
