@@ -262,7 +262,9 @@ class _Handler(BaseHTTPRequestHandler):
                 break
             except (OSError, http.client.HTTPException) as exc:
                 self.upstream.close()
-                if streamed or attempt == 2:  # the body is gone: cannot try again
+                # Only a keep-alive connection rclone had already closed is tried again (it
+                # did not run the request); anything else may have run it once already.
+                if streamed or attempt == 2 or not isinstance(exc, ConnectionError):
                     LOG.warning("r2 front: upstream failed for %s %s: %s", op.name, self.path, exc)
                     self.close_connection = True
                     self._refuse(
@@ -318,6 +320,8 @@ class _Handler(BaseHTTPRequestHandler):
             head.append("Connection: close")
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode())
         if no_body:
+            # Read to its (empty) end so http.client lets the next request use the connection.
+            response.read()
             return
         buffer = self.buffer
         while True:

@@ -144,6 +144,24 @@ def test_many_requests_share_one_keep_alive_connection(r2: R2) -> None:
         assert len(sockets) == 1
 
 
+def test_a_request_after_a_head_reaches_rclone_once(r2: R2) -> None:
+    """The front's upstream connection stays usable after a bodiless answer (HEAD, 204): had it
+    been left unread, the next request would be sent once on it, refused by http.client, and
+    sent again on a fresh connection, so rclone would run a copy or a CreateMultipartUpload
+    twice, the two racing (a GET right after such a copy once read the key as missing)."""
+    s3 = r2.client(r2.mint(prefixes=["jobs/once/"]))
+    s3.put_object(Bucket=BUCKET, Key="jobs/once/x", Body=b"x")
+    for n in range(3):
+        s3.head_object(Bucket=BUCKET, Key="jobs/once/x")  # same client connection as the next
+        s3.create_multipart_upload(Bucket=BUCKET, Key=f"jobs/once/up-{n}")
+    s3.delete_object(Bucket=BUCKET, Key="jobs/once/x")  # 204
+    s3.create_multipart_upload(Bucket=BUCKET, Key="jobs/once/up-3")
+    listed = s3.list_multipart_uploads(Bucket=BUCKET, Prefix="jobs/once/")
+    assert sorted(u["Key"] for u in listed.get("Uploads", [])) == [
+        f"jobs/once/up-{n}" for n in range(4)
+    ]
+
+
 def test_a_long_listing_comes_through_whole(r2: R2) -> None:
     """rclone sends long listings chunked; the front passes them on re-chunked."""
     s3 = r2.client(r2.mint(prefixes=["jobs/many/"]))
