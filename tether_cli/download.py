@@ -7,6 +7,11 @@ outputs exits 2 with the API's reason). Each file goes to a `.part` file in the 
 and is renamed into place only once its sha256 matches; a mismatch deletes it and exits 1. An
 existing file with the same path is replaced only once its replacement has verified. A
 progress bar (rich, on stderr) counts bytes; `--json` prints the list of files written.
+
+A manifest is written by a rented host, so a file name may hold control characters (an escape
+sequence that `ls` would print to the terminal, a newline that splits a shell loop). Such a file
+is saved under its name as `tether_cli.terminal_text.visible` shows it (ESC as the four
+characters `\\x1b`), said on stderr and as `saved_as` in `--json`; its bytes are unchanged.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from tether_cli import jobs as cli_jobs
 from tether_cli import output
 from tether_cli.api_client import TetherApi
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
+from tether_cli.terminal_text import visible
 
 MAX_URL_REFRESHES = 3  # per file: a fresh listing brings freshly signed URLs
 
@@ -99,8 +105,17 @@ def fetch_all(
         page: dict[str, Any] | None = first
         while page is not None:
             for entry in page["files"]:
-                _fetch_one(api, args, entry, target, lambda n: progress.advance(task, n))
-                written.append({k: entry[k] for k in ("path", "size", "sha256")})
+                relative = saved_path(entry["path"])
+                _fetch_one(api, args, entry, target / relative, lambda n: progress.advance(task, n))
+                record = {k: entry[k] for k in ("path", "size", "sha256")}
+                if str(relative) != entry["path"]:
+                    record["saved_as"] = str(relative)
+                    if not quiet:
+                        output.warn(
+                            f"{visible(entry['path'], keep_newlines=False)}: its name holds "
+                            f"control characters; saved as {relative}"
+                        )
+                written.append(record)
             offset = page["next_offset"]
             page = None
             if offset is not None:
@@ -110,17 +125,24 @@ def fetch_all(
     return written
 
 
+def saved_path(path: str) -> PurePosixPath:
+    """Where a manifest's `path` is saved, relative to the target: the path itself, with any
+    control character in it written out as `visible` shows it. The API refuses a manifest path
+    with a backslash, so a rewritten name (which has one) never meets another file's. Raises
+    CliError for a path that would leave the target."""
+    relative = PurePosixPath(path)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise CliError(f"refusing the unsafe path {path!r} in the manifest", EXIT_FAILURE)
+    return PurePosixPath(*(visible(part, keep_newlines=False) for part in relative.parts))
+
+
 def _fetch_one(
     api: TetherApi,
     args: argparse.Namespace,
     entry: dict[str, Any],
-    target: Path,
+    dest: Path,
     on_bytes: Any,
 ) -> None:
-    relative = PurePosixPath(entry["path"])
-    if relative.is_absolute() or ".." in relative.parts:
-        raise CliError(f"refusing the unsafe path {entry['path']!r} in the manifest", EXIT_FAILURE)
-    dest = target.joinpath(*relative.parts)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     url = entry["url"]

@@ -117,3 +117,27 @@ def test_a_hostile_manifest_path_in_a_download_error_is_escaped(
     assert code == 1
     assert_no_raw_control(err)
     assert f"result{OSC52_SHOWN}.txt: got 14 bytes" in err
+
+
+def test_a_file_name_with_control_characters_is_saved_under_its_shown_name(
+    backend: Backend, capsys, tmp_path
+) -> None:
+    """No file on the operator's disk gets a name that drives a terminal (`ls`) or splits a
+    shell loop: it is saved as `visible` shows it, its bytes unchanged."""
+    job_id = submit(capsys)
+    name = f"sub\n/result{OSC52}{CSI_8BIT}.txt"
+    with_outputs(backend, job_id, {name: b"accuracy 0.93\n", "plain.txt": b"ok\n"})
+    target = tmp_path / "o"
+    code, out, err = run(capsys, "download", job_id, "--outputs", "--to", str(target), "--json")
+    assert code == 0, err
+    shown = f"sub\\n/result{OSC52_SHOWN}\\x9b8m.txt"
+    files = {f["path"]: f for f in json.loads(out)["files"]}
+    assert files[name]["saved_as"] == shown and "saved_as" not in files["plain.txt"]
+    on_disk = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    assert on_disk == ["plain.txt", shown]
+    assert (target / shown).read_bytes() == b"accuracy 0.93\n"
+
+    code, _, err = run(capsys, "download", job_id, "--outputs", "--to", str(tmp_path / "p"))
+    assert code == 0
+    assert_no_raw_control(err)
+    assert f"control characters; saved as {shown}" in err
