@@ -124,6 +124,15 @@ class TetherStack(Stack):
                 str(self.monitor.shards),
                 "Monitor schedules the fleet is split across (docs/deploy.md)",
             ),
+            *(
+                (output_id, str(number), f"Reserved concurrency of the {what} function")
+                for output_id, number, what in (
+                    (names.OUTPUT_MONITOR_CONCURRENCY, reserved.monitor, "monitor"),
+                    (names.OUTPUT_LIFECYCLE_CONCURRENCY, reserved.lifecycle, "lifecycle"),
+                    (names.OUTPUT_HEARTBEAT_CONCURRENCY, reserved.heartbeat, "heartbeat"),
+                    (names.OUTPUT_JOBS_CONCURRENCY, reserved.jobs, "jobs"),
+                )
+            ),
             (
                 names.OUTPUT_VAST_SECRET_ARN,
                 self.secrets.vast_api_key.parameter_name,

@@ -18,11 +18,13 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from functions.domain.shards import MAX_SHARDS
 from infra import names
+from infra.concurrency import MONITOR_RUNS_PER_SHARD, RESERVABLE
 from tether_cli import output, provider_keys, user_secrets
 from tether_cli.account_secrets import run_secrets_set
 from tether_cli.deploy_checks import (
@@ -112,6 +114,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="split the fleet across N monitor schedules (1 to 16; default: what the deployed "
         "stack has, else 1; see docs/deploy.md#monitor-shards-large-fleets)",
     )
+    for setting in CONCURRENCY_SETTINGS:
+        deploy.add_argument(
+            setting.flag,
+            type=_limit(RESERVABLE, "concurrent executions"),
+            metavar="N",
+            help=f"the {setting.function} function's reserved concurrency (default: what the "
+            "deployed stack has, else tether's; see docs/deploy.md#reserved-concurrency)",
+        )
     deploy.add_argument(
         "--bootstrap",
         action="store_true",
@@ -213,14 +223,18 @@ def _email(text: str) -> str:
     return text
 
 
-def synth(root: Path, monitor_shards: int | None = None) -> Path:
+def synth(
+    root: Path, monitor_shards: int | None = None, concurrency: Mapping[str, int] | None = None
+) -> Path:
     """Synthesize the clone at `root` into `root/cdk.out` (its own infra, functions and agent:
     `python -m` puts the working directory first on the import path), with `monitor_shards`
-    monitor schedules if given (a synth-time setting: `TETHER_MONITOR_SHARDS`)."""
+    monitor schedules if given (a synth-time setting: `TETHER_MONITOR_SHARDS`) and the reserved
+    concurrency in `concurrency` (environment variable → number)."""
     out = root / "cdk.out"
-    env = None
+    settings = dict(concurrency or {})
     if monitor_shards is not None:
-        env = {**os.environ, names.MONITOR_SHARDS_ENV: str(monitor_shards)}
+        settings[names.MONITOR_SHARDS_ENV] = monitor_shards
+    env = {**os.environ, **{k: str(v) for k, v in settings.items()}} if settings else None
     command = [sys.executable, "-m", "infra.synth", "--out", str(out)]
     code = run_command(command, cwd=root, env=env)
     if code != 0:
@@ -271,6 +285,75 @@ def monitor_shards(
     return 1, "the default"
 
 
+@dataclass(frozen=True)
+class ConcurrencySetting:
+    """One function's reserved concurrency as `tether deploy` takes it (infra/concurrency.py)."""
+
+    function: str
+    flag: str
+    env: str
+    output: str
+
+
+CONCURRENCY_SETTINGS = (
+    ConcurrencySetting(
+        "monitor", "--monitor-concurrency", names.MONITOR_CONCURRENCY_ENV,
+        names.OUTPUT_MONITOR_CONCURRENCY,
+    ),
+    ConcurrencySetting(
+        "lifecycle", "--lifecycle-concurrency", names.LIFECYCLE_CONCURRENCY_ENV,
+        names.OUTPUT_LIFECYCLE_CONCURRENCY,
+    ),
+    ConcurrencySetting(
+        "heartbeat", "--heartbeat-concurrency", names.HEARTBEAT_CONCURRENCY_ENV,
+        names.OUTPUT_HEARTBEAT_CONCURRENCY,
+    ),
+    ConcurrencySetting(
+        "jobs", "--jobs-concurrency", names.JOBS_CONCURRENCY_ENV, names.OUTPUT_JOBS_CONCURRENCY
+    ),
+)  # fmt: skip
+
+
+def reserved_concurrency(
+    args: argparse.Namespace, environ: Mapping[str, str], deployed: Mapping[str, str]
+) -> tuple[dict[str, int], list[str]]:
+    """The reserved concurrency to synthesize with (environment variable → number) and a line
+    per function saying where it came from: the flag, else the environment variable, else what
+    the deployed stack has (a synth-time setting like the shard count: a plain redeploy keeps a
+    raised one), else tether's default (left out: infra/concurrency.py decides). The deployed
+    monitor number is kept only where it was not the default for the deployed shard count, so
+    a new shard count brings its own default."""
+    chosen: dict[str, int] = {}
+    lines: list[str] = []
+    old_shards = deployed.get(names.OUTPUT_MONITOR_SHARDS, "")
+    for setting in CONCURRENCY_SETTINGS:
+        given = getattr(args, setting.flag[2:].replace("-", "_"), None)
+        kept = deployed.get(setting.output)
+        if (
+            setting.function == "monitor"
+            and kept
+            and old_shards.isdigit()
+            and kept == str(MONITOR_RUNS_PER_SHARD * int(old_shards))
+        ):
+            kept = None
+        candidates = (
+            (str(given) if given is not None else None, setting.flag),
+            (environ.get(setting.env), setting.env),
+            (kept, "the deployed stack"),
+        )
+        for value, source in candidates:
+            if value:
+                try:
+                    chosen[setting.env] = _limit(RESERVABLE, "concurrent executions")(value)
+                except argparse.ArgumentTypeError as exc:
+                    raise CliError(f"{source}: {value!r} {exc}", EXIT_USAGE) from None
+                lines.append(f"{setting.function} concurrency: {value} ({source})")
+                break
+        else:
+            lines.append(f"{setting.function} concurrency: tether's default")
+    return chosen, lines
+
+
 def _deployed_outputs(region: str) -> dict[str, str]:
     """The stack's outputs before this deploy; none when it is not deployed yet."""
     from tether_cli.api_client import stack_outputs
@@ -300,9 +383,13 @@ def run_deploy(args: argparse.Namespace) -> int:
     # Before the deploy: an older stack's secrets are still readable (this deploy deletes them).
     for line in provider_keys.prepare(region):
         output.stderr_console().print(line)
-    shards, shards_from = monitor_shards(args.monitor_shards, os.environ, _deployed_outputs(region))
+    deployed = _deployed_outputs(region)
+    shards, shards_from = monitor_shards(args.monitor_shards, os.environ, deployed)
     output.stderr_console().print(f"monitor shards: {shards} ({shards_from})")
-    assembly = synth(root, shards)
+    concurrency, concurrency_from = reserved_concurrency(args, os.environ, deployed)
+    for line in concurrency_from:
+        output.stderr_console().print(line)
+    assembly = synth(root, shards, concurrency)
     command = cdk(npx, "deploy", "--app", str(assembly), names.STACK_NAME)
     command += ["--require-approval", "never"]
     command += deploy_parameters(args)

@@ -102,3 +102,24 @@ def test_a_bad_environment_value_fails_the_synth_naming_the_context(
     monkeypatch.setenv("TETHER_HEARTBEAT_CONCURRENCY", "0")
     with pytest.raises(ValueError, match=f"context {names.HEARTBEAT_CONCURRENCY_CONTEXT}='0'"):
         build_app(bundle=False, nag=False)
+
+
+def test_the_stack_outputs_its_reservations_for_the_next_deploy(
+    template: dict[str, Any],
+) -> None:
+    """`tether deploy` reads these back, so a plain redeploy keeps a raised reservation."""
+    outputs = template["Outputs"]
+    assert {
+        name: outputs[name]["Value"]
+        for name in (
+            names.OUTPUT_MONITOR_CONCURRENCY,
+            names.OUTPUT_LIFECYCLE_CONCURRENCY,
+            names.OUTPUT_HEARTBEAT_CONCURRENCY,
+            names.OUTPUT_JOBS_CONCURRENCY,
+        )
+    } == {
+        names.OUTPUT_MONITOR_CONCURRENCY: "2",
+        names.OUTPUT_LIFECYCLE_CONCURRENCY: "20",
+        names.OUTPUT_HEARTBEAT_CONCURRENCY: "50",
+        names.OUTPUT_JOBS_CONCURRENCY: "20",
+    }
