@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import random
 import subprocess
@@ -57,6 +58,10 @@ from tether_local.hosts.local_hosts import SYSTEM_PATH
 from tether_local.stack import LocalStack
 
 MAX_KILLS = 20
+# A kill lands on the first report at or past its step (one a second, the demo's heartbeat),
+# and the host is destroyed at once: a kill asked for fewer than this many seconds of steps
+# before the end may land after the training ended, and test nothing.
+LANDING_S = 1.5
 # A wait for a kill's step, or for the end, allows this plus a few times the reference's length.
 WAIT_BASE_S = 60.0
 REFERENCE_TIMEOUT_S = 600.0
@@ -104,11 +109,38 @@ def not_compared(path: str) -> str | None:
     return NOT_COMPARED.get(PurePosixPath(path).name)
 
 
+def last_landable_step(last_step: int, seconds_per_step: float | None) -> int:
+    """The last step a kill can be asked for and still land while the job trains: `LANDING_S`
+    of steps (at the uninterrupted run's pace) before its last step; one before it when the
+    pace is unknown."""
+    if not seconds_per_step or seconds_per_step <= 0:
+        return last_step - 1
+    return last_step - max(1, math.ceil(LANDING_S / seconds_per_step))
+
+
 def kill_steps(
-    *, at: Sequence[int] | None, count: int | None, seed: int, last_step: int
+    *,
+    at: Sequence[int] | None,
+    count: int | None,
+    seed: int,
+    last_step: int,
+    seconds_per_step: float | None = None,
 ) -> list[int]:
-    """The steps to kill at: those asked for (each ≥ 1, increasing, before the last step) or
-    `count` distinct random ones before the last step, chosen with `seed`."""
+    """The steps to kill at: those asked for (each ≥ 1, increasing, landable) or `count`
+    distinct random landable ones, chosen with `seed`. Landable: at or before
+    `last_landable_step`, so that the kill lands while the job still trains."""
+    landable = last_landable_step(last_step, seconds_per_step)
+    pace = (
+        f"; at the uninterrupted run's {seconds_per_step * 1000:.3g} ms a step a kill needs "
+        f"about {LANDING_S:g} s of steps after it to land before the end, so the last step a "
+        f"kill can be asked for is {landable}"
+        if seconds_per_step and landable < last_step - 1
+        else ""
+    )
+    slower = (
+        " (make the run longer or slower for the rehearsal, e.g. a per-step sleep read from an "
+        "`env` variable you set with --env)"
+    )
     if at is not None:
         for step in at:
             if step < 1:
@@ -122,16 +154,24 @@ def kill_steps(
             raise RehearseInputError("--kill-at-step: the steps must increase, each once")
         if len(at) > MAX_KILLS:
             raise RehearseInputError(f"--kill-at-step: at most {MAX_KILLS} kills")
+        for step in at:
+            if step > landable:
+                raise RehearseInputError(
+                    f"--kill-at-step: a kill at step {step} would land after the training "
+                    f"ended and test nothing (the uninterrupted run ends at step {last_step}"
+                    f"{pace}){slower}"
+                )
         return list(at)
     wanted = 1 if count is None else count
     if wanted < 1 or wanted > MAX_KILLS:
         raise RehearseInputError(f"--kills: {wanted} is not between 1 and {MAX_KILLS}")
-    if wanted > last_step - 1:
+    if wanted > landable:
         raise RehearseInputError(
             f"--kills: {wanted} kills do not fit before the end of the run "
-            f"(the uninterrupted run ends at step {last_step})"
+            f"(the uninterrupted run ends at step {last_step}{pace})"
+            + (slower if landable < last_step - 1 else "")
         )
-    return sorted(random.Random(seed).sample(range(1, last_step), wanted))
+    return sorted(random.Random(seed).sample(range(1, landable + 1), wanted))
 
 
 # the reference
@@ -164,10 +204,11 @@ def reference_run(
     into: Path,
     timeout_s: float,
     code: PackedCode | None = None,
-) -> tuple[int, dict[str, str]]:
+) -> tuple[int, dict[str, str], float | None]:
     """Run the job's command uninterrupted in its image's stand-in (in `code`, extracted, when
-    the job ships one); its final marked checkpoint (step, relative path → sha256). DemoError if
-    it fails or marks no checkpoint."""
+    the job ships one); its final marked checkpoint (step, relative path → sha256) and its pace
+    in seconds a step, between the first and the last marker written (None with one marked
+    checkpoint). DemoError if it fails or marks no checkpoint."""
     image = stand_in(spec.image)
     marker = spec.checkpoint.marker
     checkpoints = into / "checkpoints"
@@ -229,7 +270,17 @@ def reference_run(
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != marker
     }
-    return step, files
+    return step, files, _seconds_per_step([(s, d / marker) for s, d in marked])
+
+
+def _seconds_per_step(markers: Sequence[tuple[int, Path]]) -> float | None:
+    """The training pace from when each marker was written: the time from the first marked
+    step to the last over the steps between (the start-up before the first is left out)."""
+    timed = sorted((step, path.stat().st_mtime) for step, path in markers)
+    (first_step, first_at), (last_step, last_at) = timed[0], timed[-1]
+    if last_step <= first_step:
+        return None
+    return max(last_at - first_at, 0.0) / (last_step - first_step)
 
 
 def _step_of(name: str) -> int | None:
@@ -264,6 +315,7 @@ class Plan(BaseModel):
     last_step: int
     reference: dict[str, str]  # relative path → sha256 of the final checkpoint's files
     reference_s: float
+    seconds_per_step: float | None = None  # the uninterrupted run's pace, between its markers
     steps: list[int]
 
 
@@ -285,14 +337,21 @@ def prepare(
     timeline(0.0, "rehearse", f"uninterrupted reference run: {spec.run}")
     with tempfile.TemporaryDirectory(prefix="tether-rehearse-") as tmp:
         with_secrets = {**env, **rehearsal_secrets(spec)}  # as the agent adds them
-        last_step, reference = reference_run(
+        last_step, reference, pace = reference_run(
             spec, with_secrets, Path(tmp), REFERENCE_TIMEOUT_S, code
         )
     took = time.time() - started
     timeline(took, "rehearse", f"the uninterrupted run ended at step {last_step} in {took:.1f} s")
-    steps = kill_steps(at=kill_at, count=kills, seed=seed, last_step=last_step)
+    steps = kill_steps(
+        at=kill_at, count=kills, seed=seed, last_step=last_step, seconds_per_step=pace
+    )
     return Plan(
-        env=env, last_step=last_step, reference=reference, reference_s=round(took, 1), steps=steps
+        env=env,
+        last_step=last_step,
+        reference=reference,
+        reference_s=round(took, 1),
+        seconds_per_step=pace,
+        steps=steps,
     )
 
 
@@ -388,6 +447,12 @@ def _report(
                 f"the uninterrupted run's at step {last_step}"
             )
         differences += _compare_files(s3_root(run.stack) / best.prefix, plan.reference, marker)
+    for (step, _), fault in zip(asked, run.faults, strict=False):
+        if fault.step_at_fault >= last_step:
+            differences.append(
+                f"the kill asked for at step {step} landed at step {fault.step_at_fault}, the "
+                f"run's last: it interrupted nothing (ask for an earlier step, or slow the run)"
+            )
     verdicts = [(e.at, e.kind) for e in view.events if e.kind in {"dead", "hung", "crashed"}]
     found = invariants.incidents(run.faults, verdicts, run.progress)
     kills = [
@@ -452,6 +517,7 @@ __all__ = [
     "RehearseInputError",
     "RehearseReport",
     "kill_steps",
+    "last_landable_step",
     "not_compared",
     "prepare",
     "rehearse",

@@ -163,6 +163,9 @@ def test_the_qlora_example_in_its_tiny_mode_resumes_identically(
             "(the uninterrupted run ends at step 60)",
         ),
         (["--kill-at-step", "30,20"], {}, "--kill-at-step: the steps must increase"),
+        # STEP_SECONDS=0: all 60 steps in well under the 1.5 s a kill needs to land.
+        (["--kill-at-step", "30"], {}, "a kill at step 30 would land after the training ended"),
+        (["--kills", "1"], {}, "make the run longer or slower for the rehearsal"),
         (["--kill-at-step", "ten"], {}, "--kill-at-step: 'ten' is not a step number"),
         (["--kills", "0"], {}, "--kills: 0 is not between 1 and 20"),
         (["--env", "STEP SECONDS"], {}, "--env: 'STEP SECONDS' is not NAME=VALUE"),

@@ -4,6 +4,9 @@ files are compared; where the rehearsal's secrets come from."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -66,6 +69,45 @@ def test_random_kills_that_do_not_fit_are_refused(count: int, last_step: int, me
     with pytest.raises(RehearseInputError) as refused:
         kill_steps(at=None, count=count, seed=0, last_step=last_step)
     assert str(refused.value) == message
+
+
+def test_kills_that_would_land_after_the_training_ended_are_refused() -> None:
+    """At 10 ms a step, the 1.5 s a kill needs to land is 150 steps: a kill at step 280 of 400
+    would land after the end and test nothing."""
+    assert rehearse.last_landable_step(400, 0.01) == 250
+    assert kill_steps(at=[250], count=None, seed=0, last_step=400, seconds_per_step=0.01) == [250]
+    with pytest.raises(RehearseInputError) as refused:
+        kill_steps(at=[60, 280], count=None, seed=0, last_step=400, seconds_per_step=0.01)
+    message = str(refused.value)
+    assert message.startswith(
+        "--kill-at-step: a kill at step 280 would land after the training ended and test nothing"
+    )
+    assert "the last step a kill can be asked for is 250" in message
+    steps = kill_steps(at=None, count=20, seed=3, last_step=400, seconds_per_step=0.01)
+    assert max(steps) <= 250
+
+
+def test_a_run_too_fast_for_any_kill_says_to_slow_it() -> None:
+    # 400 steps in 0.2 s: no step leaves 1.5 s to land on.
+    with pytest.raises(RehearseInputError, match="make the run longer or slower"):
+        kill_steps(at=None, count=1, seed=0, last_step=400, seconds_per_step=0.0005)
+    with pytest.raises(RehearseInputError, match="would land after the training ended"):
+        kill_steps(at=[1], count=None, seed=0, last_step=400, seconds_per_step=0.0005)
+
+
+def test_an_unknown_pace_leaves_every_step_before_the_last() -> None:
+    assert rehearse.last_landable_step(400, None) == 399
+
+
+def test_the_pace_comes_from_when_the_markers_were_written(tmp_path: Path) -> None:
+    markers = []
+    for step, at in ((20, 100.0), (40, 100.5), (400, 109.5)):
+        marker = tmp_path / f"m{step}"
+        marker.touch()
+        os.utime(marker, (at, at))
+        markers.append((step, marker))
+    assert rehearse._seconds_per_step(markers) == pytest.approx(9.5 / 380)
+    assert rehearse._seconds_per_step(markers[:1]) is None
 
 
 def test_cli_parsing() -> None:
