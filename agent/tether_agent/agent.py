@@ -173,6 +173,7 @@ class Agent:
             restored_checkpoint=self.restored.ref if self.restored else None,
             restore=self.restore_report,
             misplaced_checkpoints=self._misplaced(),
+            unmarked_checkpoints=self._unmarked(),
             resumed=self.resume.report(),
             outputs=self.outputs,
             gpu=self.gpu.current(),
@@ -188,6 +189,10 @@ class Agent:
     def _misplaced(self) -> list[str]:
         """Checkpoints saved one level below the checkpoint dir (never uploaded)."""
         return [path[:MAX_MISPLACED_PATH] for path in self.misplaced.found(MAX_MISPLACED)]
+
+    def _unmarked(self) -> list[str]:
+        """Checkpoints in the checkpoint dir that look complete but carry no marker."""
+        return [name[:MAX_MISPLACED_PATH] for name in self.misplaced.unmarked(MAX_MISPLACED)]
 
     def _say_misplaced(self, message: str) -> None:
         log.warning(message)

@@ -56,12 +56,99 @@ def misplaced_checkpoints(checkpoint_dir: Path, marker: str, limit: int) -> list
     return found
 
 
+# What each framework writes into a checkpoint it has finished (the last file of its save, or
+# one only a whole save has): a folder with one of these looks complete even without a marker.
+COMPLETE_LOOKING_FILES = (
+    "trainer_state.json",  # Hugging Face Trainer, written after the weights and optimizer
+    "random_states_0.pkl",  # accelerate's save_state, written after the models and optimizers
+    "model.safetensors",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+    "optimizer.pt",
+    "optimizer.bin",
+)
+# A single file whose name ends in a step with one of these suffixes: Lightning's
+# `epoch=0-step=50.ckpt`, a `torch.save` to `step_50.pt`.
+CHECKPOINT_FILE_SUFFIXES = (".ckpt", ".pt", ".pth", ".safetensors", ".bin")
+
+
+# A script that marks its checkpoints writes the marker right after the save; one unchanged for
+# this long with no marker is not being marked (a large save still being written is not named).
+UNMARKED_SETTLED_S = 120.0
+
+
+def unmarked_checkpoints(
+    checkpoint_dir: Path,
+    marker: str,
+    limit: int,
+    *,
+    settled_s: float = UNMARKED_SETTLED_S,
+    now: float | None = None,
+) -> list[str]:
+    """Checkpoints in the checkpoint dir itself that look complete but carry no marker, so the
+    agent never uploads them, as names relative to it: a folder whose name ends in a step and
+    holds a file of `COMPLETE_LOOKING_FILES`, or a single checkpoint file (the agent uploads
+    marked folders only), unchanged for `settled_s`. Newest step first; at most 1024 entries of
+    each folder are looked at."""
+    now = time.time() if now is None else now
+    found: list[tuple[int, str]] = []
+    for entry in _entries(checkpoint_dir):
+        is_file = entry.is_file()
+        step = local_step(entry.stem if is_file else entry.name)
+        if step is None:
+            continue
+        if is_file:
+            looks_complete = entry.suffix in CHECKPOINT_FILE_SUFFIXES
+            files = [entry]
+        else:
+            files = _entries(entry)
+            names = {f.name for f in files}
+            looks_complete = not (entry / marker).exists() and any(
+                n in names for n in COMPLETE_LOOKING_FILES
+            )
+        if looks_complete and now - _newest_mtime(files) >= settled_s:
+            found.append((step, entry.name))
+    return [name for _, name in sorted(found, reverse=True)[:limit]]
+
+
+def _newest_mtime(paths: list[Path]) -> float:
+    newest = 0.0
+    for path in paths:
+        try:
+            newest = max(newest, path.stat().st_mtime)
+        except OSError:
+            continue
+    return newest
+
+
+def unmarked_fix(checkpoint_dir: Path, marker: str) -> str:
+    """What to do about unmarked checkpoints, in one sentence a user can act on."""
+    return (
+        f"the agent uploads a checkpoint only once the marker file {marker!r} is in its folder: "
+        f"write it into each folder under {checkpoint_dir} when the save is complete "
+        "(tether_hooks: the Hugging Face callback, or checkpoint_saved(path) after your own "
+        "save; agent/README.md), and save single-file checkpoints into a folder of their own"
+    )
+
+
 class MisplacedReporter:
-    """Says each newly found misplaced checkpoint once (`say`), and lists all of them."""
+    """Says each newly found misplaced or unmarked checkpoint once (`say`), and lists them."""
 
     def __init__(self, checkpoint_dir: Path, marker: str, say: Callable[[str], None]) -> None:
         self.checkpoint_dir, self.marker, self.say = checkpoint_dir, marker, say
         self._said: set[str] = set()
+        self._said_unmarked: set[str] = set()
+
+    def unmarked(self, limit: int) -> list[str]:
+        found = unmarked_checkpoints(self.checkpoint_dir, self.marker, limit=limit)
+        new = [name for name in found if name not in self._said_unmarked]
+        if new:
+            self._said_unmarked.update(new)
+            self.say(
+                f"checkpoints that look complete but are not marked, never uploaded: "
+                f"{', '.join(new)}; {unmarked_fix(self.checkpoint_dir, self.marker)}"
+            )
+        return found
 
     def found(self, limit: int) -> list[str]:
         found = misplaced_checkpoints(self.checkpoint_dir, self.marker, limit=limit)

@@ -29,6 +29,7 @@ from functions.domain.heartbeat_contract import (
     HeartbeatRequest,
 )
 from functions.domain.job import Generation, Heartbeat, Job, TimelineEvent
+from functions.domain.jobspec import Checkpoint as CheckpointSettings
 from functions.domain.storage_layout import manifest_key
 
 MAX_RECORDED_CHECKPOINTS = 8
@@ -140,4 +141,31 @@ def misplaced_event(
             f"{paths}; save them directly in the checkpoint dir (Hugging Face: output_dir)"
         )[:MAX_EVENT_MESSAGE],
         data={"generation": request.generation, "paths": list(request.misplaced_checkpoints)},
+    )
+
+
+def unmarked_event(
+    previous: Heartbeat | None,
+    request: HeartbeatRequest,
+    checkpoint: CheckpointSettings,
+    now: float,
+) -> TimelineEvent | None:
+    """The timeline event for checkpoints in the checkpoint dir that look complete but carry no
+    marker (never uploaded: a script that saves but never marks), with the fix, when a heartbeat
+    names one its generation's previous heartbeat did not; None otherwise."""
+    before = set(previous.unmarked_checkpoints) if previous is not None else set()
+    if not set(request.unmarked_checkpoints) - before:
+        return None
+    names = ", ".join(request.unmarked_checkpoints)
+    return TimelineEvent(
+        job_id=request.job_id,
+        at=now,
+        kind="checkpoints_unmarked",
+        message=(
+            f"g{request.generation} checkpoints that look complete are never uploaded, no "
+            f"marker file {checkpoint.marker!r} in them: {names}; write it into each checkpoint "
+            f"folder under {checkpoint.dir} once saved (tether_hooks: the Hugging Face "
+            "callback, or checkpoint_saved(path); agent/README.md)"
+        )[:MAX_EVENT_MESSAGE],
+        data={"generation": request.generation, "names": list(request.unmarked_checkpoints)},
     )

@@ -151,6 +151,12 @@ class HeartbeatRequest(_Wire):
         description="Marked (or Hugging Face) checkpoints found one level below the checkpoint "
         "dir, which the agent never uploads: e.g. output_dir set to a folder below it.",
     )
+    unmarked_checkpoints: list[MisplacedPath] = Field(
+        default_factory=list,
+        max_length=MAX_MISPLACED,
+        description="Checkpoints in the checkpoint dir that look complete (a framework's last "
+        "file, or a single checkpoint file) but carry no marker, so are never uploaded.",
+    )
     resumed: ResumeReport | None = Field(
         default=None, description="Where training resumed and when; None until it started."
     )

@@ -27,6 +27,7 @@ from functions.domain.checkpoint_record import (
     checkpoint_to_record,
     misplaced_event,
     restore_event,
+    unmarked_event,
     with_recorded,
 )
 from functions.domain.credentials import lease_within_credentials
@@ -183,6 +184,7 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         restored_checkpoint=request.restored_checkpoint,
         restore=request.restore,
         misplaced_checkpoints=request.misplaced_checkpoints,
+        unmarked_checkpoints=request.unmarked_checkpoints,
         resumed=request.resumed,
         outputs=request.outputs,
         exit_code=request.exit_code,
@@ -321,6 +323,7 @@ def decide_heartbeat(
     events = (
         _restore_event(generation, request, now),
         misplaced_event(generation.heartbeat, request, now),
+        unmarked_event(generation.heartbeat, request, job.spec.checkpoint, now),
         _resumed_event(facts, resumed, now),
     )
     wants_secrets = request.wants_secrets and lease.command == "continue"

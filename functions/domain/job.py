@@ -208,6 +208,7 @@ class Heartbeat(BaseModel):
     restored_checkpoint: CheckpointRef | None = None
     restore: RestoreReport | None = None
     misplaced_checkpoints: list[str] = Field(default_factory=list)
+    unmarked_checkpoints: list[str] = Field(default_factory=list)
     resumed: ResumeReport | None = None  # agent clock; the generation's `resumed_*` are ours
     outputs: OutputsRef | None = None  # only as recorded (`outputs_record.py`)
     exit_code: int | None = None

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from tether_agent.checkpoints import MANIFEST_NAME, Manifest
 from tether_agent.code_archive import extract_safely
 from tether_agent.job_code import CodeUnavailable
+from tether_agent.progress import misplaced_checkpoints, unmarked_checkpoints, unmarked_fix
 from tether_agent.training_env import training_env as agent_training_env
 
 from functions.adapters.store import JobView
@@ -260,9 +261,23 @@ def reference_run(
         if d.is_dir() and (d / marker).is_file() and (step := _step_of(d.name)) is not None
     ]
     if not marked:
+        unmarked = unmarked_checkpoints(checkpoints, marker, limit=4, settled_s=0)  # it exited
+        misplaced = misplaced_checkpoints(checkpoints, marker, limit=4)
+        found = ""
+        if unmarked:
+            found += (
+                f"; it saved {', '.join(unmarked)} without marking them: "
+                f"{unmarked_fix(Path(spec.checkpoint.dir), marker)}"
+            )
+        if misplaced:
+            found += (
+                f"; it saved {', '.join(misplaced)} one level too deep: save each checkpoint "
+                f"directly in $TETHER_CHECKPOINT_DIR (Hugging Face: output_dir)"
+            )
         raise DemoError(
             f"the uninterrupted run marked no checkpoint under $TETHER_CHECKPOINT_DIR "
-            f"(spec field checkpoint.dir: {spec.checkpoint.dir}); nothing to compare"
+            f"(spec field checkpoint.dir: {spec.checkpoint.dir}; marker {marker!r}), so there "
+            f"is nothing to compare{found}"
         )
     step, directory = max(marked)
     files = {

@@ -190,3 +190,23 @@ def test_bad_input_exits_2_naming_the_field(
     assert code == 2, err
     assert message in err
     assert _left_running(str(BROKEN), running_before) == []
+
+
+def test_a_run_that_saves_without_marking_is_told_which_and_how_to_mark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], running_before: set[int]
+) -> None:
+    """A Trainer's `checkpoint-N` with no marker in it: never uploaded on a host, so the
+    rehearsal names it and the fix instead of only "nothing to compare"."""
+    save = (
+        "import os, pathlib; d = pathlib.Path(os.environ['TETHER_CHECKPOINT_DIR']) / "
+        "'checkpoint-8'; d.mkdir(); (d / 'trainer_state.json').write_text('{}')"
+    )
+    spec = _spec(tmp_path, name="saves-unmarked", run=f'python -c "{save}"', code={"dir": "."})
+    code = main(["rehearse", str(spec), "--kills", "1"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1, err
+    assert "the uninterrupted run marked no checkpoint" in err
+    assert "it saved checkpoint-8 without marking them" in err
+    assert "the agent uploads a checkpoint only once the marker file" in err
+    assert "checkpoint_saved(path)" in err
+    assert _left_running("saves-unmarked", running_before) == []

@@ -371,6 +371,24 @@ def test_a_new_misplaced_checkpoint_goes_on_the_timeline() -> None:
     ]
 
 
+def test_a_new_unmarked_checkpoint_goes_on_the_timeline_with_the_fix() -> None:
+    known = make_gen(heartbeat=beat(unmarked_checkpoints=["checkpoint-8"]))
+    same = decide(generation=known, request=make_request(unmarked_checkpoints=["checkpoint-8"]))
+    new = decide(
+        generation=known,
+        request=make_request(unmarked_checkpoints=["checkpoint-16", "checkpoint-8"]),
+    )
+    assert same.events == ()
+    [event] = new.events
+    assert (event.kind, event.data["names"]) == (
+        "checkpoints_unmarked",
+        ["checkpoint-16", "checkpoint-8"],
+    )
+    job = make_job()
+    assert f"no marker file {job.spec.checkpoint.marker!r}" in event.message
+    assert f"under {job.spec.checkpoint.dir} once saved" in event.message
+
+
 def resumed(first_step_at: float | None) -> dict[str, Any]:
     return {"step": 80, "started_at": NOW - 30, "first_step_at": first_step_at}
 
