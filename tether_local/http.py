@@ -39,7 +39,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -214,7 +214,9 @@ class ApiFront:
     `cut_heartbeats(job_id, generation)` makes the front drop that generation's heartbeats (the
     host's network to the API is cut; a chaos control). `observe_heartbeats(fn)` passes every
     heartbeat body the function answered 200 to `fn` (the stack bills the bytes it reports;
-    the flood scenario times the real agent's heartbeats)."""
+    the flood scenario times the real agent's heartbeats). `job_sent(job_id, generation)` is
+    the first job a heartbeat reply carried to that generation (`JobBootstrap` as JSON): what
+    its host received besides its instance environment (the demo's evidence reads both)."""
 
     def __init__(
         self,
@@ -238,6 +240,7 @@ class ApiFront:
         self._lock = threading.Lock()
         self._cut: set[tuple[str, int]] = set()
         self._observers: list[HeartbeatObserver] = []
+        self._jobs_sent: dict[tuple[str, int], dict[str, Any]] = {}
         self.requests_served = 0
         self.status_counts: dict[int, int] = {}
         self.throttled: dict[str, int] = {}  # route key → requests answered 429
@@ -258,6 +261,10 @@ class ApiFront:
     def stop_observing(self, observer: HeartbeatObserver) -> None:
         if observer in self._observers:
             self._observers.remove(observer)
+
+    def job_sent(self, job_id: str, generation: int) -> dict[str, Any] | None:
+        with self._lock:
+            return self._jobs_sent.get((job_id, generation))
 
     def throttle(self, route_key: str) -> Throttle | None:
         """The route's bucket as the template set it (None: not throttled)."""
@@ -300,12 +307,22 @@ class ApiFront:
         event = _event(request, route, params, iam_arn)
         response = self._invoke(route.function_arn, event)
         if heartbeat is not None and response.status_code == HTTPStatus.OK:
+            self._note_job_sent(heartbeat, response)
             for observer in list(self._observers):
                 try:
                     observer(heartbeat)
                 except Exception:
                     LOG.exception("heartbeat observer failed")
         return response
+
+    def _note_job_sent(self, heartbeat: Mapping[str, Any], response: httpx.Response) -> None:
+        try:
+            job = json.loads(response.content).get("job")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(job, dict):
+            with self._lock:
+                self._jobs_sent.setdefault((heartbeat["job_id"], heartbeat["generation"]), job)
 
     def _match(self, method: str, path: str) -> tuple[HttpRoute, dict[str, str]] | None:
         for compiled in self._routes:

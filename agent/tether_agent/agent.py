@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
 from types import FrameType
 from typing import Any
@@ -100,8 +100,14 @@ class Agent:
         command: Sequence[str],
         *,
         probe: Probe | None = None,
+        lease: Lease | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        """`lease`: the one the job's bootstrap heartbeats renewed (`bootstrap.py`), else the
+        environment's; `environ`: what the training command's environment is made from (the
+        process's, with the job the bootstrap brought), else the process's own."""
         self.settings = settings
+        self.environ = os.environ if environ is None else environ
         self.tuning = tuning
         self.command = list(command)
         self.phase: Phase = "starting"
@@ -141,7 +147,7 @@ class Agent:
             segment_bytes=tuning.log_segment_bytes,
             interval_s=tuning.log_upload_interval_s or 2 * settings.heartbeat_interval_s,
         )
-        self.lease = Lease(settings.first_lease_expires_at)
+        self.lease = lease or Lease(settings.first_lease_expires_at)
         self.gpu = GpuMonitor(
             probe or make_probe(settings.gpu_probe, settings.probe_timeout_s),
             interval_s=settings.heartbeat_interval_s,
@@ -410,7 +416,7 @@ class Agent:
 
     def _child_env(self) -> dict[str, str]:
         env = training_env(
-            os.environ,
+            self.environ,
             checkpoint_dir=self.settings.checkpoint_dir,
             marker=self.settings.marker,
             progress_file=self.progress_file,

@@ -30,6 +30,7 @@ from tether_agent.protocol import (
     Command,
     HeartbeatReply,
     HeartbeatRequest,
+    JobBootstrap,
     SecretValues,
     StorageCredentials,
 )
@@ -71,6 +72,7 @@ class Heartbeater:
         on_credentials: Callable[[StorageCredentials], None],
         client: httpx.Client | None = None,
         on_secrets: Callable[[SecretValues], None] | None = None,
+        on_job: Callable[[JobBootstrap], None] | None = None,
     ) -> None:
         self._url = url.rstrip("/") + "/agent/heartbeat"
         self._interval_s = interval_s
@@ -79,6 +81,7 @@ class Heartbeater:
         self._on_command = on_command
         self._on_credentials = on_credentials
         self._on_secrets = on_secrets
+        self._on_job = on_job
         timeout = max(1.0, min(10.0, 2 * interval_s))
         self._client = client or httpx.Client(
             timeout=timeout, headers={"Authorization": f"Bearer {token}"}
@@ -139,6 +142,8 @@ class Heartbeater:
             self._on_credentials(reply.credentials)
         if reply.secrets is not None and self._on_secrets is not None:
             self._on_secrets(reply.secrets)
+        if reply.job is not None and self._on_job is not None:
+            self._on_job(reply.job)
         if reply.command == "continue":
             self._lease.renew(reply.lease_expires_at, reply.server_time)
         else:

@@ -1,19 +1,27 @@
 """`tether-agent run [options] [-- CMD...]`: the agent's command line.
 
-Configuration comes from the environment (see `settings.py`); a bad or missing variable is
-printed by name and the agent exits 2 before it touches anything.
+Configuration comes from the environment (see `settings.py`) and, on a rented host, the job
+from the first heartbeat's reply (`bootstrap.py`); a bad or missing variable is printed by name
+and the agent exits 2 before it touches anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import ValidationError
 
 from tether_agent.agent import Agent, ExitCode
+from tether_agent.bootstrap import (
+    environ_with_job,
+    job_in_environ,
+    load_bootstrap_settings,
+    receive_job,
+)
 from tether_agent.settings import SettingsError, Tuning, load_settings
 
 
@@ -85,7 +93,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command and command[0] == "--":
         command = command[1:]
     try:
-        settings = load_settings()
         tuning = Tuning(
             upload_concurrency=args.upload_concurrency,
             file_concurrency=args.file_concurrency,
@@ -96,17 +103,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             upload_nice=args.upload_nice,
             secrets_wait_s=args.secrets_wait_s,
         )
-    except SettingsError as exc:
-        return _config_error(exc.lines)
     except ValidationError as exc:
         return _config_error(
             [f"--{'-'.join(str(e['loc'][0]).split('_'))}: {e['msg']}" for e in exc.errors()]
         )
+    environ: Mapping[str, str] = os.environ
+    lease = None
+    try:
+        if not job_in_environ(environ):  # a rented host: the job comes over the heartbeat
+            host = load_bootstrap_settings(environ)
+            received = receive_job(host)
+            if isinstance(received, int):
+                return received
+            lease = received.lease
+            environ = environ_with_job(environ, received.job, host.path_root)
+        settings = load_settings(environ)
+    except SettingsError as exc:
+        return _config_error(exc.lines)
     if not command:
         if not settings.run:
             return _config_error(["TETHER_RUN: required when no command follows --"])
         command = ["bash", "-c", settings.run]
-    return int(Agent(settings, tuning, command).run())
+    return int(Agent(settings, tuning, command, lease=lease, environ=environ).run())
 
 
 def _config_error(lines: list[str]) -> int:

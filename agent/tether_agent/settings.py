@@ -1,4 +1,5 @@
-"""The agent's configuration: the environment the control plane sets on a host, validated once.
+"""The agent's configuration: the environment the control plane sets on a host, with the job
+the first heartbeat brought (`bootstrap.py`) under the same names, validated once.
 
 Every name comes from `functions/domain/agent_env.py` (a test keeps the two in step). The model
 is checked before anything starts; a missing or malformed variable is reported by its name and
@@ -105,6 +106,9 @@ class AgentSettings(BaseModel):
     )
     probe_timeout_s: float = Field(default=10, alias="TETHER_PROBE_TIMEOUT_S", gt=0, le=600)
     work_dir: Path = Field(default=Path("/var/lib/tether"), alias="TETHER_WORK_DIR")
+    # The local stack only: the job's absolute paths from the heartbeat are taken below it
+    # (`bootstrap.environ_with_job`); read here so that the names stay one list.
+    path_root: Path | None = Field(default=None, alias="TETHER_PATH_ROOT")
     # The job's code from git (agent/tether_agent/job_code.py); both or neither. The control plane
     # validated them (functions/domain/jobspec.py); here only their shape, so that a
     # malformed value is a configuration error (exit 2), never an argument git misreads.
@@ -184,7 +188,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> AgentSettings:
     try:
         return AgentSettings.model_validate(values)
     except ValidationError as exc:
-        raise SettingsError([_error_line(err) for err in exc.errors()]) from None
+        raise SettingsError(error_lines(exc)) from None
+
+
+def error_lines(exc: ValidationError) -> list[str]:
+    """One `NAME: reason` line per bad variable."""
+    return [_error_line(err) for err in exc.errors()]
 
 
 def _error_line(err: object) -> str:

@@ -13,7 +13,9 @@ one gets a new lease only while a monitor run recently completed its job's evalu
 
 Apply (`_apply`): the conditional write of the heartbeat and the lease; only if it held (the
 generation is still current with this token), the checkpoint record, the timeline events and the
-secrets' values the reply carries. A write refused because the generation was replaced between
+secrets' values the reply carries. The job the reply carries to an agent that asks (`wants_job`,
+`functions/domain/job_bootstrap.py`) is part of the decision's answer, so it too goes out only
+when the write held. A write refused because the generation was replaced between
 the read and the write is answered `superseded`.
 """
 

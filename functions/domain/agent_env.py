@@ -1,9 +1,13 @@
-"""Environment variables the control plane gives the agent on a rented host
-(docs/architecture.md#rented-host).
+"""Environment variables the agent reads (docs/architecture.md#rented-host).
 
-The onstart script and the Vast `env` set exactly these; the agent's settings model
-(`tether_agent/settings.py`) reads them. Only job-scoped values: never an account-wide key
-(Vast, Cloudflare or AWS). `CONTAINER_ID` / `CONTAINER_API_KEY` are set by Vast itself.
+The agent's settings model (`tether_agent/settings.py`) reads exactly these. On a rented host
+the instance environment (Vast's `env`, `onstart.build_host_env`) sets only `INSTANCE_ENV`:
+Vast bounds each value at 256 characters, so everything long or job-defined
+(`FROM_HEARTBEAT`) comes in the reply to the agent's first heartbeat (`job_bootstrap.py`) and
+the agent sets those names itself before it validates its settings. An agent started with them
+already in its environment (tests, benchmarks) asks for nothing. Only job-scoped values: never
+an account-wide key (Vast, Cloudflare or AWS). `CONTAINER_ID` / `CONTAINER_API_KEY` are set by
+Vast itself.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ CODE_COMMIT = "TETHER_CODE_COMMIT"
 # jobs/<job_id>/code/<sha256>.tar.gz, which the agent downloads with its read-only key,
 # verifies and extracts into $TETHER_WORK_DIR/code. Never set together with CODE_GIT.
 CODE_ARCHIVE_SHA256 = "TETHER_CODE_ARCHIVE_SHA256"
+# The local stack only: the job's absolute paths the heartbeat brings (checkpoint dir, progress
+# file, outputs dir) are taken below this directory, the local host's disk. Unset on Vast.
+PATH_ROOT = "TETHER_PATH_ROOT"
 CONTAINER_ID = "CONTAINER_ID"  # set by Vast: the instance id
 CONTAINER_API_KEY = "CONTAINER_API_KEY"  # set by Vast: can only start/stop/destroy this instance
 
@@ -67,5 +74,20 @@ ALL = (
     S3_WRITE_SESSION_TOKEN, S3_WRITE_CREDENTIALS_EXPIRE_AT, RESTORE_CHECKPOINTS, LEASE_EXPIRES_AT,
     HEARTBEAT_INTERVAL_S, GRACE_S, ON_DEAD_MAN, VAST_URL, GPU_PROBE, PROBE_TIMEOUT_S, WORK_DIR,
     CONTAINER_ID, CONTAINER_API_KEY, CODE_GIT, CODE_COMMIT, CODE_ARCHIVE_SHA256, SECRETS,
-    CHECKPOINT_INTERVAL_S,
+    CHECKPOINT_INTERVAL_S, PATH_ROOT,
+)  # fmt: skip
+
+# What the instance environment may carry: short, fixed-size values only.
+INSTANCE_ENV = (
+    JOB_ID, GENERATION, API_URL, AGENT_TOKEN, LEASE_EXPIRES_AT, HEARTBEAT_INTERVAL_S, GRACE_S,
+    CHECKPOINT_INTERVAL_S, ON_DEAD_MAN, VAST_URL, GPU_PROBE, PROBE_TIMEOUT_S, WORK_DIR,
+)  # fmt: skip
+
+# What comes over the heartbeat (`JobBootstrap`), never in the instance environment.
+FROM_HEARTBEAT = (
+    RUN, CHECKPOINT_DIR, MARKER, PROGRESS_FILE, KEEP_LAST, OUTPUTS_DIR, S3_ENDPOINT, S3_BUCKET,
+    S3_PREFIX, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, S3_SESSION_TOKEN,
+    S3_CREDENTIALS_EXPIRE_AT, S3_WRITE_ACCESS_KEY_ID, S3_WRITE_SECRET_ACCESS_KEY,
+    S3_WRITE_SESSION_TOKEN, S3_WRITE_CREDENTIALS_EXPIRE_AT, RESTORE_CHECKPOINTS, SECRETS,
+    CODE_GIT, CODE_COMMIT, CODE_ARCHIVE_SHA256,
 )  # fmt: skip

@@ -186,6 +186,11 @@ class HeartbeatRequest(_Wire):
         description="The agent has not yet received the job's user secrets: the reply to a "
         "current generation carries them.",
     )
+    wants_job: bool = Field(
+        default=False,
+        description="The agent has not yet received its job (`JobBootstrap`): the reply to a "
+        "current generation told to continue carries it.",
+    )
 
 
 class StorageKey(_Wire):
@@ -222,6 +227,41 @@ class SecretValues(_Wire):
     missing: list[str] = Field(default_factory=list, max_length=MAX_SECRETS)
 
 
+# What a job spec allows (functions/domain/jobspec.py), so a bootstrap never fails to validate.
+MAX_RUN = 16_384  # characters of the training command
+MAX_JOB_ENV = 256  # variables of the job's own `env`
+MAX_JOB_ENV_VALUE = 32_768  # characters of one of them
+MAX_PATH = 1024  # characters of a checkpoint, progress or outputs path
+JobEnvValue = Annotated[str, Field(max_length=MAX_JOB_ENV_VALUE)]
+SecretName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Z_][A-Z0-9_]*$")]
+
+
+class JobBootstrap(_Wire):
+    """What the agent needs to run its generation and that the instance environment does not
+    carry (Vast bounds each env value at 256 characters; docs/architecture.md#rented-host): the
+    job's command, checkpoint and outputs settings, code, own `env`, the names of its secrets,
+    the recorded checkpoints this generation may restore (newest first) and the generation's
+    two storage keys. Sent once, in the reply to a current generation whose heartbeat asked."""
+
+    run: str = Field(min_length=1, max_length=MAX_RUN)
+    checkpoint_dir: str = Field(min_length=1, max_length=MAX_PATH)
+    marker: str = Field(min_length=1, max_length=255)
+    progress_file: str | None = Field(default=None, min_length=1, max_length=MAX_PATH)
+    keep_last: int = Field(ge=1, le=100)
+    outputs_dir: str | None = Field(default=None, min_length=1, max_length=MAX_PATH)
+    code_git: str | None = Field(default=None, min_length=1, max_length=2048)
+    code_commit: str | None = Field(default=None, min_length=1, max_length=64)
+    code_archive_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    env: dict[str, JobEnvValue] = Field(default_factory=dict, max_length=MAX_JOB_ENV)
+    secrets: list[SecretName] = Field(default_factory=list, max_length=MAX_SECRETS)
+    restore: list[CheckpointRef] = Field(
+        default_factory=list,
+        max_length=MAX_RESTORE_CANDIDATES,
+        description="The recorded checkpoints this generation may restore, newest first.",
+    )
+    storage: StorageCredentials
+
+
 class HeartbeatReply(_Wire):
     command: Command
     lease_expires_at: float = Field(description="Absolute; 0 when superseded (no lease).")
@@ -229,5 +269,8 @@ class HeartbeatReply(_Wire):
     credentials: StorageCredentials | None = None
     reason: str | None = None
     secrets: SecretValues | None = Field(
+        default=None, description="Only to a current generation whose heartbeat asked."
+    )
+    job: JobBootstrap | None = Field(
         default=None, description="Only to a current generation whose heartbeat asked."
     )

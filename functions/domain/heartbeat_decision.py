@@ -5,6 +5,8 @@ facts (`HeartbeatFacts`: the job and the generation the agent's token authentica
 generation before it when `previous_generation_needed`), asks `decide_heartbeat` once, and
 applies the `HeartbeatDecision`: the conditional write of the heartbeat and the lease, then, only
 if that write held, the checkpoint record, the timeline events and the user secrets of the reply.
+A current generation told to continue whose heartbeat asks (`wants_job`) gets its job in the
+reply (`job_bootstrap.py`); a superseded one, a stopped one or a wrong token gets nothing of it.
 
 The lease (`decide_lease`, the dead-man switch; the rule is `lease.py`) is renewed only while
 the generation's `supervised_at` is fresh: the time a monitor run last completed this job's
@@ -48,6 +50,7 @@ from functions.domain.job import (
     is_terminal,
     known_spend_usd,
 )
+from functions.domain.job_bootstrap import job_bootstrap
 from functions.domain.lease import lease_expires_at
 from functions.domain.measures import (
     checkpoint_upload_lag_s,
@@ -327,8 +330,15 @@ def decide_heartbeat(
         _resumed_event(facts, resumed, now),
     )
     wants_secrets = request.wants_secrets and lease.command == "continue"
+    answer = answer_of(lease, now)
+    if request.wants_job and lease.command == "continue":
+        answer = answer.model_copy(
+            update={
+                "reply": answer.reply.model_copy(update={"job": job_bootstrap(job, generation)})
+            }
+        )
     return HeartbeatDecision(
-        answer=answer_of(lease, now),
+        answer=answer,
         answer_if_replaced=answer_if_replaced,
         write=write,
         checkpoints=_checkpoints_write(job, generation, request),

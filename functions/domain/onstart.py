@@ -2,26 +2,25 @@
 (docs/architecture.md#rented-host). Pure.
 
 Vast runs `onstart` (≤ 4048 characters) inside the container at start. Ours only installs the
-agent into its own venv from a presigned URL and starts it in the background; every per-job value
-travels in the instance environment (Vast's `env` field), built by `build_host_env`. The job's
-command is `TETHER_RUN` and is never written into the script, so no quoting in it can escape.
+agent into its own venv from a presigned URL and starts it in the background. The instance
+environment (Vast's `env` field, built by `build_host_env`) carries only what bootstraps the
+agent; the job itself (its command among it) comes over the agent's first heartbeat
+(`job_bootstrap.py`) and is never written into the script, so no quoting in it can escape.
 
 Invariant 6: only job-scoped, expiring values reach the host. `ensure_no_account_secrets` is the
-last check before a rent: it refuses a script or environment that contains an account-wide key.
+last check before a rent: it refuses a script, an environment or a job (what the heartbeat will
+hand the agent) that contains an account-wide key.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
 from functions.domain import agent_env
-from functions.domain.heartbeat_contract import CheckpointRef, StorageCredentials
 from functions.domain.jobspec import JobSpec
-from functions.domain.storage_layout import generation_prefix, job_prefix
 
 VAST_ONSTART_LIMIT = 4048  # characters, Vast's create-instance limit
 DEFAULT_VENV = "/opt/tether-agent"
@@ -42,7 +41,7 @@ _ABS_PATH = re.compile(r"^/[A-Za-z0-9_./-]+$")
 # - installs the wheel with its `[gpu]` extra (`nvidia-ml-py`, NVML's binding): without it the
 #   GPU probe reports "no GPU" on every host and the monitor's hung rules can never fire.
 _TEMPLATE = r"""#!/bin/sh
-# tether onstart: install the agent, start it. Job values come from the env (TETHER_*).
+# tether onstart: install the agent, start it. Its settings come from the env (TETHER_*).
 U={{URL}}
 F={{WHEEL}}
 V={{VENV}}
@@ -132,6 +131,10 @@ def build_onstart(
     return script
 
 
+VAST_ENV_VALUE_LIMIT = 256  # characters of one `env` value, Vast's create-instance limit
+VAST_ENV_TOTAL_LIMIT = 32 * 1024  # bytes of the whole `env`, Vast's create-instance limit
+
+
 def build_host_env(
     job: JobSpec,
     *,
@@ -139,9 +142,7 @@ def build_host_env(
     generation: int,
     api_url: str,
     agent_token: str,
-    storage: StorageCredentials,
     lease_expires_at: float,
-    restore_checkpoints: Sequence[CheckpointRef] = (),
     heartbeat_interval_s: float | None = None,
     grace_s: float = 120,
     vast_url: str | None = None,
@@ -150,47 +151,20 @@ def build_host_env(
     work_dir: str | None = None,
     checkpoint_interval_s: float | None = None,
 ) -> dict[str, str]:
-    """The instance environment (Vast's `env`): the agent's settings plus the job's own `env`.
+    """The instance environment (Vast's `env`): only what bootstraps the agent.
 
-    Only job-scoped values: the per-generation agent token and the generation's two R2 keys,
-    read-only on `jobs/<job_id>/` and read-write on `jobs/<job_id>/g<generation>/`; and the
-    checkpoints it may restore (`restore_checkpoints`, newest first). `CONTAINER_ID` /
-    `CONTAINER_API_KEY` are Vast's to set, not ours.
+    Vast bounds each value at 256 characters and the whole env at 32 KB, so it carries the job
+    id, the generation, the API URL, the per-generation agent token and short, fixed-size
+    settings, never anything long or job-defined: the storage keys (R2 session tokens are
+    550–700 characters), the job's `run`, checkpoint and outputs settings, code, own `env`,
+    secrets' names and the checkpoints to restore come in the reply to the agent's first
+    heartbeat (`job_bootstrap.py`). `CONTAINER_ID` / `CONTAINER_API_KEY` are Vast's to set.
     """
-    for name, key, expected in (
-        ("storage.read", storage.read, job_prefix(job_id)),
-        ("storage.write", storage.write, generation_prefix(job_id, generation)),
-    ):
-        if key.prefix != expected:
-            raise ValueError(
-                f"{name}.prefix: must be {expected!r} for generation {generation} of job "
-                f"{job_id} (got {key.prefix!r})"
-            )
-    env = dict(job.env)  # the job's variables; JobSpec already refuses reserved names
     ours: dict[str, str | None] = {
         agent_env.JOB_ID: job_id,
         agent_env.GENERATION: str(generation),
         agent_env.API_URL: api_url.rstrip("/"),
         agent_env.AGENT_TOKEN: agent_token,
-        agent_env.RUN: job.run,
-        agent_env.CHECKPOINT_DIR: job.checkpoint.dir,
-        agent_env.MARKER: job.checkpoint.marker,
-        agent_env.PROGRESS_FILE: job.checkpoint.progress_file,
-        agent_env.KEEP_LAST: str(job.checkpoint.keep_last),
-        agent_env.OUTPUTS_DIR: job.outputs.dir if job.outputs else None,
-        agent_env.S3_ENDPOINT: storage.endpoint,
-        agent_env.S3_BUCKET: storage.bucket,
-        agent_env.S3_PREFIX: storage.read.prefix,
-        agent_env.S3_ACCESS_KEY_ID: storage.read.access_key_id,
-        agent_env.S3_SECRET_ACCESS_KEY: storage.read.secret_access_key,
-        agent_env.S3_SESSION_TOKEN: storage.read.session_token,
-        agent_env.S3_CREDENTIALS_EXPIRE_AT: _number(storage.read.expires_at),
-        agent_env.S3_WRITE_ACCESS_KEY_ID: storage.write.access_key_id,
-        agent_env.S3_WRITE_SECRET_ACCESS_KEY: storage.write.secret_access_key,
-        agent_env.S3_WRITE_SESSION_TOKEN: storage.write.session_token,
-        agent_env.S3_WRITE_CREDENTIALS_EXPIRE_AT: _number(storage.write.expires_at),
-        agent_env.RESTORE_CHECKPOINTS: _checkpoints(restore_checkpoints),
-        agent_env.SECRETS: ",".join(job.secrets) or None,  # names only: values come by heartbeat
         agent_env.LEASE_EXPIRES_AT: _number(lease_expires_at),
         agent_env.HEARTBEAT_INTERVAL_S: _number(
             job.policy.heartbeat_interval_s
@@ -206,37 +180,44 @@ def build_host_env(
         agent_env.GPU_PROBE: gpu_probe,
         agent_env.PROBE_TIMEOUT_S: None if probe_timeout_s is None else _number(probe_timeout_s),
         agent_env.WORK_DIR: work_dir,
-        agent_env.CODE_GIT: job.code.git if job.code else None,
-        agent_env.CODE_COMMIT: job.code.commit if job.code else None,
-        agent_env.CODE_ARCHIVE_SHA256: (
-            job.code.archive.sha256 if job.code and job.code.archive else None
-        ),
     }
-    env.update({name: value for name, value in ours.items() if value is not None})
+    env = {name: value for name, value in ours.items() if value is not None}
+    for name, value in env.items():
+        if len(value) > VAST_ENV_VALUE_LIMIT:
+            raise ValueError(
+                f"env.{name}: {len(value)} characters, over Vast's limit of "
+                f"{VAST_ENV_VALUE_LIMIT} for one value"
+            )
     return env
 
 
+def env_size(env: Mapping[str, str]) -> int:
+    """The env's size as Vast counts it against its 32 KB: `K=V` and a separator per entry."""
+    return sum(len(name) + len(value) + 2 for name, value in env.items())
+
+
 def ensure_no_account_secrets(
-    *, script: str, env: Mapping[str, str], account_secrets: Iterable[str]
+    *,
+    script: str,
+    env: Mapping[str, str],
+    account_secrets: Iterable[str],
+    job: JobSpec | None = None,
 ) -> None:
-    """Refuse to rent if an account-wide key (Vast, Cloudflare, AWS) would reach the host."""
+    """Refuse to rent if an account-wide key (Vast, Cloudflare, AWS) would reach the host: in
+    the script, the instance env, or what the agent receives over its heartbeat from `job`
+    (its own `env` and its command)."""
+    received = dict(env)
+    if job is not None:
+        received.update(job.env)
+        received["run"] = job.run
     for secret in account_secrets:
         if len(secret) < 8:  # too short to search for meaningfully; never a real key
             continue
         if secret in script:
             raise ValueError("onstart: contains an account-wide secret; refusing to rent")
-        for name, value in env.items():
+        for name, value in received.items():
             if secret in value or secret in name:
                 raise ValueError(f"env.{name}: contains an account-wide secret; refusing to rent")
-
-
-def _checkpoints(refs: Sequence[CheckpointRef]) -> str | None:
-    """The restore candidates as a JSON list (absent when there are none)."""
-    if not refs:
-        return None
-    return json.dumps(
-        [r.model_dump(mode="json", exclude_none=True) for r in refs], separators=(",", ":")
-    )
 
 
 def _number(value: float) -> str:

@@ -7,9 +7,10 @@
    a refusal (no offer qualifies → wait for capacity; the budget would not cover start-up and
    one checkpoint → stop the job);
 3. rent down the plan: mint the generation's credentials once (read-only on the job's prefix,
-   read-write on its own `g<generation>/`), then per offer a fresh agent token and host
-   environment, with the checkpoints the job recorded as the ones it may restore; an offer taken
-   meanwhile → the next one; none left → wait;
+   read-write on its own `g<generation>/`; recorded with the generation, the agent gets them in
+   its first heartbeat's reply with the rest of its job, `functions/domain/job_bootstrap.py`),
+   then per offer a fresh agent token and the instance environment that bootstraps the agent;
+   an offer taken meanwhile → the next one; none left → wait;
 4. record the generation with a conditional write; a lost race destroys what was rented.
 
 The step's time budget. The function times out after 180 s (`infra/constructs/lifecycle.py`);
@@ -39,7 +40,6 @@ from dataclasses import dataclass
 from functions.adapters.cloudflare import mint_job_credentials
 from functions.adapters.vast import BidTooLow, OfferGone, RentResult, VastClient, VastUnavailable
 from functions.domain.agent_token import hash_token, new_agent_token
-from functions.domain.checkpoint_record import restore_candidates
 from functions.domain.credentials import credentials_ttl_s
 from functions.domain.heartbeat_contract import StorageCredentials
 from functions.domain.job import Generation, Job, JobState
@@ -136,7 +136,6 @@ def _rent_down(
     )  # fmt: skip
     onstart = build_onstart(agent_wheel_url=deps.artifacts().presign_agent_wheel(WHEEL_URL_TTL_S))
     account_secrets = deps.account_secrets()
-    checkpoints = restore_candidates(job, inp.generation)
     for tried, candidate in enumerate(plan.candidates):
         if not budget.fits(deps.remaining_s()):
             why = f"out of time in this step after {tried} offer(s) (Vast is slow)"
@@ -145,11 +144,12 @@ def _rent_down(
         token = new_agent_token()
         env = build_host_env(
             spec, job_id=job.job_id, generation=inp.generation, api_url=deps.settings.api_url,
-            agent_token=token, storage=storage, lease_expires_at=candidate.lease_expires_at,
-            restore_checkpoints=checkpoints,
+            agent_token=token, lease_expires_at=candidate.lease_expires_at,
             checkpoint_interval_s=_interval_s(candidate),
         )  # fmt: skip
-        ensure_no_account_secrets(script=onstart, env=env, account_secrets=account_secrets)
+        ensure_no_account_secrets(
+            script=onstart, env=env, account_secrets=account_secrets, job=spec
+        )
         try:
             result = vast.rent(
                 offer.id, image=spec.image, disk_gb=plan.disk_gb, label=plan.label, env=env,

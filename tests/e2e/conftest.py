@@ -113,7 +113,8 @@ def provision_by_hand(
 ) -> HandProvisioned:
     """What the lifecycle's provision does, by hand: a job stored directly (no state machine
     execution), job-scoped credentials minted at the Cloudflare simulator, a generation with the
-    agent token's hash, and a rent whose env is `build_host_env`'s. A `code` archive
+    agent token's hash (and the credentials, which its agent gets over the heartbeat with the rest
+    of its job), and a rent whose env is `build_host_env`'s. A `code` archive
     (`example_code`) is copied into the job's prefix with the lifecycle's own `CodeBucket`, as its
     `place_code` does."""
     spec = parse_job(tiny_spec(run=run, **spec_overrides))
@@ -150,7 +151,6 @@ def provision_by_hand(
         generation=1,
         api_url=stack.api_url,
         agent_token=token,
-        storage=credentials,
         lease_expires_at=lease_expires_at,
         heartbeat_interval_s=heartbeat_interval_s,
         grace_s=2,

@@ -5,6 +5,7 @@ instances, and a sample of bad requests answered by the API."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,11 +22,14 @@ from tether_agent.checkpoints import (
 )
 
 from functions.domain import agent_env
+from functions.domain.heartbeat_contract import JobBootstrap
+from functions.domain.job_bootstrap import environ_with_job
 from functions.domain.labels import parse_label
 from functions.domain.spend import instance_charge
 from functions.domain.storage_layout import job_prefix
 from tether_local.demo.invariants import CheckpointFacts, KeyFacts, LedgerFacts, Recorded
 from tether_local.demo.job import SIGNED
+from tether_local.hosts.local_hosts import LocalHost
 from tether_local.stack import R2_BUCKET, LocalStack
 
 
@@ -106,12 +110,25 @@ def _verify(directory: Path, cid: RemoteCheckpointId) -> tuple[bool, float | Non
     return True, written_at, sha256
 
 
+def host_received(stack: LocalStack, host: LocalHost) -> dict[str, str]:
+    """What a host was given: its instance environment (Vast's `env`) and the job its agent
+    received over the heartbeat, under the names the agent reads them by
+    (`functions.domain.job_bootstrap.environ_with_job`)."""
+    sent = None
+    if stack.front is not None and host.job_id is not None and host.generation is not None:
+        sent = stack.front.job_sent(host.job_id, host.generation)
+    if sent is None:
+        return dict(host.received_env)
+    job = JobBootstrap.model_validate_json(json.dumps(sent))
+    return environ_with_job(host.received_env, job)
+
+
 def restore_candidates(stack: LocalStack, job_id: str) -> dict[int, tuple[Recorded, ...]]:
-    """Generation → the recorded checkpoints it was given to restore (its environment)."""
+    """Generation → the recorded checkpoints it was given to restore (over the heartbeat)."""
     assert stack.hosts is not None
     found: dict[int, tuple[Recorded, ...]] = {}
     for host in stack.hosts.for_job(job_id):
-        raw = host.received_env.get(agent_env.RESTORE_CHECKPOINTS)
+        raw = host_received(stack, host).get(agent_env.RESTORE_CHECKPOINTS)
         if host.generation is None:
             continue
         found[host.generation] = tuple(_RECORDED.validate_json(raw)) if raw else ()
@@ -123,8 +140,9 @@ def key_scopes(stack: LocalStack, job_id: str) -> dict[str, KeyFacts]:
     assert stack.hosts is not None
     found: dict[str, KeyFacts] = {}
     for host in stack.hosts.for_job(job_id):
+        received = host_received(stack, host)
         for name in (agent_env.S3_ACCESS_KEY_ID, agent_env.S3_WRITE_ACCESS_KEY_ID):
-            key = host.received_env.get(name, "")
+            key = received.get(name, "")
             scope = stack.cloudflare.scope_for(key)
             if scope is not None:
                 found[key] = KeyFacts(

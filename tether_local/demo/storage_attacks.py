@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from functions.domain import agent_env
 from functions.domain.storage_layout import generation_prefix, job_prefix, manifest_key
+from tether_local.demo.evidence import host_received
 from tether_local.demo.run import DemoRun
 from tether_local.hosts.local_hosts import LocalHost
 
@@ -45,7 +46,7 @@ class HostKeys:
 
     @classmethod
     def of(cls, run: DemoRun, host: LocalHost) -> HostKeys:
-        env = host.received_env
+        env = host_received(run.stack, host)
         client = boto3.session.Session().client(
             "s3",
             endpoint_url=run.stack.s3_url,

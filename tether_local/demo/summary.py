@@ -23,6 +23,7 @@ from tether_local.demo import invariants
 from tether_local.demo.evidence import (
     bad_input_statuses,
     checkpoint_facts,
+    host_received,
     key_scopes,
     ledger_facts,
     restore_candidates,
@@ -129,7 +130,7 @@ def summarize(run: DemoRun, view: JobView) -> DemoSummary:
         checkpoints=tuple(checkpoints),
         restores=tuple(run.restores.values()),
         restore_candidates=restore_candidates(stack, run.job_id),
-        host_envs={h.instance_id: dict(h.received_env) for h in stack.hosts.for_job(run.job_id)},
+        host_envs={h.instance_id: host_received(stack, h) for h in stack.hosts.for_job(run.job_id)},
         key_scopes=key_scopes(stack, run.job_id),
         account_secrets=tuple(stack.account_secrets()),
         bad_input_statuses=bad_input_statuses(stack, run.job_id),

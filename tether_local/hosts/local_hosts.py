@@ -24,10 +24,12 @@ The environment: `LocalHost.received_env` is exactly what Vast gives the contain
 account secrets. The process environment adds what the container image and the disk would
 provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR`, `TETHER_PROGRESS_FILE`
 and `TETHER_OUTPUTS_DIR` are mapped into the host's disk (`/workspace/ckpt` →
-`<disk>/workspace/ckpt`), `HOME` is the disk, `PATH` is the image's (above), the GPU is
-scripted through `<machine>/gpu-probe` (below), and `TETHER_VAST_URL` points at the simulator
-when the rent did not set it. Nothing else is mapped: any other absolute path a job names is
-this machine's, so job commands should use the `TETHER_*` paths or paths relative to the disk.
+`<disk>/workspace/ckpt`): `TETHER_WORK_DIR` here, the others, which come over the agent's
+first heartbeat, by the agent below `TETHER_PATH_ROOT` (the disk); `HOME` is the disk,
+`PATH` is the image's (above), the GPU is scripted through `<machine>/gpu-probe` (below),
+and `TETHER_VAST_URL` points at the simulator when the rent did not set it. Nothing else is
+mapped: any other absolute path a job names is this machine's, so job commands should use the
+`TETHER_*` paths or paths relative to the disk.
 
 The GPU (`LocalHosts.use_gpu`, chosen when a host is rented). `fake-probe` (the default): the
 agent's fake probe reads the file (`TETHER_GPU_PROBE=fake:<file>`). `fake-nvml`: the probe path of
@@ -361,6 +363,7 @@ class LocalHosts:
             HOST_MARKER: host.marker,
         }
         env.setdefault(agent_env.WORK_DIR, _DEFAULT_WORK_DIR)
+        env[agent_env.PATH_ROOT] = str(host.disk)  # the job's paths the heartbeat brings
         for name in _MAPPED_PATHS:
             value = env.get(name)
             if value and value.startswith("/"):

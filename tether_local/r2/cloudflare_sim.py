@@ -9,6 +9,9 @@ in the `{"success": false, "errors": [{"code", "message"}]}` envelope: 400/9106 
 `Retry-After` once a token passes its limit (1200 per 5 min; then blocked for 5 min, as the real
 API does), 404/7003 unknown route.
 
+Session tokens are shaped and sized as R2's (`base64("jwt/" + JWT)`, about 550–700 characters),
+so whatever carries them (the heartbeat reply, presigned URLs) is tested at their real size.
+
 `live_key(access_key_id)` answers only while a key is unexpired and its parent not revoked:
 the R2 front (`tether_local/r2/front.py`) asks it on every S3 request for the key's secret,
 session token and scope, so minted keys work, only inside their scope, and stop working the
@@ -18,6 +21,9 @@ Time comes from an injectable clock, so tests and the demo can fast-forward expi
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import math
 import re
@@ -110,6 +116,7 @@ class CloudflareSim:
         self._callers: dict[str, _Caller] = {}
         self._lock = threading.Lock()
         self.requests_seen = 0
+        self._signing_key = secrets.token_bytes(32)  # signs the session tokens' JWTs
 
     # --- control (tests, demo) -------------------------------------------------------------
 
@@ -230,17 +237,18 @@ class CloudflareSim:
             )
         ttl = body.get("ttlSeconds", DEFAULT_TTL_S)
         access_key_id = secrets.token_hex(16)  # R2 access key ids are 32 hex characters
+        scope = KeyScope(
+            bucket=bucket,
+            prefixes=tuple(body.get("prefixes") or ()),
+            objects=tuple(body.get("objects") or ()),
+            permission=permission,
+            parent_access_key_id=parent,
+            expires_at=self._clock() + ttl,
+        )
         minted = MintedKey(
             secret_access_key=secrets.token_hex(32),
-            session_token=secrets.token_urlsafe(96),
-            scope=KeyScope(
-                bucket=bucket,
-                prefixes=tuple(body.get("prefixes") or ()),
-                objects=tuple(body.get("objects") or ()),
-                permission=permission,
-                parent_access_key_id=parent,
-                expires_at=self._clock() + ttl,
-            ),
+            session_token=self._session_token(access_key_id, scope),
+            scope=scope,
         )
         self._keys[access_key_id] = minted
         return httpx.Response(
@@ -256,6 +264,35 @@ class CloudflareSim:
                 },
             },
         )
+
+    def _session_token(self, access_key_id: str, scope: KeyScope) -> str:
+        """Shaped and sized as R2's: `base64("jwt/" + JWT)`, the JWT's claims naming the
+        account, the key, its bucket, permission and paths, audience, issue and expiry: about
+        550–700 characters, more with longer paths (so what carries it meets R2's sizes)."""
+        issued = int(self._clock())
+        claims = {
+            "accountId": self.account_id,
+            "accessKeyId": access_key_id,
+            "parentAccessKeyId": scope.parent_access_key_id,
+            "aud": "r2",
+            "bucket": scope.bucket,
+            "scope": scope.permission,
+            "prefixes": list(scope.prefixes),
+            "objects": list(scope.objects),
+            "iat": issued,
+            "exp": int(scope.expires_at),
+            "jti": secrets.token_hex(16),
+        }
+        header = {"alg": "HS256", "typ": "JWT"}
+        signing_input = f"{_b64url(header)}.{_b64url(claims)}"
+        signature = hmac.new(self._signing_key, signing_input.encode(), hashlib.sha256).digest()
+        jwt = f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+        return base64.b64encode(b"jwt/" + jwt.encode()).decode()
+
+
+def _b64url(value: dict[str, Any]) -> str:
+    raw = json.dumps(value, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def _validate(body: dict[str, Any]) -> list[str]:

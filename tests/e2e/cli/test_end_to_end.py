@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 
 from functions.domain import agent_env
 from tests.e2e.conftest import api, example_code, s3_keys, tiny_spec, wait_for
+from tether_local.demo.evidence import host_received
 from tether_local.stack import LocalStack
 
 pytestmark = pytest.mark.slow
@@ -25,8 +26,14 @@ def test_submitted_job_is_provisioned_trains_and_finishes(stack: LocalStack) -> 
     assert created.status_code == 201, created.text
     job_id = created.json()["job_id"]
 
+    rented_env: dict[str, str] = {}  # the create-instance `env`, as the Vast simulator holds it
+
     def terminal() -> dict[str, Any] | None:
         stack.tick()  # the monitor, as EventBridge would run it
+        assert stack.hosts is not None
+        for host in stack.hosts.for_job(job_id):
+            if not rented_env and host.state == "running":
+                rented_env.update(stack.vast.sim_instance(host.instance_id).env)
         job: dict[str, Any] = api(stack, "GET", f"/jobs/{job_id}").json()
         return job if job["state"] in TERMINAL else None
 
@@ -38,8 +45,19 @@ def test_submitted_job_is_provisioned_trains_and_finishes(stack: LocalStack) -> 
     assert len(hosts) == 1
     manifests = [k for k in s3_keys(stack, job_id) if k.endswith("manifest.json")]
     assert len(manifests) == 3, manifests
-    # The lifecycle's rent env: no account-wide secret reached the host (invariant 6).
-    env = hosts[0].received_env
+    # The rent's env fits Vast's limits (each value at most 256 characters, 32 KB in all): it
+    # carries what bootstraps the agent, and the job (R2-sized keys among it) came over the
+    # agent's heartbeat.
+    assert rented_env[agent_env.JOB_ID] == job_id
+    assert max(len(value) for value in rented_env.values()) <= 256
+    assert sum(len(k) + len(v) + 2 for k, v in rented_env.items()) <= 32 * 1024
+    assert not set(rented_env) & set(agent_env.FROM_HEARTBEAT)
+    sent = stack.front.job_sent(job_id, 1) if stack.front else None
+    assert sent is not None and sent["run"] == run
+    assert 550 <= len(sent["storage"]["write"]["session_token"]) <= 800
+    # The lifecycle's rent env and the job over the heartbeat: no account-wide secret reached
+    # the host (invariant 6).
+    env = host_received(stack, hosts[0])
     for secret in stack.account_secrets():
         assert not [name for name, value in env.items() if secret in value]
     # The storage key the lifecycle minted for the host reaches its job and nothing else: the

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import api, s3_keys, tiny_spec, wait_for
+from tether_local.demo.evidence import host_received
 from tether_local.stack import R2_BUCKET, LocalStack
 
 pytestmark = pytest.mark.slow
@@ -47,10 +48,13 @@ def test_a_secret_reaches_the_training_process_and_nothing_else(stack: LocalStac
     # Not in DynamoDB.
     items = stack.aws.client("dynamodb").scan(TableName=stack.table_name())["Items"]
     assert items and VALUE not in json.dumps(items)
-    # Not in the Vast instance's environment (the names are).
+    # Not in the Vast instance's environment, nor in the job its agent got over the heartbeat
+    # (the names are).
     envs = stack.hosts.received_envs()
     assert envs and all(VALUE not in json.dumps(env) for env in envs.values())
-    assert any(env.get("TETHER_SECRETS") == "HF_TOKEN" for env in envs.values())
+    received = host_received(stack, host)
+    assert VALUE not in json.dumps(received)
+    assert received.get("TETHER_SECRETS") == "HF_TOKEN"
     # Not in the uploaded logs, where the training command's line arrives scrubbed.
     logs = [k for k in s3_keys(stack, job_id) if "/logs/" in k]
     assert logs

@@ -75,6 +75,9 @@ class ControlPlane:
     throttled_count: int = 0
     credentials: dict[str, Any] | None = None
     secrets: dict[str, Any] | None = None  # the reply's `secrets`, to heartbeats that ask
+    job: dict[str, Any] | None = None  # the reply's `job`, to heartbeats that ask
+    job_withheld: int = 0  # heartbeats asking for the job answered without it first
+    token: str | None = None  # when set, any other bearer token gets 401
     heartbeats: list[dict[str, Any]] = field(default_factory=list)
     vast_calls: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
@@ -126,6 +129,11 @@ def control_plane() -> Iterator[ControlPlane]:
                     plane.throttled_count += 1
                 self._reply(429, {"message": "Too Many Requests"})
                 return
+            if plane.token is not None and self.headers.get("Authorization") != (
+                f"Bearer {plane.token}"
+            ):
+                self._reply(401, {"error": "unauthenticated", "message": "not this token"})
+                return
             with plane._lock:
                 plane.heartbeats.append(
                     {**body, "authorization": self.headers.get("Authorization")}
@@ -140,6 +148,12 @@ def control_plane() -> Iterator[ControlPlane]:
                 reply["credentials"] = plane.credentials
             if plane.secrets is not None and body.get("wants_secrets"):
                 reply["secrets"] = plane.secrets
+            if plane.job is not None and body.get("wants_job") and plane.command == "continue":
+                with plane._lock:
+                    withheld = plane.job_withheld > 0
+                    plane.job_withheld -= 1
+                if not withheld:
+                    reply["job"] = plane.job
             self._reply(200, reply)
 
         def _vast(self, method: str) -> None:

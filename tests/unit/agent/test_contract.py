@@ -24,6 +24,7 @@ MIRRORED = [
     "StorageKey",
     "StorageCredentials",
     "SecretValues",
+    "JobBootstrap",
     "HeartbeatReply",
 ]
 
@@ -52,6 +53,10 @@ def test_the_bounds_are_the_same() -> None:
         "MAX_BYTES",
         "MAX_OUTPUT_FILES",
         "MAX_SECRETS",
+        "MAX_RUN",
+        "MAX_JOB_ENV",
+        "MAX_JOB_ENV_VALUE",
+        "MAX_PATH",
     )
     assert {n: getattr(protocol, n) for n in names} == {
         n: getattr(heartbeat_contract, n) for n in names
@@ -247,3 +252,33 @@ def test_both_copies_read_a_number_nearer_zero_than_1e_9_alike(
     else:
         assert outcomes[0]["gpu"]["utilization_pct"] == 0.0
         assert outcomes[0]["gpu"]["unresponsive_s"] == 0.0
+
+
+def test_the_agent_sets_its_job_under_the_names_the_control_plane_spells() -> None:
+    from tether_agent import bootstrap
+
+    from functions.domain import job_bootstrap
+
+    job: dict[str, object] = {
+        "run": "python train.py", "checkpoint_dir": "/workspace/ckpt", "marker": ".done",
+        "progress_file": "/workspace/progress.json", "keep_last": 2, "outputs_dir": "/out",
+        "code_git": "https://github.com/u/r.git", "code_commit": "ab" * 20,
+        "env": {"JOB_VAR": "x"}, "secrets": ["HF_TOKEN"],
+        "restore": [{"step": 5, "generation": 1, "manifest_key": "m", "manifest_sha256": "a" * 64}],
+        "storage": {
+            "endpoint": "https://r2", "bucket": "b",
+            "read": {"access_key_id": "r", "secret_access_key": "rs", "session_token": "rt",
+                     "expires_at": 10.5, "prefix": "jobs/j/"},
+            "write": {"access_key_id": "w", "secret_access_key": "ws", "session_token": "",
+                      "expires_at": 11, "prefix": "jobs/j/g2/"},
+        },
+    }  # fmt: skip
+    environ = {"PATH": "/bin", "TETHER_JOB_ID": "j", "TETHER_S3_WRITE_SESSION_TOKEN": "stale"}
+    ours = bootstrap.environ_with_job(environ, protocol.JobBootstrap.model_validate(job))
+    theirs = job_bootstrap.environ_with_job(
+        environ, heartbeat_contract.JobBootstrap.model_validate(job)
+    )
+    assert ours == theirs
+    unset = {"TETHER_S3_WRITE_SESSION_TOKEN", "TETHER_CODE_ARCHIVE_SHA256"}  # empty, or no archive
+    assert set(theirs) - set(environ) == set(agent_env.FROM_HEARTBEAT) - unset | {"JOB_VAR"}
+    assert "TETHER_S3_WRITE_SESSION_TOKEN" not in theirs  # the stale value does not survive

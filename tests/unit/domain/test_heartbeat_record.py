@@ -44,8 +44,8 @@ def test_every_field_of_the_request_is_kept() -> None:
     assert record.gpu == request.gpu
     assert (record.bytes_downloaded, record.bytes_uploaded) == (123, 456)
     # Nothing the agent sent is dropped on the way to the table, but what asks for this
-    # reply only (newer credentials, the job's secrets).
+    # reply only (newer credentials, the job's secrets, the job itself).
     sent = request.model_dump(
-        exclude={"job_id", "generation", "credentials_expire_at", "wants_secrets"}
+        exclude={"job_id", "generation", "credentials_expire_at", "wants_secrets", "wants_job"}
     )
     assert record.model_dump(exclude={"at"}) == sent

@@ -3,7 +3,6 @@ script actually run against a fake and a real (tiny, offline) agent wheel."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from functions.domain import agent_env
-from functions.domain.heartbeat_contract import CheckpointRef, StorageCredentials, StorageKey
-from functions.domain.jobspec import RESERVED_ENV_PREFIXES, GitCode, load_job_file, parse_job
+from functions.domain.jobspec import RESERVED_ENV_PREFIXES, load_job_file, parse_job
 from functions.domain.onstart import (
     VAST_ONSTART_LIMIT,
     OnstartTooLong,
@@ -49,29 +47,6 @@ def presigned_url(total_length: int) -> str:
     return head + "I" * (total_length - len(head))
 
 
-def storage(
-    job_id: str = "j-123", generation: int = 2, read_prefix: str | None = None
-) -> StorageCredentials:
-    return StorageCredentials(
-        endpoint="https://acct.r2.cloudflarestorage.com",
-        bucket="tether-ckpt",
-        read=StorageKey(
-            access_key_id="9d0e1b3c8a4f4e2db2c1a0f9e8d7c6b5",
-            secret_access_key="child-secret-" + "a" * 40,
-            session_token="child-session-token",
-            expires_at=1_700_003_600.0,
-            prefix=read_prefix or f"jobs/{job_id}/",
-        ),
-        write=StorageKey(
-            access_key_id="0a1b2c3d4e5f60718293a4b5c6d7e8f9",
-            secret_access_key="child-write-secret-" + "b" * 40,
-            session_token="child-write-session-token",
-            expires_at=1_700_003_700.0,
-            prefix=f"jobs/{job_id}/g{generation}/",
-        ),
-    )
-
-
 def host_env(job_path: str = "examples/qlora-7b/job.yaml", **kw: object) -> dict[str, str]:
     job = load_job_file(ROOT / job_path)
     args: dict[str, object] = {
@@ -79,7 +54,6 @@ def host_env(job_path: str = "examples/qlora-7b/job.yaml", **kw: object) -> dict
         "generation": 2,
         "api_url": "https://abc.execute-api.us-east-1.amazonaws.com/",
         "agent_token": "per-generation-agent-token",
-        "storage": storage(),
         "lease_expires_at": 1_700_010_800.0,
     }
     args.update(kw)
@@ -150,14 +124,9 @@ def test_url_is_quoted_not_interpolated() -> None:
 
 def test_script_holds_no_job_values() -> None:
     script = build_onstart(agent_wheel_url=SHORT_URL)
-    env = host_env()
-    for name in (
-        agent_env.RUN,
-        agent_env.AGENT_TOKEN,
-        agent_env.S3_SECRET_ACCESS_KEY,
-        agent_env.S3_WRITE_SECRET_ACCESS_KEY,
-    ):
-        assert env[name] not in script
+    job = load_job_file(ROOT / "examples/qlora-7b/job.yaml")
+    assert host_env()[agent_env.AGENT_TOKEN] not in script
+    assert job.run not in script
 
 
 # --- the environment -----------------------------------------------------------------------
@@ -172,73 +141,23 @@ def test_every_tether_name_is_an_agent_env_name() -> None:
     assert all(isinstance(v, str) for v in env.values())
 
 
-def test_env_carries_the_job_and_its_scoped_credentials() -> None:
+def test_env_carries_only_what_bootstraps_the_agent() -> None:
     job = load_job_file(ROOT / "examples/qlora-7b/job.yaml")
     env = host_env(gpu_probe="none", vast_url="http://127.0.0.1:9999")
-    assert env[agent_env.JOB_ID] == "j-123"
-    assert env[agent_env.GENERATION] == "2"
-    assert env[agent_env.API_URL] == "https://abc.execute-api.us-east-1.amazonaws.com"
-    assert env[agent_env.RUN] == job.run
-    assert env[agent_env.CHECKPOINT_DIR] == job.checkpoint.dir
-    assert env[agent_env.KEEP_LAST] == str(job.checkpoint.keep_last)
-    assert env[agent_env.S3_PREFIX] == "jobs/j-123/"
-    assert env[agent_env.S3_ACCESS_KEY_ID] == "9d0e1b3c8a4f4e2db2c1a0f9e8d7c6b5"  # read-only
-    assert env[agent_env.S3_CREDENTIALS_EXPIRE_AT] == "1700003600"
-    assert env[agent_env.S3_WRITE_ACCESS_KEY_ID] == "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
-    assert env[agent_env.S3_WRITE_SECRET_ACCESS_KEY] == "child-write-secret-" + "b" * 40
-    assert env[agent_env.S3_WRITE_SESSION_TOKEN] == "child-write-session-token"
-    assert env[agent_env.S3_WRITE_CREDENTIALS_EXPIRE_AT] == "1700003700"
-    assert agent_env.RESTORE_CHECKPOINTS not in env  # nothing recorded: nothing to restore
-    assert env[agent_env.LEASE_EXPIRES_AT] == "1700010800"
-    assert env[agent_env.ON_DEAD_MAN] == job.policy.on_dead_man
-    assert env[agent_env.GPU_PROBE] == "none"
-    assert agent_env.PROBE_TIMEOUT_S not in env  # unset options stay unset (agent default)
-    for key, value in job.env.items():
-        assert env[key] == value
-
-
-def test_code_from_git_travels_to_the_agent_only_when_named() -> None:
-    job = load_job_file(ROOT / "examples/qlora-7b/job.yaml")
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    with_code = job.model_copy(
-        update={"code": GitCode(git="https://github.com/u/r.git", commit=commit)}
-    )
-    env = build_host_env(
-        with_code, job_id="j-123", generation=2, api_url="https://api.example.com",
-        agent_token="t", storage=storage(), lease_expires_at=1_700_010_800.0,
-    )  # fmt: skip
-    assert env["TETHER_CODE_GIT"] == "https://github.com/u/r.git"
-    assert env["TETHER_CODE_COMMIT"] == commit
-    assert "TETHER_CODE_GIT" not in host_env() and "TETHER_CODE_COMMIT" not in host_env()
-
-
-def test_the_checkpoint_interval_travels_in_whole_seconds_only_when_computed() -> None:
-    assert host_env(checkpoint_interval_s=1696.8)["TETHER_CHECKPOINT_INTERVAL_S"] == "1697"
-    assert "TETHER_CHECKPOINT_INTERVAL_S" not in host_env()
-
-
-def test_credentials_for_another_job_or_generation_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"storage.read.prefix: must be 'jobs/j-123/'"):
-        host_env(storage=storage("j-999"))
-    with pytest.raises(ValueError, match=r"storage.write.prefix: must be 'jobs/j-123/g2/'"):
-        host_env(storage=storage(generation=1))
-    with pytest.raises(ValueError, match=r"storage.read.prefix"):  # a read key on more
-        host_env(storage=storage(read_prefix="jobs/"))
-
-
-def test_the_recorded_checkpoints_travel_as_json_newest_first() -> None:
-    refs = [
-        CheckpointRef(
-            step=step,
-            generation=1,
-            manifest_key=f"jobs/j-123/g1/checkpoints/{step:012d}/manifest.json",
-            manifest_sha256=f"{step:064x}",
-        )
-        for step in (200, 100)
-    ]
-    env = host_env(restore_checkpoints=refs)
-    found = json.loads(env[agent_env.RESTORE_CHECKPOINTS])
-    assert [CheckpointRef.model_validate(r) for r in found] == refs
+    assert env == {
+        "TETHER_JOB_ID": "j-123",
+        "TETHER_GENERATION": "2",
+        "TETHER_API_URL": "https://abc.execute-api.us-east-1.amazonaws.com",
+        "TETHER_AGENT_TOKEN": "per-generation-agent-token",
+        "TETHER_LEASE_EXPIRES_AT": "1700010800",
+        "TETHER_HEARTBEAT_INTERVAL_S": "15",
+        "TETHER_GRACE_S": "120",
+        "TETHER_ON_DEAD_MAN": job.policy.on_dead_man,
+        "TETHER_VAST_URL": "http://127.0.0.1:9999",
+        "TETHER_GPU_PROBE": "none",
+    }
+    assert set(env) <= set(agent_env.INSTANCE_ENV)
+    assert not set(agent_env.INSTANCE_ENV) & set(agent_env.FROM_HEARTBEAT)
 
 
 def test_no_account_wide_value_reaches_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,16 +191,15 @@ def test_leak_check_refuses_a_job_that_smuggles_an_account_key() -> None:
         }
     )
     env = build_host_env(
-        job,
-        job_id="j-123",
-        generation=1,
-        api_url="https://api",
-        agent_token="t",
-        storage=storage(generation=1),
+        job, job_id="j-123", generation=1, api_url="https://api", agent_token="t",
         lease_expires_at=1.0,
-    )
+    )  # fmt: skip
+    # The job's env comes over the heartbeat: the check covers what the agent will receive.
     with pytest.raises(ValueError, match=r"env.MY_KEY: contains an account-wide secret"):
-        ensure_no_account_secrets(script="", env=env, account_secrets=ACCOUNT_SECRETS)
+        ensure_no_account_secrets(script="", env=env, account_secrets=ACCOUNT_SECRETS, job=job)
+    in_run = job.model_copy(update={"env": {}, "run": f"KEY={CF_TOKEN} python t.py"})
+    with pytest.raises(ValueError, match=r"env.run: contains an account-wide secret"):
+        ensure_no_account_secrets(script="", env=env, account_secrets=ACCOUNT_SECRETS, job=in_run)
     with pytest.raises(ValueError, match="onstart"):
         ensure_no_account_secrets(
             script=f"echo {CF_TOKEN}", env={}, account_secrets=ACCOUNT_SECRETS

@@ -3,6 +3,7 @@ expiring keys, Cloudflare's errors and rate limit, and the real adapter against 
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 
@@ -210,3 +211,27 @@ def test_sim_is_thread_safe() -> None:
     assert len(set(keys)) == 400
     assert all(sim.secret_for(k) for k in keys)
     assert sim.requests_seen == 400
+
+
+def test_session_tokens_are_shaped_and_sized_as_r2s() -> None:
+    # R2's session token is base64("jwt/" + JWT), about 550-700 characters: whatever carries
+    # one (a heartbeat reply, a presigned URL; never Vast's 256-character env values) meets it
+    # at its real size here.
+    sim, _, _ = sim_and_client()
+    tokens = []
+    for prefix in ("jobs/tiny-cpu-0000abcd/", "jobs/tiny-cpu-0000abcd/g12/"):
+        body = {**VALID, "prefixes": [prefix]}
+        reply = post(sim, body).json()["result"]
+        token = reply["sessionToken"]
+        tokens.append(token)
+        assert 550 <= len(token) <= 700, len(token)
+        raw = base64.b64decode(token, validate=True)
+        assert raw.startswith(b"jwt/")
+        header, payload, signature = raw[4:].decode().split(".")
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        assert claims["prefixes"] == [prefix] and claims["accessKeyId"] == reply["accessKeyId"]
+        assert json.loads(base64.urlsafe_b64decode(header + "==="))["typ"] == "JWT"
+        assert len(signature) == 43  # HS256, base64url without padding
+        live = sim.live_key(reply["accessKeyId"])
+        assert live is not None and live.session_token == token  # what the R2 front checks
+    assert len(set(tokens)) == 2
