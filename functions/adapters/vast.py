@@ -35,8 +35,8 @@ import httpx
 
 from functions.adapters.vast_wire import (
     GONE_INSTANCE_CODES,
+    INVALID_ARGS,
     INVALID_PRICE,
-    MIN_DISK_GB,
     NO_SUCH_ASK,
     RESOURCES_UNAVAILABLE,
     AuthFailed,
@@ -50,11 +50,13 @@ from functions.adapters.vast_wire import (
     RentResult,
     ResourcesUnavailable,
     VastError,
+    VastInvalidArgs,
     VastUnavailable,
     check_charge,
     check_id,
     check_label,
     check_rent_args,
+    check_within_limits,
     describe_issues,
     error_fields,
     offer_query,
@@ -66,6 +68,7 @@ from functions.adapters.vast_wire import (
 )
 from functions.domain.jobspec import Resources
 from functions.domain.offer import Offer
+from functions.domain.vast_limits import MIN_DISK_GB
 
 DEFAULT_BASE_URL = "https://console.vast.ai"
 INSTANCES_PAGE_LIMIT = 25  # the most /api/v1/instances/ returns per page
@@ -86,6 +89,7 @@ __all__ = [
     "ResourcesUnavailable",
     "VastClient",
     "VastError",
+    "VastInvalidArgs",
     "VastUnavailable",
     "describe_issues",
     "offer_query",
@@ -170,12 +174,14 @@ class VastClient:
         (`bash -c`), because Vast runs `onstart` itself only for ssh/jupyter launch modes.
         `price` (GPU $/h) rents an interruptible instance with that bid; a bid below the
         offer's current `min_bid` raises BidTooLow (400 `invalid_price`).
+
+        A body over one of Vast's documented bounds (`functions/domain/vast_limits.py`) is not
+        sent: VastInvalidArgs names the field, its bound and its size. A 400 `invalid_args`
+        from Vast raises VastInvalidArgs with Vast's message. Neither is about this offer.
         """
         check_rent_args(offer_id, image, disk_gb, label, env, onstart, runtype)
-        if price is not None and (
-            isinstance(price, bool) or not isinstance(price, int | float) or not price > 0
-        ):
-            raise ValueError(f"price must be a bid in $/h > 0, got {price!r}")
+        if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)):
+            raise ValueError(f"price must be a bid in $/h, got {price!r}")
         payload: dict[str, Any] = {
             "client_id": "me",
             "image": image,
@@ -192,6 +198,7 @@ class VastClient:
             payload["args"] = ["bash", "-c", onstart]
         else:
             payload["onstart"] = onstart
+        check_within_limits(payload)
         try:
             body = self._json(
                 "PUT", f"/api/v0/asks/{offer_id}/", json_body=payload, idempotent=False
@@ -205,6 +212,8 @@ class VastClient:
                 raise OfferGone(message, status=200, code="no_such_ask")
             if code == INVALID_PRICE:
                 raise BidTooLow(message, status=200, code=code)
+            if code == INVALID_ARGS:
+                raise VastInvalidArgs.from_answer(message, status=200, code=code)
             raise VastError(f"rent was not confirmed: {message}", status=200, code=code)
         key = body.get("instance_api_key")
         return RentResult(

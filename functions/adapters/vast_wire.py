@@ -26,16 +26,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from functions.domain.jobspec import Resources
 from functions.domain.offer import Offer
 from functions.domain.spend import UnreadableCharge, instance_charge
+from functions.domain.vast_limits import (
+    MAX_LABEL_CHARS,
+    LimitBreach,
+    create_instance_breaches,
+)
 from functions.domain.vast_values import normalise
 
-MIN_DISK_GB = 8
-MAX_LABEL_CHARS = 256
-MAX_ONSTART_CHARS = 4048
 NO_SUCH_ASK = re.compile(r"\bno_such_ask\b")
 _RUNTYPES = frozenset({"args", "ssh", "ssh_direc", "ssh_proxy", "jupyter", "jupyter_direc"})
 GONE_INSTANCE_CODES = frozenset({"no_such_instance", "no_such_contract", "not_found"})
 RESOURCES_UNAVAILABLE = "resources_unavailable"
 INVALID_PRICE = "invalid_price"  # a bid below the offer's current min_bid (or no valid price)
+INVALID_ARGS = "invalid_args"  # a request Vast refuses whatever the offer (its bounds, its fields)
+# The field a refusal names: `<field>: …` at the start of its message, else a quoted name.
+_REFUSED_FIELD = re.compile(r"^(?P<lead>[A-Za-z_][\w.+]*):\s|'(?P<quoted>[A-Za-z_]\w*)'")
 # The instance fields the monitor decides on: a record without a readable one is skipped.
 INSTANCE_ESSENTIAL_FIELDS = frozenset({"id", "label", "actual_status"})
 
@@ -94,6 +99,39 @@ class InstanceGone(VastError):
 class BidTooLow(VastError):
     """A rent's bid was refused (400 `invalid_price`): below the offer's current `min_bid`, which
     moves with the market. Like an offer gone: the next offer is tried."""
+
+
+class VastInvalidArgs(VastError):
+    """A create-instance request Vast refuses (or would refuse) for its arguments, whatever the
+    offer: over one of its documented bounds (`functions/domain/vast_limits.py`; then it was
+    never sent) or answered 400 `invalid_args`. `field` names the argument (`env.NAME`, `label`,
+    `onstart`, `disk`, `price`, …; "request" when Vast's message names none). Not "try the next
+    offer": every offer would refuse the same request."""
+
+    def __init__(
+        self,
+        field: str,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = INVALID_ARGS,
+        breaches: tuple[LimitBreach, ...] = (),
+    ) -> None:
+        super().__init__(message, status=status, code=code)
+        self.field = field
+        self.breaches = breaches
+
+    @classmethod
+    def from_breaches(cls, breaches: list[LimitBreach]) -> VastInvalidArgs:
+        """Refused before sending: the first breach's field, every breach in the message."""
+        message = "; ".join(b.describe() for b in breaches)
+        return cls(breaches[0].field, message, breaches=tuple(breaches))
+
+    @classmethod
+    def from_answer(cls, message: str, *, status: int | None, code: str | None) -> VastInvalidArgs:
+        match = _REFUSED_FIELD.search(message)
+        field = (match.group("lead") or match.group("quoted")) if match else None
+        return cls(field or "request", message, status=status, code=code)
 
 
 class ResourcesUnavailable(VastError):
@@ -335,6 +373,8 @@ def typed_error(response: httpx.Response) -> VastError:
         return ResourcesUnavailable(message, status=status, code=code)
     if code == INVALID_PRICE:
         return BidTooLow(message, status=status, code=code)
+    if code == INVALID_ARGS and status == 400:
+        return VastInvalidArgs.from_answer(message, status=status, code=code)
     return VastError(message, status=status, code=code)
 
 
@@ -360,10 +400,21 @@ def check_id(value: int, name: str) -> None:
 
 
 def check_label(label: str) -> None:
-    if not isinstance(label, str) or not label:
-        raise ValueError("label must be a non-empty string")
+    _check_label_given(label)
     if len(label) > MAX_LABEL_CHARS:
         raise ValueError(f"label must be at most {MAX_LABEL_CHARS} characters, got {len(label)}")
+
+
+def _check_label_given(label: str) -> None:
+    if not isinstance(label, str) or not label:
+        raise ValueError("label must be a non-empty string")
+
+
+def check_within_limits(payload: dict[str, Any]) -> None:
+    """Refuse a create-instance body over Vast's documented bounds before it is sent."""
+    breaches = create_instance_breaches(payload)
+    if breaches:
+        raise VastInvalidArgs.from_breaches(breaches)
 
 
 def check_rent_args(
@@ -375,21 +426,16 @@ def check_rent_args(
     onstart: str,
     runtype: str,
 ) -> None:
+    """The arguments' types and shapes (ValueError: a caller's mistake). Their sizes against
+    Vast's bounds are `check_within_limits`, on the body as it would be sent."""
     check_id(offer_id, "offer_id")
     if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
         raise ValueError(f"image must be a Docker image reference without spaces, got {image!r}")
-    if isinstance(disk_gb, bool) or not isinstance(disk_gb, int | float) or disk_gb < MIN_DISK_GB:
-        raise ValueError(
-            f"disk_gb must be at least {MIN_DISK_GB} (Vast's minimum), got {disk_gb!r}"
-        )
-    check_label(label)
+    if isinstance(disk_gb, bool) or not isinstance(disk_gb, int | float):
+        raise ValueError(f"disk_gb must be a number of GB, got {disk_gb!r}")
+    _check_label_given(label)
     if not isinstance(onstart, str):
         raise ValueError("onstart must be a string")
-    if len(onstart) > MAX_ONSTART_CHARS:
-        raise ValueError(
-            f"onstart must be at most {MAX_ONSTART_CHARS} characters, got {len(onstart)}; "
-            "download a script from onstart instead of inlining it"
-        )
     parts = runtype.split() if isinstance(runtype, str) else []
     if not parts or any(part not in _RUNTYPES for part in parts):
         raise ValueError(f"runtype must be one of {', '.join(sorted(_RUNTYPES))}, got {runtype!r}")

@@ -46,12 +46,16 @@ HOSTS_BLAMED_METRIC = "HostsBlamed"  # monitor: a host judged dead or hung
 RECOVERIES_METRIC = "Recoveries"  # monitor: replace-worthy verdicts, every cause together
 RECOVERY_CAUSES = ("dead", "hung", "crashed")  # their causes: the monitor run's `verdicts`
 JOBS_FAILED_METRIC = "JobsFailed"  # lifecycle: a job failed for good
+# lifecycle: a rent Vast refuses (or would refuse) for its arguments, whatever the offer
+RENTS_REFUSED_METRIC = "RentsRefused"
 JOBS_SUBMITTED_METRIC = "JobsSubmitted"  # jobs API
 # Log lines the dashboard queries with Logs Insights instead of a metric per value (each
 # metric name × dimension value is billed as one metric; a log field costs nothing more).
 MONITOR_RUN_MESSAGE = "monitor run"  # fields: `verdicts` ({health: count}), …
 LIFECYCLE_STEP_MESSAGE = "lifecycle step"  # fields: `outcome`, `state`
-LIFECYCLE_OUTCOMES = ("rented", "lost_race", "no_capacity", "destroyed", "failed")
+LIFECYCLE_OUTCOMES = (
+    "rented", "lost_race", "no_capacity", "rent_refused", "destroyed", "failed",
+)  # fmt: skip
 
 
 class _Frozen(BaseModel):

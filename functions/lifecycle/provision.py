@@ -10,7 +10,10 @@
    read-write on its own `g<generation>/`; recorded with the generation, the agent gets them in
    its first heartbeat's reply with the rest of its job, `functions/domain/job_bootstrap.py`),
    then per offer a fresh agent token and the instance environment that bootstraps the agent;
-   an offer taken meanwhile → the next one; none left → wait;
+   an offer taken meanwhile → the next one; none left → wait; a request Vast refuses for its
+   arguments (over one of its create-instance bounds, or 400 `invalid_args`) → no other offer
+   is tried: the outcome `rent_refused` fails the job with the field and the bound (the state
+   machine's Fail);
 4. record the generation with a conditional write; a lost race destroys what was rented.
 
 The step's time budget. The function times out after 180 s (`infra/constructs/lifecycle.py`);
@@ -38,7 +41,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from functions.adapters.cloudflare import mint_job_credentials
-from functions.adapters.vast import BidTooLow, OfferGone, RentResult, VastClient, VastUnavailable
+from functions.adapters.vast import (
+    BidTooLow,
+    OfferGone,
+    RentResult,
+    VastClient,
+    VastInvalidArgs,
+    VastUnavailable,
+)
 from functions.domain.agent_token import hash_token, new_agent_token
 from functions.domain.credentials import credentials_ttl_s
 from functions.domain.heartbeat_contract import StorageCredentials
@@ -155,6 +165,8 @@ def _rent_down(
                 offer.id, image=spec.image, disk_gb=plan.disk_gb, label=plan.label, env=env,
                 onstart=onstart, price=candidate.bid_usd_per_hour,
             )  # fmt: skip
+        except VastInvalidArgs as exc:  # every offer would refuse the same request
+            return _rent_refused(deps, job, offer.id, now, exc)
         except BidTooLow as exc:  # min_bid rose past our bid: the offer is gone at our price
             deps.store.append_event(
                 timeline_event(job.job_id, now, "bid_too_low", f"offer {offer.id} refused bid "
@@ -175,6 +187,29 @@ def _rent_down(
             result = found
         return _record(deps, vast, job, inp, candidate, hash_token(token), storage, result, now)
     return _no_capacity(deps, job, inp, now, "every qualifying offer tried was taken")
+
+
+def _rent_refused(
+    deps: LifecycleDeps, job: Job, offer_id: int, now: float, refused: VastInvalidArgs
+) -> ProvisionOutput:
+    """The rent's arguments break Vast's bounds: nothing was rented, and no offer would take
+    them. The job fails with the field and the bound (the Fail step records it)."""
+    how = (
+        "over Vast's create-instance limits, not sent"
+        if refused.status is None
+        else f"Vast answered {refused.status} {refused.code}"
+    )
+    message = (
+        f"Vast refuses this job's create-instance request ({how}): {refused.message}; "
+        "nothing was rented"
+    )
+    deps.store.append_event(
+        timeline_event(job.job_id, now, "rent_refused", message, offer_id=offer_id,
+                       field=refused.field, status=refused.status)
+    )  # fmt: skip
+    return ProvisionOutput(
+        outcome="rent_refused", message=message, state=job.state.value, field=refused.field
+    )
 
 
 # --- the step's time budget (module docstring) --------------------------------------------

@@ -103,7 +103,7 @@ class StepOutput(BaseModel):
 
 
 class ProvisionOutput(StepOutput):
-    outcome: Literal["rented", "no_capacity", "over_budget", "lost_race", "abandon"]
+    outcome: Literal["rented", "no_capacity", "over_budget", "rent_refused", "lost_race", "abandon"]
     waited_s: float = 0
     wait_s: int = 0
     timed_out: bool = False
@@ -111,6 +111,7 @@ class ProvisionOutput(StepOutput):
     offer_id: int | None = None
     machine_id: int | None = None
     usd_per_hour: float | None = None
+    field: str | None = None  # rent_refused: the argument Vast refuses
 
 
 @dataclass(frozen=True)

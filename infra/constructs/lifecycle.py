@@ -15,6 +15,7 @@ started with the deterministic execution name `<job_id>-<action>-g<generation>-a
       Provision ─ rented → NotifyRented → Done
         ├ no capacity → (timed out? → Fail (job FAILED) → NotifyFailed) WaitForCapacity → Provision
         ├ over budget → DestroyAll → Finish → NotifyStopped
+        ├ rent refused (Vast refuses the request's arguments) → Fail (job FAILED) → NotifyFailed
         └ lost race / abandoned → Skipped
     stop:
       StopBegin ─(no)→ Skipped
@@ -30,7 +31,8 @@ output lands under its own key, so the execution input stays intact. No secret e
 through the state (the provision step mints, rents and records in one invocation), so full
 execution logging is safe. A failed attempt leaves the job in the state it reached (every step
 is idempotent, so the next attempt carries on from there); only a provision that found no
-capacity within the provision timeout fails the job itself.
+capacity within the provision timeout, or whose request Vast refuses for its arguments, fails
+the job itself.
 """
 
 from __future__ import annotations
@@ -281,7 +283,7 @@ class Lifecycle(Construct):
             .otherwise(skipped)
         )
 
-        # no capacity within the provision timeout
+        # no capacity within the provision timeout, or a rent refused for its arguments
         fail = self._retry_transient(
             self._step("Fail", "fail", "fail", **{"reason.$": "$.provision.message"})
         )
@@ -326,6 +328,8 @@ class Lifecycle(Construct):
                 wait.next(count_wait).next(provision),
             )
             .when(sfn.Condition.string_equals("$.provision.outcome", "over_budget"), destroy_all)
+            # Vast refuses the request's arguments, whatever the offer: waiting cannot help.
+            .when(sfn.Condition.string_equals("$.provision.outcome", "rent_refused"), fail)
             .otherwise(skipped)
         )
         provision.next(outcome)

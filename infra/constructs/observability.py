@@ -57,6 +57,7 @@ TRANSITIONS_EXHAUSTED_METRIC = measures.TRANSITIONS_EXHAUSTED_METRIC
 RECOVERIES_METRIC = measures.RECOVERIES_METRIC  # monitor: dead, hung or crashed verdicts
 RECOVERY_CAUSES = measures.RECOVERY_CAUSES  # per cause: the monitor run's log line
 JOBS_FAILED_METRIC = measures.JOBS_FAILED_METRIC  # lifecycle: a job failed for good
+RENTS_REFUSED_METRIC = measures.RENTS_REFUSED_METRIC  # lifecycle: a rent's arguments refused
 JOBS_SUBMITTED_METRIC = measures.JOBS_SUBMITTED_METRIC  # jobs API
 # Measures (definitions in functions/domain/measures.py, the one spelling of their names):
 BUDGET_FRACTION_METRIC = measures.BUDGET_FRACTION_METRIC  # monitor: max spent/budget, active jobs
@@ -263,6 +264,17 @@ ALARM_RULES: tuple[AlarmRule, ...] = (
         threshold=1,
         graph_label="jobs failed",
     ),
+    AlarmRule(
+        "RentRefused",
+        "Vast refuses (or would refuse) a create-instance request for its arguments: over one "
+        "of its documented bounds (an env value, the whole env, the label, the onstart "
+        "script, …) or answered 400 invalid_args. The job failed without renting; every job "
+        "sending that request shape will, until tether or its settings change. The job's "
+        "timeline names the field and the bound (docs/vast.md, 'Create-instance limits').",
+        RENTS_REFUSED_METRIC,
+        threshold=1,
+        graph_label="rents refused",
+    ),
 )
 
 
@@ -438,6 +450,7 @@ class Observability(Construct):
             right=[
                 tether_metric(JOBS_SUBMITTED_METRIC, "Sum", "jobs submitted"),
                 self.lines["JobFailed"],
+                self.lines["RentRefused"],
             ],
             width=8,
         )

@@ -12,14 +12,21 @@ import httpx
 
 from tether_local.vast_sim.billing import Ledger
 from tether_local.vast_sim.search import matches
-from tether_local.vast_sim.wire import decode_token, encode_token, error, json_response
+from tether_local.vast_sim.wire import Reply, decode_token, encode_token, error, json_response
 
 InstanceStatus = Literal["created", "loading", "running", "stopped", "exited", "offline"]
 PAGE_LIMIT = 25  # /api/v1/instances/ returns at most 25 per page
+# The create-instance bounds of Vast's OpenAPI spec, `PUT /asks/{id}/` x-input-validation. Written
+# here on their own, not imported from tether: the simulator is a second reading of the spec.
 MIN_DISK_GB = 8
 MAX_LABEL_CHARS = 256
+MAX_IMAGE_CHARS = 1024
+MAX_ENV_VALUE_CHARS = 256
+MAX_ENV_CHARS = 32_000  # "32 KB", counted on the env as Docker flags: `-e K=V -e K2=V2`
 MAX_ONSTART_CHARS = 4048
-MAX_ONSTART_AND_ARGS_CHARS = 4096
+MAX_ONSTART_AND_ARGS_CHARS = 4096  # args (its items joined by spaces) + args_str + onstart
+MIN_PRICE = 0.001  # $/h, a bid
+MAX_PRICE = 128.0
 PULLING = "Pulling image"
 RUNNING_MSG = "success, running"
 # Offer fields a real instance record repeats from the machine it runs on.
@@ -100,40 +107,69 @@ class RentRequest:
 
 
 def parse_rent(body: dict[str, Any]) -> RentRequest:
-    """`PUT /api/v0/asks/{id}/`'s body, checked as Vast checks it (400 `invalid_args`)."""
+    """`PUT /api/v0/asks/{id}/`'s body, checked as Vast checks it: 400 `invalid_args` whose
+    message starts with the field (`env.NAME: …`, `label: …`), as the OpenAPI's bounds say."""
     image = body.get("image")
     if not isinstance(image, str) or not image.strip():
-        raise error(400, "invalid_args", "error 400/3467: Invalid args: 'image' is required")
+        raise _refused("image", "error 400/3467: Invalid args: 'image' is required")
+    if len(image) > MAX_IMAGE_CHARS:
+        raise _refused("image", f"{len(image)} characters; at most {MAX_IMAGE_CHARS}")
     disk = body.get("disk", 10)
     if isinstance(disk, bool) or not isinstance(disk, int | float) or disk < MIN_DISK_GB:
-        raise error(400, "invalid_args", f"disk must be a number ≥ {MIN_DISK_GB} (GB)")
+        raise _refused("disk", f"{disk!r}; must be a number ≥ {MIN_DISK_GB} (GB)")
     label = body.get("label")
-    if label is not None and (not isinstance(label, str) or len(label) > MAX_LABEL_CHARS):
-        raise error(400, "invalid_args", f"label must be a string ≤ {MAX_LABEL_CHARS} chars")
-    env = body.get("env") or {}
+    if label is not None and not isinstance(label, str):
+        raise _refused("label", "must be a string")
+    if label is not None and len(label) > MAX_LABEL_CHARS:
+        raise _refused("label", f"{len(label)} characters; at most {MAX_LABEL_CHARS}")
+    env = _checked_env(body.get("env") or {})
+    onstart = body.get("onstart") or ""
+    args = body.get("args") or []
+    args_str = body.get("args_str") or ""
+    if not isinstance(onstart, str) or not isinstance(args, list) or not isinstance(args_str, str):
+        raise _refused("onstart", "onstart and args_str must be strings and args a list")
+    if len(onstart) > MAX_ONSTART_CHARS:
+        raise _refused("onstart", f"{len(onstart)} characters; at most {MAX_ONSTART_CHARS}")
+    command = len(onstart) + len(" ".join(str(a) for a in args)) + len(args_str)
+    if command > MAX_ONSTART_AND_ARGS_CHARS:
+        raise _refused(
+            "args+args_str+onstart", f"together {command} characters; at most "
+            f"{MAX_ONSTART_AND_ARGS_CHARS}",
+        )  # fmt: skip
+    runtype = body.get("runtype", "ssh")
+    if not isinstance(runtype, str):
+        raise _refused("runtype", "must be a string")
+    price = body.get("price")
+    if price is not None and (
+        isinstance(price, bool)
+        or not isinstance(price, int | float)
+        or not MIN_PRICE <= price <= MAX_PRICE
+    ):
+        raise _refused("price", f"{price!r}; a bid from {MIN_PRICE} to {MAX_PRICE:g} $/h")
+    return RentRequest(image, disk, label, env, onstart, args, runtype, price)
+
+
+def _checked_env(env: Any) -> dict[str, str]:
+    """The env as an object of strings (what the official client sends), each value and the
+    whole (written as `-e K=V` flags) within Vast's bounds."""
     if not isinstance(env, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()
     ):
-        raise error(400, "invalid_args", "env must be an object of strings")
-    onstart = body.get("onstart") or ""
-    args = body.get("args") or []
-    if not isinstance(onstart, str) or not isinstance(args, list):
-        raise error(400, "invalid_args", "onstart must be a string and args a list")
-    if len(onstart) > MAX_ONSTART_CHARS:
-        raise error(400, "invalid_args", f"onstart exceeds {MAX_ONSTART_CHARS} characters")
-    if len(onstart) + sum(len(str(a)) for a in args) > MAX_ONSTART_AND_ARGS_CHARS:
-        raise error(
-            400, "invalid_args", f"onstart and args exceed {MAX_ONSTART_AND_ARGS_CHARS} chars"
-        )
-    runtype = body.get("runtype", "ssh")
-    if not isinstance(runtype, str):
-        raise error(400, "invalid_args", "runtype must be a string")
-    price = body.get("price")
-    if price is not None and (
-        isinstance(price, bool) or not isinstance(price, int | float) or not price > 0
-    ):
-        raise error(400, "invalid_price", f"error 400: invalid price {price!r}: a bid in $/h > 0")
-    return RentRequest(image, disk, label, env, onstart, args, runtype, price)
+        raise _refused("env", "must be an object of strings")
+    for name, value in env.items():
+        if len(value) > MAX_ENV_VALUE_CHARS:
+            raise _refused(
+                f"env.{name}", f"{len(value)} characters; a value may have at most "
+                f"{MAX_ENV_VALUE_CHARS}",
+            )  # fmt: skip
+    flags = sum(len(f"-e {k}={v}") for k, v in env.items()) + max(0, len(env) - 1)
+    if flags > MAX_ENV_CHARS:
+        raise _refused("env", f"{flags} characters as -e K=V flags; at most {MAX_ENV_CHARS}")
+    return env
+
+
+def _refused(field: str, why: str) -> Reply:
+    return error(400, "invalid_args", f"{field}: {why}")
 
 
 def check_bid(

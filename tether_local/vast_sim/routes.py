@@ -143,6 +143,11 @@ class SimulatorRoutes(SimulatorState):
         hooks: list[tuple[Hook | None, SimInstance]],
     ) -> httpx.Response:
         wanted = parse_rent(body)
+        if self._take_fault("invalid_args"):
+            raise error(
+                400, "invalid_args",
+                "env: refused (simulated: a bound tighter than Vast's documented ones)",
+            )  # fmt: skip
         gone = error(
             404, "invalid_args",
             f"error 404/3603: no_such_ask Instance type by id {offer_id} is not available.",
@@ -159,7 +164,7 @@ class SimulatorRoutes(SimulatorState):
         if float(offer.get("disk_space") or 0) < wanted.disk:
             raise error(
                 400, "invalid_args",
-                f"disk {wanted.disk} GB exceeds the {offer.get('disk_space')} GB this offer has",
+                f"disk: {wanted.disk} GB exceeds the {offer.get('disk_space')} GB this offer has",
                 ask_id=offer_id,
             )  # fmt: skip
         now = self._clock()
@@ -223,7 +228,7 @@ class SimulatorRoutes(SimulatorState):
         instance = self._existing(instance_id)
         if label is not None:
             if not isinstance(label, str) or len(label) > MAX_LABEL_CHARS:
-                raise error(400, "invalid_args", f"label must be a string ≤ {MAX_LABEL_CHARS}")
+                raise error(400, "invalid_args", f"label: must be a string ≤ {MAX_LABEL_CHARS}")
             instance.label = label
             self._ledgers[instance_id].label = label
         if state == "stopped":

@@ -49,7 +49,9 @@ class VastSimulator(SimulatorRoutes):
         `resources_unavailable` on starts (400 `resources_unavailable`, the instance stays
         stopped); `no_instance_api_key` on rents (the reply leaves out `instance_api_key`, as
         some real replies do; the container still gets its key); `bid_too_low` on rents with a
-        bid (400 `invalid_price`: the offer's `min_bid` rose past it since the search)."""
+        bid (400 `invalid_price`: the offer's `min_bid` rose past it since the search);
+        `invalid_args` on rents (400 `invalid_args` naming `env`, as when Vast bounds a request
+        tighter than it documents; nothing is rented and the offer stays)."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"kind must be one of {', '.join(FAULT_KINDS)}, got {kind!r}")
         if count < 0:

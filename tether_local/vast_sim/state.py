@@ -24,6 +24,7 @@ FaultKind = Literal[
     "resources_unavailable",
     "no_instance_api_key",
     "bid_too_low",
+    "invalid_args",
 ]
 FAULT_KINDS: tuple[str, ...] = (
     "rate_limit",
@@ -33,6 +34,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "resources_unavailable",
     "no_instance_api_key",
     "bid_too_low",
+    "invalid_args",
 )
 
 

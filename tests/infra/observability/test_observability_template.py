@@ -79,7 +79,7 @@ def widget_metrics(template: dict[str, Any]) -> dict[str, set[str]]:
 def test_every_alarm_notifies_the_alarm_topic(template) -> None:
     topic = alarm_topic_id(template)
     alarms = resources(template, "AWS::CloudWatch::Alarm")
-    assert len(alarms) == 8
+    assert len(alarms) == 9
     for props in (a["Properties"] for a in alarms.values()):
         assert props["AlarmActions"] == [{"Ref": topic}]
 
@@ -92,6 +92,7 @@ def test_every_alarm_notifies_the_alarm_topic(template) -> None:
         ("SpendNearBudget", "GreaterThanOrEqualToThreshold", 0.8, "notBreaching"),
         ("OrphanFound", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
         ("JobFailed", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+        ("RentRefused", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
         ("HeartbeatsLostTogether", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
         ("JobsUnsupervised", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
         ("TransitionGaveUp", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
@@ -123,6 +124,7 @@ def test_alarms_watch_the_right_metrics(template) -> None:
         ("SpendNearBudget", obs.BUDGET_FRACTION_METRIC),
         ("OrphanFound", obs.ORPHANS_METRIC),
         ("JobFailed", obs.JOBS_FAILED_METRIC),
+        ("RentRefused", "RentsRefused"),
         ("HeartbeatsLostTogether", obs.HELD_METRIC),
         ("JobsUnsupervised", obs.UNSUPERVISED_METRIC),
         ("TransitionGaveUp", "TransitionsExhausted"),
@@ -162,6 +164,7 @@ def test_dashboard_widgets_plot_the_metrics_the_code_emits(template) -> None:
             obs.HOSTS_BLAMED_METRIC,
             obs.JOBS_SUBMITTED_METRIC,
             obs.JOBS_FAILED_METRIC,
+            obs.RENTS_REFUSED_METRIC,
         },
         "Detection → training resumed (s)": {obs.RECOVERY_TIME_METRIC},
         "Checkpoint upload lag (s)": {obs.CHECKPOINT_LAG_METRIC},
@@ -186,6 +189,7 @@ def test_every_graphed_alarm_has_its_line_on_the_dashboard(template) -> None:
         "HeartbeatsLostTogether": "dead verdicts held",
         "JobsUnsupervised": "jobs unsupervised",
         "JobFailed": "jobs failed",
+        "RentRefused": "rents refused",
     }
     labels = {
         part["label"]
@@ -262,6 +266,7 @@ def emitted_metric_names() -> set[str]:
         )
     )  # fmt: skip
     lifecycle_metrics.step_done(StepOutput(outcome="failed", state="FAILED"))
+    lifecycle_metrics.step_done(StepOutput(outcome="rent_refused", state="PROVISIONING"))
     api_metrics.job_submitted(created=True)
     api_metrics.cancel_requested()
     names_ = set(metrics.metric_set)

@@ -10,6 +10,7 @@ import pytest
 from functions.adapters.vast import (
     OfferGone,
     VastError,
+    VastInvalidArgs,
     VastUnavailable,
     offer_query,
 )
@@ -199,10 +200,8 @@ def test_rent_answer_without_a_contract_is_an_error() -> None:
 @pytest.mark.parametrize(
     ("overrides", "offer_id", "message"),
     [
-        ({"label": "x" * 257}, 9, "label must be at most 256"),
         ({"label": ""}, 9, "label must be a non-empty"),
-        ({"onstart": "x" * 4049}, 9, "onstart must be at most 4048"),
-        ({"disk_gb": 7.5}, 9, "disk_gb must be at least 8"),
+        ({"disk_gb": "8"}, 9, "disk_gb must be a number"),
         ({"image": ""}, 9, "image must be"),
         ({"image": "a b"}, 9, "image must be"),
         ({"runtype": "vm"}, 9, "runtype must be"),
@@ -220,11 +219,67 @@ def test_rent_checks_arguments_before_any_call(
     assert recorder.requests == []
 
 
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"label": "x" * 257}, "label"),
+        ({"onstart": "x" * 4049, "runtype": "ssh"}, "onstart"),
+        # args mode: `bash -c <script>` is 8 + 4089 = 4097 characters of args
+        ({"onstart": "x" * 4089}, "args+args_str+onstart"),
+        ({"disk_gb": 7.5}, "disk"),
+        ({"image": "i" * 1025}, "image"),
+        ({"env": {"TETHER_X": "v" * 257}}, "env.TETHER_X"),
+        ({"env": {f"V{i:03d}": "v" * 250 for i in range(130)}}, "env"),
+    ],
+)
+def test_rent_over_a_vast_bound_is_never_sent(overrides: dict[str, Any], field: str) -> None:
+    recorder = Recorder(ok({"success": True, "new_contract": 1}))
+    client, _ = make_client(recorder)
+    with pytest.raises(VastInvalidArgs) as caught:
+        client.rent(9, **rent_kwargs(**overrides))
+    assert caught.value.field == field
+    assert caught.value.status is None  # no answer: it was never sent
+    assert field in str(caught.value)
+    assert recorder.requests == []
+
+
 def test_rent_limits_are_inclusive() -> None:
     recorder = Recorder(ok({"success": True, "new_contract": 1}))
     client, _ = make_client(recorder)
     client.rent(9, **rent_kwargs(label="x" * 256, onstart="y" * 4048, disk_gb=8))
-    assert len(recorder.requests) == 1
+    client.rent(9, **rent_kwargs(onstart="y" * 4088, image="i" * 1024))
+    client.rent(9, **rent_kwargs(env={"TETHER_X": "v" * 256}), price=128)
+    client.rent(9, **rent_kwargs(runtype="ssh", onstart="y" * 4048), price=0.001)
+    assert len(recorder.requests) == 4
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "field"),
+    [
+        (400, {"success": False, "error": "invalid_args",
+               "msg": "env.TETHER_RUN: 300 characters; a value may have at most 256"},
+         "env.TETHER_RUN"),
+        (400, {"success": False, "error": "invalid_args",
+               "msg": "error 400/3467: Invalid args: 'id' is required and must be a valid offer ID",
+               "ask_id": 9},
+         "id"),
+        (400, {"success": False, "error": "invalid_args", "msg": "Invalid args"}, "request"),
+        (200, {"success": False, "error": "invalid_args", "msg": "label: too long"}, "label"),
+    ],
+)  # fmt: skip
+def test_rent_refused_with_invalid_args_is_typed_with_vasts_message(
+    status: int, body: dict[str, Any], field: str
+) -> None:
+    recorder = Recorder(httpx.Response(status, json=body))
+    client, sleeps = make_client(recorder)
+    with pytest.raises(VastInvalidArgs) as caught:
+        client.rent(9, **rent_kwargs())
+    assert isinstance(caught.value, VastError)  # handlers of VastError still catch it
+    assert (caught.value.status, caught.value.code, caught.value.field) == (
+        status, "invalid_args", field,
+    )  # fmt: skip
+    assert caught.value.message == body["msg"]
+    assert len(recorder.requests) == 1 and sleeps == []
 
 
 def test_rent_is_retried_when_the_request_surely_did_not_arrive() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from functions.adapters.vast import BidTooLow, OfferGone, offer_query
+from functions.adapters.vast import BidTooLow, OfferGone, VastInvalidArgs, offer_query
 from functions.domain.jobspec import Resources
 from tests.unit.adapters.vast_answers import Recorder, make_client, ok, rent_kwargs
 
@@ -49,10 +49,19 @@ def test_a_refused_bid_is_bid_too_low_and_not_retried(answer: httpx.Response) ->
     assert len(recorder.requests) == 1 and sleeps == []
 
 
-@pytest.mark.parametrize("price", [0, -0.2, True, float("nan")])
-def test_a_bid_that_is_no_price_is_refused_before_any_call(price: float) -> None:
+def test_a_bid_that_is_no_number_is_refused_before_any_call() -> None:
     recorder = Recorder()
     client, _ = make_client(recorder)
     with pytest.raises(ValueError, match="price must be a bid"):
+        client.rent(123, **rent_kwargs(), price=True)
+    assert recorder.requests == []
+
+
+@pytest.mark.parametrize("price", [0, -0.2, 0.0009, float("nan"), 128.01])
+def test_a_bid_outside_vasts_bounds_is_refused_before_any_call(price: float) -> None:
+    recorder = Recorder()
+    client, _ = make_client(recorder)
+    with pytest.raises(VastInvalidArgs) as caught:
         client.rent(123, **rent_kwargs(), price=price)
+    assert caught.value.field == "price"
     assert recorder.requests == []
