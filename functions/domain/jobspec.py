@@ -29,12 +29,6 @@ from functions.domain.documents import MAX_JOB_FILE_BYTES, DocumentTooComplex, l
 from functions.domain.errors import FieldError, field_errors
 from functions.domain.gpu_reference import canonical_gpu_name, unknown_gpu_reason
 from functions.domain.secrets import MAX_SECRETS, secret_name_problem
-from functions.domain.vast_limits import (
-    MAX_ENV_CHARS,
-    MAX_ENV_VALUE_CHARS,
-    TETHER_ENV_RESERVE_CHARS,
-    job_env_breaches,
-)
 
 # Environment names the agent and the onstart script own; a job may not override them.
 RESERVED_ENV_PREFIXES = ("TETHER_", "AWS_", "VAST_", "CONTAINER_", "CLOUDFLARE_", "R2_")
@@ -339,10 +333,7 @@ class JobSpec(_Strict):
     run: str = Field(
         min_length=1, max_length=16_384, description="The training command, run by the agent."
     )
-    # Each value within Vast's bound on an instance env value, the whole within what tether's own
-    # variables leave of Vast's bound on the env (functions/domain/vast_limits.py): a job env Vast
-    # would refuse is refused at submit, before anything is stored or rented.
-    env: dict[str, Annotated[str, Field(max_length=MAX_ENV_VALUE_CHARS)]] = Field(
+    env: dict[str, Annotated[str, Field(max_length=32_768)]] = Field(
         default_factory=dict, max_length=256
     )
     secrets: list[str] = Field(
@@ -405,14 +396,6 @@ class JobSpec(_Strict):
                 raise ValueError(
                     f"{key!r} is reserved for tether (prefixes {', '.join(RESERVED_ENV_PREFIXES)})"
                 )
-        breaches = job_env_breaches(env)  # each value is within its bound already: the total
-        if breaches:
-            breach = breaches[-1]
-            raise ValueError(
-                f"{breach.actual:.0f} characters as `-e NAME=value` flags; at most "
-                f"{breach.limit:.0f} (Vast's {MAX_ENV_CHARS} less {TETHER_ENV_RESERVE_CHARS} "
-                "kept for tether's own variables)"
-            )
         return env
 
     @field_validator("secrets")

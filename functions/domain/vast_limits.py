@@ -39,12 +39,6 @@ MIN_DISK_GB = 8
 MIN_PRICE_USD_PER_HOUR = 0.001
 MAX_PRICE_USD_PER_HOUR = 128.0
 
-# Room kept in the env for tether's own variables (TETHER_*, about 40 names of up to 40
-# characters, values at most MAX_ENV_VALUE_CHARS each: at most about 12 000 characters as
-# flags): a job's own env may take the rest.
-TETHER_ENV_RESERVE_CHARS = 12_000
-MAX_JOB_ENV_CHARS = MAX_ENV_CHARS - TETHER_ENV_RESERVE_CHARS
-
 COMMAND_FIELD = "args+args_str+onstart"
 
 
@@ -84,12 +78,6 @@ def env_breaches(
     if total > max_total_chars:
         found.append(_at_most("env", total, max_total_chars, "characters (as -e K=V flags)"))
     return found
-
-
-def job_env_breaches(env: Mapping[str, str]) -> list[LimitBreach]:
-    """A job's own env: every value within Vast's bound, and the whole within what tether's own
-    variables leave (MAX_JOB_ENV_CHARS)."""
-    return env_breaches(env, max_total_chars=MAX_JOB_ENV_CHARS)
 
 
 def create_instance_breaches(body: Mapping[str, Any]) -> list[LimitBreach]:

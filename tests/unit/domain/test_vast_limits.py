@@ -11,7 +11,6 @@ from functions.domain.vast_limits import (
     LimitBreach,
     create_instance_breaches,
     env_flag_string,
-    job_env_breaches,
 )
 
 BODY: dict[str, Any] = {
@@ -100,12 +99,3 @@ def test_every_breach_is_named_in_field_order() -> None:
 def test_the_env_total_is_the_docker_flag_string() -> None:
     assert env_flag_string({"A": "1", "BB": "two"}) == "-e A=1 -e BB=two"
     assert env_flag_string({}) == ""
-
-
-def test_a_job_env_leaves_room_for_tethers_own_variables() -> None:
-    assert job_env_breaches(env_of_flag_chars(20_000)) == []
-    (total,) = job_env_breaches(env_of_flag_chars(20_001))
-    assert (total.field, total.limit, total.actual) == ("env", 20_000, 20_001)
-    assert [b.field for b in job_env_breaches({"HF_TOKEN_FILE": "p" * 257})] == [
-        "env.HF_TOKEN_FILE"
-    ]
