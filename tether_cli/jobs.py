@@ -300,6 +300,14 @@ def status_lines(view: dict[str, Any], now: float) -> list[str]:
         f"spend     {output.usd(spent)} of {output.usd(budget)}{used}, "
         f"{output.usd(float(spend.get('remaining_usd') or 0))} left"
     )
+    upper = spend.get("upper_bound_usd")
+    if isinstance(upper, int | float) and upper > spent:
+        read_at = spend.get("charges_read_at")
+        since = f"last read {ago(read_at, now)}" if read_at else "never read"
+        lines.append(
+            f"          at most {output.usd(float(upper))}: traffic is an upper bound, "
+            f"Vast's charges unread ({since})"
+        )
     host = view.get("host")
     if host:
         parts = [f"generation {host.get('generation')}"]

@@ -239,15 +239,25 @@ class GenerationRecords(StoreBase):
         return self._table.set_fields(key, fields, only_if_current=True)
 
     def record_supervised(
-        self, job_id: str, generation: int, observation: Observation, *, at: float
+        self,
+        job_id: str,
+        generation: int,
+        observation: Observation,
+        *,
+        at: float,
+        renew_lease: bool = True,
     ) -> bool:
         """The monitor completed this job's evaluation of the run that started at `at`: what
         it saw (progress and status clocks, the generation's spend and the whole job's) and
         `supervised_at`, the time the heartbeat renews leases by; only while the generation is
         current. Written last, after every other action of the evaluation: the monitor's one
         write per job and run. The job's spend only moves up (as on the job item): False, and
-        nothing written, when an overlapping run with newer facts stored a higher one."""
-        fields = {**observation.model_dump(exclude_none=True), "supervised_at": at}
+        nothing written, when an overlapping run with newer facts stored a higher one.
+        `renew_lease` False (Vast's charges unread too long: `reconcile.lease_renewable`): the
+        observation is written, `supervised_at` is not."""
+        fields: dict[str, object] = observation.model_dump(exclude_none=True)
+        if renew_lease:  # False: recorded, but the lease is not renewed on it
+            fields["supervised_at"] = at
         expression, names, values = set_clause(fields)
         values.update({":true": True, ":spent": observation.job_spent_usd})
         return self._table.update(

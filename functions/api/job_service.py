@@ -276,6 +276,17 @@ def _generation_view(gen: Generation) -> dict[str, Any]:
     }
 
 
+def _spend_bound(job: Job, current: Generation | None) -> dict[str, Any]:
+    """Only while the last run could not read Vast's charges: the most the job can have cost
+    (its traffic since the last read bounded, not known) and when they were last read."""
+    if current is None or current.traffic_bound_usd <= 0:
+        return {}
+    return {
+        "upper_bound_usd": job.spent_usd + current.traffic_bound_usd,
+        "charges_read_at": current.charges_read_at,
+    }
+
+
 def job_detail(view: JobView, now: float) -> dict[str, Any]:
     job = with_known_spend(view.job, view.generations)  # the spend as last measured
     checkpoints = [
@@ -300,6 +311,7 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
             "budget_usd": job.budget_usd,
             "remaining_usd": job.remaining_budget_usd,
             "fraction_used": round(job.spent_usd / job.budget_usd, 4) if job.budget_usd else None,
+            **_spend_bound(job, current),
         },
         "host": _generation_view(current) if current else None,
         "last_checkpoint": (

@@ -183,6 +183,10 @@ class HealthInput(_Frozen):
         description="The last heartbeat whose GPU utilisation was above the idle threshold.",
     )
     spend_usd: float = Field(ge=0, description="Job spend so far, all generations.")
+    spend_is_upper_bound: bool = Field(
+        default=False,
+        description="`spend_usd` bounds traffic from above: Vast's charges were unread.",
+    )
     budget_usd: float = Field(gt=0)
     usd_per_hour: float = Field(ge=0, description="Current price of the live instance.")
     monitor_interval_s: float = Field(gt=0)
@@ -323,7 +327,10 @@ def over_budget(
 
 
 def _over_budget(h: HealthInput) -> str | None:
-    return over_budget(h.spend_usd, h.budget_usd, h.usd_per_hour, h.monitor_interval_s)
+    why = over_budget(h.spend_usd, h.budget_usd, h.usd_per_hour, h.monitor_interval_s)
+    if why is not None and h.spend_is_upper_bound:
+        return f"{why} (an upper bound: Vast's charges unread)"
+    return why
 
 
 def _is_starting(h: HealthInput) -> bool:

@@ -250,6 +250,20 @@ class Generation(BaseModel):
         "measured it (all its instances): fresher than `Job.spent_usd`, which is refreshed in "
         "steps (`known_spend_usd`).",
     )
+    vast_traffic_usd: float = Field(
+        default=0.0, ge=0, description="Vast's bwd and bwu charges of the instance, as last read."
+    )
+    charges_read_at: float | None = Field(
+        default=None,
+        description="When a monitor run last read Vast's charges: the traffic since is bounded "
+        "from above, not known (`functions/domain/spend.py`, `traffic_bound_usd`).",
+    )
+    traffic_bound_usd: float = Field(
+        default=0.0,
+        ge=0,
+        description="How much the last run's upper bound on the job's spend lies above its "
+        "`job_spent_usd` (traffic while Vast's charges were unread; 0 when they were read).",
+    )
     progress_step: int | None = None
     progress_at: float | None = Field(default=None, description="When the step last advanced.")
     observed_status: str | None = Field(default=None, description="Vast's actual_status.")

@@ -36,6 +36,7 @@ execution names, destroy of a destroyed instance, set-valued host failures).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import get_args
 
@@ -74,11 +75,14 @@ from functions.domain.reasons import transition_reason
 from functions.domain.spend import (
     GONE,
     STOPPED,
+    ChargesRead,
     GenerationSpend,
     VastCharges,
     charged_only,
+    charges_unread_s,
     generation_prices,
     job_spend_usd,
+    link_usd_per_hour,
     spend_of,
     unrecorded_spend,
 )
@@ -117,6 +121,16 @@ class GenerationClock(_Frozen):
 class JobDecision(_Frozen):
     job_id: str
     spend_usd: float
+    spend_upper_usd: float = Field(
+        default=0.0,
+        description="The most the job can have cost: `spend_usd` plus the traffic Vast can "
+        "have billed while its charges were unread (the budget rule judges this).",
+    )
+    renew_lease: bool = Field(
+        default=True,
+        description="False once Vast's charges went unread for `charges_unread_runs_max` "
+        "runs: the run is recorded, but `supervised_at` is not refreshed.",
+    )
     verdict: Verdict | None = None
     transition: TransitionRequest | None = None
     renew_credentials: bool = False
@@ -151,6 +165,15 @@ def _clock_of(generation: Generation) -> StatusClock:
         observed_status=generation.observed_status,
         observed_status_since=generation.observed_status_since,
         stopped_s=generation.stopped_s,
+    )
+
+
+def _billing(generation: Generation) -> bool:
+    """Vast bills the generation's instance (traffic included) now."""
+    return (
+        generation.ended_at is None
+        and generation.instance_id is not None
+        and generation.observed_status != GONE
     )
 
 
@@ -265,10 +288,32 @@ def _unrecorded_spends(
     return spends
 
 
+def with_charges(generation: Generation, charges: ChargesRead, now: float) -> Generation:
+    """The generation as this run's charges read leaves it: the traffic Vast billed its
+    instance (never lowered) and when that was read; unchanged while they are unread."""
+    if not isinstance(charges, VastCharges) or generation.instance_id is None:
+        return generation
+    traffic = max(generation.vast_traffic_usd, charges.traffic.get(generation.instance_id, 0.0))
+    return generation.model_copy(update={"vast_traffic_usd": traffic, "charges_read_at": now})
+
+
+def lease_renewable(
+    generations: Iterable[Generation], now: float, settings: SupervisionSettings
+) -> bool:
+    """Whether a live generation's traffic has gone unknown (Vast's charges unread) for less
+    than `charges_unread_runs_max` runs: past that its lease is not renewed."""
+    limit_s = settings.charges_unread_runs_max * settings.interval_s
+    return all(
+        charges_unread_s(g, now) < limit_s
+        for g in generations
+        if g.ended_at is None and g.instance_id is not None
+    )
+
+
 def decide_job(
     snapshot: JobSnapshot,
     instances: Mapping[int, InstanceFacts] | None,
-    charges: VastCharges | None,
+    charges: ChargesRead,
     *,
     now: float,
     settings: SupervisionSettings,
@@ -288,36 +333,49 @@ def decide_job(
     observation = None
     instance = None
     current_spend = 0.0
+    read = charges if isinstance(charges, VastCharges) else None
     for g in snapshot.generations:
         found = None
         if instances is not None and g.instance_id is not None:
             found = instances.get(g.instance_id)
-        now_g = g
+        now_g = with_charges(g, charges, now)
         if g.ended_at is None and g.instance_id is not None:
             clock = status_clock(g, found, listed=listed, now=now)
-            now_g = g.model_copy(update=clock.model_dump())
+            now_g = now_g.model_copy(update=clock.model_dump())
             if g is not current and clock != _clock_of(g):
                 clocks.append(GenerationClock(generation=g.generation, clock=clock))
         charged = None
-        if charges is not None and g.instance_id is not None:
-            charged = charges.amounts.get(g.instance_id)
-        cost = spend_of(now_g, now, vast_charged_usd=charged)
+        if read is not None and g.instance_id is not None:
+            charged = read.amounts.get(g.instance_id)
+        cost = spend_of(now_g, now, vast_charged_usd=charged, charges_read=read is not None)
         spends.append(cost)
         billed.append(now_g)
         if g is current:
             instance = found
             current_spend = cost.total_usd
+            current_now = now_g
     sightings = _sightings(job, labelled, recorded, seen_first, now)
-    spends.extend(_unrecorded_spends(job, sightings, recorded, charges))
+    spends.extend(_unrecorded_spends(job, sightings, recorded, read))
     spend = max(known_spend_usd(job, snapshot.generations), job_spend_usd(spends))
+    # Charges unread: what the job's traffic can have added since they were last read.
+    bound = math.fsum(s.traffic_bound_usd for s in spends)
+    upper = spend + bound
     price = sum(billing_usd_per_hour(g) for g in billed) + sum(s.usd_per_hour for s in sightings)
-    if current is not None:
+    if read is None:  # the next interval's traffic is as unknown as the last one's
+        price += sum(link_usd_per_hour(generation_prices(g)) for g in billed if _billing(g))
+    if current is not None and current_now is not None:
         observation = observe(current, instance, listed=listed, now=now).model_copy(
-            update={"spend_usd": current_spend, "job_spent_usd": spend}
-        )
+            update={
+                "spend_usd": current_spend, "job_spent_usd": spend,
+                "vast_traffic_usd": current_now.vast_traffic_usd,
+                "charges_read_at": current_now.charges_read_at, "traffic_bound_usd": bound,
+            }
+        )  # fmt: skip
     base = JobDecision(
         job_id=job.job_id,
         spend_usd=spend,
+        spend_upper_usd=upper,
+        renew_lease=lease_renewable(billed, now, settings),
         generation=current.generation if current else None,
         observation=observation,
         clocks=tuple(clocks),
@@ -330,7 +388,7 @@ def decide_job(
     if job.state != JobState.RUNNING or current is None or observation is None:
         # Over budget first: its stop takes precedence over the provision or replace the job
         # is in the middle of (whose next attempt would rent again).
-        stopped = _budget_only(base, job, spend, price, settings)
+        stopped = _budget_only(base, job, upper, price, settings)
         if stopped.transition is not None:
             return stopped
         return base.model_copy(update={"transition": transition_under_way(job)})
@@ -346,7 +404,8 @@ def decide_job(
             progress_at=observation.progress_at,
             training_started_at=current.training_started_at,
             gpu_busy_at=current.gpu_busy_at,
-            spend_usd=spend,
+            spend_usd=upper,
+            spend_is_upper_bound=bound > 0,
             budget_usd=job.budget_usd,
             usd_per_hour=max(price, current.usd_per_hour),
             monitor_interval_s=settings.interval_s,
@@ -393,6 +452,8 @@ def _budget_only(
     why = over_budget(spend, job.budget_usd, price, settings.interval_s)
     if why is None:
         return base
+    if spend > base.spend_usd:
+        why = f"{why} (an upper bound: Vast's charges unread)"
     verdict = Verdict(health=Health.OVER_BUDGET, reason=f"{why} (job {job.state.value})")
     stop = TransitionRequest(
         action="stop",
@@ -434,7 +495,7 @@ def hold_correlated_loss(decisions: Sequence[JobDecision]) -> tuple[list[JobDeci
 def reconcile(
     snapshots: Sequence[JobSnapshot],
     instances: Sequence[InstanceFacts] | None,
-    charges: VastCharges | None,
+    charges: ChargesRead,
     *,
     now: float,
     settings: SupervisionSettings,

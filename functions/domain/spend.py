@@ -12,6 +12,12 @@ so the seconds Vast showed the instance `stopped` are taken out of the GPU secon
 counts from the first run that saw it, so the minutes before are billed as running: the estimate
 errs high by at most one monitor interval per stop, never low.
 
+Traffic is what Vast's charges bill (their bwd and bwu lines, as last read); the agent's byte
+counts are the host's word and count only where larger. A run that cannot read the charges
+(`ChargesUnread`, never the same as no charges) bounds the traffic since the last read from
+above by the host's link × its $/GB (`traffic_bound_usd`), and the budget rule judges that bound
+(docs/architecture.md#traffic-spend).
+
 A job's spend counts every instance ever rented for it: its generations', and those no generation
 records (a second rent of one generation, a rent that lost its race, a stray), from the monitor's
 sightings (`Job.unrecorded_instances`) and from Vast's charges, which name an instance's label.
@@ -41,12 +47,15 @@ class _Frozen(BaseModel):
 
 
 class GenerationPrices(_Frozen):
-    """The rented offer's prices, stored with the generation."""
+    """The rented offer's prices, stored with the generation, and its link rates (what bounds
+    the traffic it can bill while Vast's charges cannot be read: `traffic_bound_usd`)."""
 
     gpu_usd_per_hour: float = Field(ge=0)
     storage_usd_per_hour: float = Field(ge=0, description="For the allocated disk.")
     inet_down_usd_per_gb: float = Field(default=0, ge=0)
     inet_up_usd_per_gb: float = Field(default=0, ge=0)
+    inet_down_mbps: float | None = Field(default=None, ge=0, description="Offer's inet_down.")
+    inet_up_mbps: float | None = Field(default=None, ge=0, description="Offer's inet_up.")
 
     @classmethod
     def from_offer(cls, offer: Offer, disk_gb: float) -> GenerationPrices:
@@ -56,6 +65,8 @@ class GenerationPrices(_Frozen):
             storage_usd_per_hour=offer.storage_cost * disk_gb / HOURS_PER_MONTH,
             inet_down_usd_per_gb=offer.inet_down_cost,
             inet_up_usd_per_gb=offer.inet_up_cost,
+            inet_down_mbps=offer.inet_down or None,
+            inet_up_mbps=offer.inet_up or None,
         )
 
     @property
@@ -74,15 +85,30 @@ class GenerationUsage(_Frozen):
 class GenerationSpend(_Frozen):
     gpu_usd: float
     storage_usd: float
-    download_usd: float
-    upload_usd: float
+    download_usd: float = Field(description="The agent's own byte count: a lower bound.")
+    upload_usd: float = Field(description="The agent's own byte count: a lower bound.")
     vast_charged_usd: float | None = Field(
         default=None, description="What Vast's charges endpoint says, when we have it."
     )
+    vast_traffic_usd: float = Field(
+        default=0.0, ge=0, description="Vast's bwd and bwu items, as last read."
+    )
+    traffic_bound_usd: float = Field(
+        default=0.0,
+        ge=0,
+        description="The most traffic Vast can have billed since its charges were last read "
+        "(0 when they were read this run): `traffic_bound_usd`.",
+    )
+
+    @property
+    def traffic_usd(self) -> float:
+        """Traffic as Vast billed it when last read; the agent's count only where larger (the
+        host's word never lowers it)."""
+        return max(self.download_usd + self.upload_usd, self.vast_traffic_usd)
 
     @property
     def estimated_usd(self) -> float:
-        return self.gpu_usd + self.storage_usd + self.download_usd + self.upload_usd
+        return self.gpu_usd + self.storage_usd + self.traffic_usd
 
     @property
     def total_usd(self) -> float:
@@ -96,9 +122,20 @@ class GenerationSpend(_Frozen):
             return self.estimated_usd
         return max(self.estimated_usd, self.vast_charged_usd)
 
+    @property
+    def upper_usd(self) -> float:
+        """The most it can have cost: `total_usd`, plus the traffic bound while Vast's charges
+        are unread (what the budget rule judges)."""
+        return self.total_usd + self.traffic_bound_usd
+
 
 def generation_spend(
-    prices: GenerationPrices, usage: GenerationUsage, *, vast_charged_usd: float | None = None
+    prices: GenerationPrices,
+    usage: GenerationUsage,
+    *,
+    vast_charged_usd: float | None = None,
+    vast_traffic_usd: float = 0.0,
+    traffic_bound_usd: float = 0.0,
 ) -> GenerationSpend:
     return GenerationSpend(
         gpu_usd=prices.gpu_usd_per_hour * usage.running_s / 3600,
@@ -106,7 +143,41 @@ def generation_spend(
         download_usd=prices.inet_down_usd_per_gb * usage.bytes_downloaded / BYTES_PER_GB,
         upload_usd=prices.inet_up_usd_per_gb * usage.bytes_uploaded / BYTES_PER_GB,
         vast_charged_usd=vast_charged_usd,
+        vast_traffic_usd=vast_traffic_usd,
+        traffic_bound_usd=traffic_bound_usd,
     )
+
+
+# --- traffic while Vast's charges are unread -----------------------------------------------
+
+# A host's traffic is known only from Vast's charges (bwd, bwu): the agent's byte count is the
+# host's word. While the charges cannot be read, what the host can have billed since the last
+# read is bounded by its link: the offer's `inet_down`/`inet_up` (Mbit/s: the real records'
+# units, references/vast-api.md) × LINK_RATE_MARGIN (a speed test measures one moment and a
+# host can make it read low) × the offer's $/GB × the seconds unread. A rate the offer did not
+# give is taken from the other direction, and with neither it is UNKNOWN_LINK_MBPS, above the
+# fastest link in the real offer records (21,327 Mbit/s down, 11,330 up).
+LINK_RATE_MARGIN = 2.0
+UNKNOWN_LINK_MBPS = 25_000.0
+GB_PER_MBIT = 1_000_000 / 8 / BYTES_PER_GB  # one Mbit in (decimal) GB
+
+
+def link_usd_per_hour(prices: GenerationPrices) -> float:
+    """The most traffic can bill per hour on this host, both ways at full (margined) link
+    rate, at the offer's prices."""
+    down = prices.inet_down_mbps or prices.inet_up_mbps
+    up = prices.inet_up_mbps or prices.inet_down_mbps
+    down_mbps = down * LINK_RATE_MARGIN if down else UNKNOWN_LINK_MBPS
+    up_mbps = up * LINK_RATE_MARGIN if up else UNKNOWN_LINK_MBPS
+    usd_per_s = (
+        down_mbps * prices.inet_down_usd_per_gb + up_mbps * prices.inet_up_usd_per_gb
+    ) * GB_PER_MBIT
+    return usd_per_s * 3600
+
+
+def traffic_bound_usd(prices: GenerationPrices, unread_s: float) -> float:
+    """The most traffic Vast can have billed over `unread_s` seconds its charges went unread."""
+    return link_usd_per_hour(prices) * max(0.0, unread_s) / 3600
 
 
 def job_spend_usd(generations: Iterable[GenerationSpend]) -> float:
@@ -147,16 +218,21 @@ def job_item_spend_due(
 
 
 def prices_record(prices: GenerationPrices) -> dict[str, float]:
-    """The prices as stored on the generation item (`Generation.prices`)."""
-    return prices.model_dump()
+    """The prices as stored on the generation item (`Generation.prices`); a link rate the
+    offer did not give is left out."""
+    return prices.model_dump(exclude_none=True)
 
 
 def generation_prices(generation: Generation) -> GenerationPrices:
-    """The stored prices; a generation without them is billed at its $/h, traffic free."""
+    """The stored prices; a generation without them is billed at its $/h, traffic free. A
+    download rate stored before the prices carried it comes from `inet_down_mbps`."""
     try:
-        return GenerationPrices.model_validate(generation.prices)
+        prices = GenerationPrices.model_validate(generation.prices)
     except ValueError:
         return GenerationPrices(gpu_usd_per_hour=generation.usd_per_hour, storage_usd_per_hour=0)
+    if prices.inet_down_mbps is None and generation.inet_down_mbps:
+        return prices.model_copy(update={"inet_down_mbps": generation.inet_down_mbps})
+    return prices
 
 
 STOPPED = "stopped"  # Vast's actual_status that bills storage only
@@ -173,15 +249,36 @@ def stopped_seconds(generation: Generation, end: float) -> float:
     return stopped
 
 
-def spend_of(
-    generation: Generation, now: float, *, vast_charged_usd: float | None = None
-) -> GenerationSpend:
-    """What one generation has cost by `now` (or by its end): the GPU $/h × the seconds it was
-    not seen stopped, storage × every second since the rent, plus the agent's traffic at the
-    offer's prices; Vast's charges win when larger."""
+def billed_until(generation: Generation, now: float) -> float:
+    """When Vast stops billing the generation's instance: its end, when it was seen gone, or
+    `now`."""
     end = min(generation.ended_at if generation.ended_at is not None else now, now)
     if generation.observed_status == GONE and generation.observed_status_since is not None:
         end = min(end, generation.observed_status_since)  # Vast bills nothing once it is gone
+    return end
+
+
+def charges_unread_s(generation: Generation, now: float) -> float:
+    """Seconds of the generation's billing that Vast's charges, as last read, do not cover:
+    since the last read (`charges_read_at`), or since the rent if none ever was."""
+    read_at = generation.charges_read_at
+    since = generation.created_at if read_at is None else max(read_at, generation.created_at)
+    return max(0.0, billed_until(generation, now) - since)
+
+
+def spend_of(
+    generation: Generation,
+    now: float,
+    *,
+    vast_charged_usd: float | None = None,
+    charges_read: bool = True,
+) -> GenerationSpend:
+    """What one generation has cost by `now` (or by its end): the GPU $/h × the seconds it was
+    not seen stopped, storage × every second since the rent, plus traffic — Vast's bwd and bwu
+    as last read (`Generation.vast_traffic_usd`), the agent's count only where larger; Vast's
+    charges win when larger. `charges_read` False: this run could not read them, and the
+    traffic the host can have billed since the last read is bounded (`traffic_bound_usd`)."""
+    end = billed_until(generation, now)
     seconds = max(0.0, end - generation.created_at)
     stopped = min(seconds, stopped_seconds(generation, end))
     heartbeat = generation.heartbeat
@@ -191,7 +288,12 @@ def spend_of(
         bytes_downloaded=heartbeat.bytes_downloaded if heartbeat else 0,
         bytes_uploaded=heartbeat.bytes_uploaded if heartbeat else 0,
     )
-    return generation_spend(generation_prices(generation), usage, vast_charged_usd=vast_charged_usd)
+    prices = generation_prices(generation)
+    bound = 0.0 if charges_read else traffic_bound_usd(prices, charges_unread_s(generation, now))
+    return generation_spend(
+        prices, usage, vast_charged_usd=vast_charged_usd,
+        vast_traffic_usd=generation.vast_traffic_usd, traffic_bound_usd=bound,
+    )  # fmt: skip
 
 
 def unrecorded_spend(
@@ -219,6 +321,15 @@ def charged_only(amount_usd: float) -> GenerationSpend:
 
 # --- Vast's charges ---------------------------------------------------------------------------
 
+
+class ChargesUnread(_Frozen):
+    """This run could not read Vast's charges (the call failed, a page or an item could not be
+    read): not the same fact as no charges. Spend is then bounded from above
+    (`traffic_bound_usd`) from the last read kept on each generation (`charges_read_at`)."""
+
+    reason: str
+
+
 # `source` names what a charge is for: "instance-<id>", "volume-<id>", and in the tree format
 # "endpoint-<id>" / "workergroup-<id>" for serverless. Case and the separator are taken loosely.
 _SOURCE = re.compile(r"^\s*([a-z]+)[-_: ]?\s*(\d+)\s*$", re.IGNORECASE)
@@ -236,16 +347,23 @@ class UnreadableCharge(ValueError):
 class InstanceCharge(_Frozen):
     instance_id: int
     amount_usd: float
+    traffic_usd: float = 0.0  # its bwd and bwu items
     start: float | None = None  # epoch s
     end: float | None = None
     label: str | None = None  # metadata.label: the instance's label when it was billed
 
 
 class VastCharges(_Frozen):
-    """Vast's charges per instance, and the label each was billed under."""
+    """Vast's charges per instance as read this run, the traffic among them (bwd and bwu
+    items), and the label each was billed under. An instance missing from them was billed
+    nothing yet: a fact, unlike `ChargesUnread`."""
 
     amounts: dict[int, float] = Field(default_factory=dict)
+    traffic: dict[int, float] = Field(default_factory=dict)
     labels: dict[int, str] = Field(default_factory=dict)
+    unreadable: int = Field(
+        default=0, ge=0, description="Items that are (or may be) an instance's, not readable."
+    )
 
     @cached_property
     def by_job(self) -> dict[str, tuple[int, ...]]:
@@ -257,6 +375,9 @@ class VastCharges(_Frozen):
             if parsed is not None:
                 found.setdefault(parsed[0], []).append(instance_id)
         return {job_id: tuple(ids) for job_id, ids in found.items()}
+
+
+ChargesRead = VastCharges | ChargesUnread
 
 
 def instance_charge(row: Mapping[str, object]) -> InstanceCharge | None:
@@ -304,10 +425,34 @@ def instance_charge(row: Mapping[str, object]) -> InstanceCharge | None:
     return InstanceCharge(
         instance_id=instance_id,
         amount_usd=amount,
+        traffic_usd=_traffic_usd(row.get("items")),
         start=_number(row.get("start")),
         end=_number(row.get("end")),
         label=label if isinstance(label, str) and label else None,
     )
+
+
+TRAFFIC_ITEM_TYPES = frozenset({"bwd", "bwu"})  # download and upload lines of a charge
+
+
+def _traffic_usd(items: object) -> float:
+    """The bwd and bwu lines of a charge's `items` (nested items read too). Raises
+    UnreadableCharge when a traffic line's amount cannot be read."""
+    if not isinstance(items, list):
+        return 0.0
+    total = 0.0
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        kind = item.get("type")
+        if isinstance(kind, str) and kind.strip().lower() in TRAFFIC_ITEM_TYPES:
+            amount = _number(item.get("amount"))
+            if amount is None:
+                raise UnreadableCharge("items", f"traffic amount {item.get('amount')!r}")
+            total += amount
+        else:
+            total += _traffic_usd(item.get("items"))
+    return total
 
 
 def charges_by_instance(charges: Iterable[Mapping[str, object]]) -> dict[int, float]:
@@ -319,17 +464,22 @@ def charges_by_instance(charges: Iterable[Mapping[str, object]]) -> dict[int, fl
 def vast_charges(charges: Iterable[Mapping[str, object]]) -> VastCharges:
     """`GET /api/v0/charges/` items → $ per instance id, and each instance's label."""
     totals: dict[int, float] = {}
+    traffic: dict[int, float] = {}
     labels: dict[int, str] = {}
+    unreadable = 0
     for row in charges:
         try:
             charge = instance_charge(row)
         except UnreadableCharge:
+            unreadable += 1
             continue
         if charge is not None:
-            totals[charge.instance_id] = totals.get(charge.instance_id, 0.0) + charge.amount_usd
+            iid = charge.instance_id
+            totals[iid] = totals.get(iid, 0.0) + charge.amount_usd
+            traffic[iid] = traffic.get(iid, 0.0) + charge.traffic_usd
             if charge.label is not None:
-                labels[charge.instance_id] = charge.label
-    return VastCharges(amounts=totals, labels=labels)
+                labels[iid] = charge.label
+    return VastCharges(amounts=totals, traffic=traffic, labels=labels, unreadable=unreadable)
 
 
 def _number(value: object) -> float | None:

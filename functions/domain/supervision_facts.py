@@ -50,6 +50,14 @@ class JobSnapshot(_Frozen):
 
 class SupervisionSettings(_Frozen):
     interval_s: float = Field(default=60, gt=0, description="How often the monitor runs.")
+    charges_unread_runs_max: int = Field(
+        default=10,
+        ge=1,
+        description="Consecutive runs without Vast's charges after which a job's lease is no "
+        "longer renewed (its traffic is then only bounded, not known). 10 runs of 60 s: a "
+        "charges outage of a few minutes (429 storms, a 502) passes, one of ten minutes stops "
+        "renewing; at $0.052/GB on a 1 Gbit/s link ten minutes is ~$3.90 of traffic.",
+    )
     orphan_grace_s: float = Field(
         default=60,
         ge=0,
@@ -79,6 +87,9 @@ class Observation(_Frozen):
     stopped_s: float = 0.0
     spend_usd: float = 0.0
     job_spent_usd: float = 0.0  # the whole job's: `Generation.job_spent_usd`
+    vast_traffic_usd: float = 0.0  # Vast's bwd and bwu charges as last read
+    charges_read_at: float | None = None  # when Vast's charges were last read
+    traffic_bound_usd: float = 0.0  # the job's upper bound above `job_spent_usd` this run
     outbids: int = 0  # functions/domain/outbid.py counts them
     outbid_since: float | None = None
 
@@ -113,6 +124,8 @@ def observe(
         progress_at=progress_at,
         spend_usd=generation.spend_usd,
         job_spent_usd=generation.job_spent_usd,
+        vast_traffic_usd=generation.vast_traffic_usd,
+        charges_read_at=generation.charges_read_at,
         outbids=generation.outbids,
         outbid_since=generation.outbid_since,
         **clock.model_dump(),

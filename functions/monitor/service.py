@@ -90,7 +90,7 @@ from functions.domain.reconcile import (
 )
 from functions.domain.recovery import LostWork
 from functions.domain.shards import Shard
-from functions.domain.spend import VastCharges, job_item_spend_due
+from functions.domain.spend import ChargesRead, job_item_spend_due
 from functions.monitor import repair
 from functions.monitor.report import MonitorReport, report_fields
 from functions.monitor.vast_reads import count_issues, read_vast
@@ -213,7 +213,7 @@ def _decide(
     deps: MonitorDeps,
     snapshots: list[JobSnapshot],
     instances: list[InstanceFacts] | None,
-    charges: VastCharges | None,
+    charges: ChargesRead,
     first_seen: dict[int, float],
     now: float,
     report: MonitorReport,
@@ -321,7 +321,15 @@ def _apply(
         raise EvaluationIncomplete(
             "storage credentials could not be renewed and would not outlive a lease"
         )
-    store.record_supervised(job.job_id, decision.generation, decision.observation, at=now)
+    if not decision.renew_lease:
+        logger.warning(
+            "monitor: Vast's charges unread for %d runs; lease not renewed",
+            deps.settings.charges_unread_runs_max, extra={"job_id": job.job_id},
+        )  # fmt: skip
+    store.record_supervised(
+        job.job_id, decision.generation, decision.observation, at=now,
+        renew_lease=decision.renew_lease,
+    )  # fmt: skip
 
 
 def _tell_outbid(

@@ -1,5 +1,6 @@
 """What a monitor run reads from Vast: the shard's instances as the rules see them, Vast's own
-charges per instance (best effort), and the count of records that could not be read.
+charges per instance (or the fact that they could not be read: `ChargesUnread`, never the same as
+no charges), and the count of records that could not be read.
 
 Both are chains of keyset pages (`next_token` → `after_token`; /api/v1/instances/ gives 25 a
 page): a page's token comes only with the page before it and the API offers no offset, so the
@@ -36,7 +37,7 @@ from functions.adapters.vast import (
 from functions.domain.labels import LabelRange
 from functions.domain.reconcile import InstanceFacts, JobSnapshot
 from functions.domain.shards import Shard
-from functions.domain.spend import VastCharges, vast_charges
+from functions.domain.spend import ChargesRead, ChargesUnread, vast_charges
 from functions.monitor.report import MonitorReport
 from functions.observability import logger
 
@@ -67,21 +68,21 @@ def read_vast(
     snapshots: list[JobSnapshot],
     issues: list[RecordIssue],
     shard: Shard,
-) -> tuple[list[InstanceFacts] | None, VastCharges | None]:
+) -> tuple[list[InstanceFacts] | None, ChargesRead]:
     """The shard's instances and, while any job is active, the charges: in flight together
     once the instances take more than one chain (each chain on its own copy of the client: it
     is not thread-safe); a small fleet reads them one after the other, on this thread.
-    Charges count only with the instances read."""
+    Charges count only with the instances read: without them they are unread."""
     if vast is None:
-        return None, None
+        return None, ChargesUnread(reason="no Vast key")
     known = live_instance_ids(snapshots)
     ranges = shard.label_ranges(list_chains(len(known)))
     if not snapshots:
-        return list_instances(vast, issues, shard, ranges, known), None
+        return list_instances(vast, issues, shard, ranges, known), ChargesUnread(reason="no job")
     if len(ranges) == 1:
         instances = list_instances(vast, issues, shard, ranges, known)
         if instances is None:
-            return None, None
+            return None, ChargesUnread(reason="Vast's instances unread")
         return instances, read_charges(vast, snapshots, issues)
     charge_issues: list[RecordIssue] = []
     copied = copy.copy(vast)
@@ -89,7 +90,7 @@ def read_vast(
         instances = list_instances(vast, issues, shard, ranges, known)
         charges = pending.result()
     if instances is None:
-        return None, None
+        return None, ChargesUnread(reason="Vast's instances unread")
     issues.extend(charge_issues)
     return instances, charges
 
@@ -181,19 +182,26 @@ def _facts(i: Instance) -> InstanceFacts:
 
 def read_charges(
     vast: VastClient, snapshots: list[JobSnapshot], issues: list[RecordIssue]
-) -> VastCharges | None:
+) -> ChargesRead:
     """Vast's own charges per instance, read from each item's `source` (and the label it was
-    billed under), best effort (spend falls back to our estimate)."""
+    billed under). A call that fails, or a read with an item (or a record) that cannot be read,
+    is `ChargesUnread`: the traffic since the last read is then bounded, not taken as none."""
     since = min((g.created_at for s in snapshots for g in s.generations), default=None)
     if since is None:
-        return None
+        return ChargesUnread(reason="no generation rented")
     try:
         listed = vast.charges(since=since - 86_400)
     except (VastError, ValueError) as exc:
-        logger.info("monitor: Vast charges unavailable: %s", exc)
-        return None
+        logger.warning("monitor: Vast charges unread; traffic bounded from above: %s", exc)
+        return ChargesUnread(reason=f"charges call failed: {exc}")
     issues.extend(listed.issues)
-    return vast_charges(listed)
+    charges = vast_charges(listed)
+    unreadable = len(listed.issues) + charges.unreadable
+    if unreadable:
+        logger.warning("monitor: %d Vast charge(s) unreadable; traffic bounded from above",
+                       unreadable)  # fmt: skip
+        return ChargesUnread(reason=f"{unreadable} charge(s) unreadable")
+    return charges
 
 
 def count_issues(issues: list[RecordIssue], report: MonitorReport) -> None:

@@ -20,11 +20,13 @@
 - the account key and one key per instance (`instance_api_key`, the container's
   `CONTAINER_API_KEY`) that may only start, stop or destroy its own instance;
 - a billing ledger per instance: GPU seconds while it should run (not while stopped or offline),
-  storage seconds while it exists, bytes recorded with `record_traffic()`; `charges()` and
+  storage seconds while it exists, bytes recorded with `record_traffic()` or billed at a steady
+  rate (`set_traffic_rate()`); `charges()` and
   `GET /api/v0/charges/` show it in the real shape (the instance named only in `source`,
   "instance-<id>");
 - fault injection (`inject()`: 429 storms with Vast's plain-text body, 5xx, offers gone,
-  dropped connections, starts refused, rent replies without `instance_api_key`) and hooks
+  dropped connections, starts refused, rent replies without `instance_api_key`; `charges_outage()`:
+  the charges unreadable, the rest answering) and hooks
   (`on_rent`, `on_start`, `on_stop`, `on_destroy`) that the local stack uses to start and stop
   host processes.
 

@@ -33,6 +33,8 @@ class Ledger:
     storage_seconds: float = 0.0
     bytes_down: int = 0
     bytes_up: int = 0
+    down_bytes_per_s: float = 0.0  # a steady traffic rate (`set_traffic_rate`), billed on top
+    up_bytes_per_s: float = 0.0
 
     @property
     def gpu_usd(self) -> float:

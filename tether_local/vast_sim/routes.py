@@ -83,6 +83,8 @@ class SimulatorRoutes(SimulatorState):
             return list_page(self.instances(), request.url.params, self._sent)
         if path.rstrip("/") == "/api/v0/charges" and method == "GET":
             self._require_account(caller)
+            if self._charges_outage:
+                raise error(502, "server_error", "simulated: charges unavailable")
             return charges_page(self._ledgers.values(), request.url.params, self._clock())
         if match := _MANAGE_PATH.match(path):
             instance_id = int(match.group(1))

@@ -65,6 +65,12 @@ class VastSimulator(SimulatorRoutes):
         with self._lock:
             self._outage = on
 
+    def charges_outage(self, on: bool = True) -> None:
+        """Until `charges_outage(False)`, `GET /api/v0/charges/` answers 502 while every other
+        route answers: the charges cannot be read, the instances can (and bill on)."""
+        with self._lock:
+            self._charges_outage = on
+
     @property
     def in_outage(self) -> bool:
         return self._outage
@@ -191,6 +197,21 @@ class VastSimulator(SimulatorRoutes):
                 raise KeyError(f"no live instance {instance_id}")
             ledger.bytes_down += down_bytes
             ledger.bytes_up += up_bytes
+
+    def set_traffic_rate(
+        self, instance_id: int, *, down_bytes_per_s: float = 0.0, up_bytes_per_s: float = 0.0
+    ) -> None:
+        """Bill traffic in and out of an instance at a steady rate from now on (Vast bills
+        bytes in any state, whatever the host reports), until set again."""
+        if down_bytes_per_s < 0 or up_bytes_per_s < 0:
+            raise ValueError("traffic rates must be ≥ 0")
+        with self._lock:
+            self._accrue()
+            ledger = self._ledgers.get(instance_id)
+            if ledger is None or ledger.closed_at is not None:
+                raise KeyError(f"no live instance {instance_id}")
+            ledger.down_bytes_per_s = down_bytes_per_s
+            ledger.up_bytes_per_s = up_bytes_per_s
 
     def sim_instance(self, instance_id: int) -> SimInstance:
         """The live instance object (image, env, onstart, api key) for the local stack."""

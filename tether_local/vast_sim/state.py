@@ -82,6 +82,7 @@ class SimulatorState:
         self._next_id = 30_000_000 + self._rng.randint(0, 9_999_999)
         self._faults: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
         self._outage = False
+        self._charges_outage = False  # `charges_outage()`: the charges answer 502
         self._garbled: dict[int, dict[str, Any]] = {}  # instance id → fields Vast sends oddly
         self._last_accrued = self._clock()
         self.request_log: list[tuple[str, str]] = []  # (method, full URL), for tests
@@ -174,6 +175,8 @@ class SimulatorState:
         for instance in self._instances.values():
             ledger = self._ledgers[instance.id]
             ledger.storage_seconds += elapsed
+            ledger.bytes_down += round(ledger.down_bytes_per_s * elapsed)  # in any state
+            ledger.bytes_up += round(ledger.up_bytes_per_s * elapsed)
             if self._gpu_billed(instance):
                 ledger.gpu_seconds += elapsed
 

@@ -162,8 +162,10 @@ def test_a_slow_vast_is_given_up_on_in_time_and_the_jobs_are_still_supervised(
     sup: Supervised, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Vast answers every request too late: the run gives up on it within its budget (no
-    instance rule, no orphan swept this run), judges what it can, and finishes every job."""
-    job, generation = sup.provisioned()
+    instance rule, no orphan swept this run), judges what it can, and finishes every job.
+    (A budget the unread charges' traffic bound cannot reach in a minute: a $1 job on a fast,
+    traffic-priced host is stopped on that bound, docs/architecture.md#traffic-spend.)"""
+    job, generation = sup.provisioned(budget_usd=100)
     sup.clock.advance(60)
     sup.heartbeat(job.job_id, 1)
     sup.vast.kill(generation.instance_id or 0, "offline")  # would be dead, were Vast readable

@@ -14,7 +14,7 @@ from functions.domain.reconcile import (
     SupervisionSettings,
     reconcile,
 )
-from functions.domain.spend import job_item_spend_due, job_item_spend_step_usd
+from functions.domain.spend import VastCharges, job_item_spend_due, job_item_spend_step_usd
 from tests.unit.domain.builders import NOW, gen, job
 
 
@@ -61,7 +61,7 @@ def decide(snapshot: JobSnapshot) -> JobDecision:
         )
     ]
     settings = SupervisionSettings(interval_s=60, orphan_grace_s=60)
-    return reconcile([snapshot], instances, None, now=NOW, settings=settings).decisions[0]
+    return reconcile([snapshot], instances, VastCharges(), now=NOW, settings=settings).decisions[0]
 
 
 def test_the_observation_carries_the_jobs_spend_and_it_never_moves_down() -> None:

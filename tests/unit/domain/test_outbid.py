@@ -21,6 +21,7 @@ from functions.domain.outbid import (
 )
 from functions.domain.reconcile import InstanceFacts, JobSnapshot, SupervisionSettings, reconcile
 from functions.domain.rent import RentPlan, learned_job_hazard, plan_rent
+from functions.domain.spend import VastCharges
 from functions.domain.supervision_facts import Observation
 from tests.unit.domain.builders import NOW, gen, job
 from tests.unit.domain.health_facts import hb, inst, state
@@ -168,7 +169,7 @@ def outbid_generation(stopped_since: float, **fields: Any) -> Any:
 
 def decide(generation: Any) -> Any:
     snapshot = JobSnapshot(job=job(), generations=(generation,))
-    plan = reconcile([snapshot], [stopped()], None, now=NOW, settings=SETTINGS)
+    plan = reconcile([snapshot], [stopped()], VastCharges(), now=NOW, settings=SETTINGS)
     return plan.decisions[0]
 
 
@@ -197,7 +198,7 @@ def test_the_monitor_replaces_an_outbid_host_past_its_bound_through_the_replace_
 
 def test_a_stop_the_agent_asked_for_is_still_dead() -> None:
     snapshot = JobSnapshot(job=job(), generations=(outbid_generation(NOW - 100),))
-    plan = reconcile([snapshot], [stopped("stopped")], None, now=NOW, settings=SETTINGS)
+    plan = reconcile([snapshot], [stopped("stopped")], VastCharges(), now=NOW, settings=SETTINGS)
     verdict = plan.decisions[0].verdict
     assert verdict is not None and verdict.health is Health.DEAD
 
@@ -300,7 +301,9 @@ def test_a_host_back_from_an_outbid_gets_the_heartbeat_timeout_afresh() -> None:
     crashed while its agent starts again."""
     snapshot = JobSnapshot(job=job(), generations=(back_from_outbid(60),))
     running = stopped(actual_status="running")
-    decision = reconcile([snapshot], [running], None, now=NOW, settings=SETTINGS).decisions[0]
+    decision = reconcile(
+        [snapshot], [running], VastCharges(), now=NOW, settings=SETTINGS
+    ).decisions[0]
     assert decision.verdict is not None and decision.verdict.health is Health.HEALTHY
     assert decision.transition is None
 
@@ -308,7 +311,9 @@ def test_a_host_back_from_an_outbid_gets_the_heartbeat_timeout_afresh() -> None:
 def test_a_host_back_from_an_outbid_whose_agent_never_beats_is_dead() -> None:
     snapshot = JobSnapshot(job=job(), generations=(back_from_outbid(181),))
     running = stopped(actual_status="running")
-    decision = reconcile([snapshot], [running], None, now=NOW, settings=SETTINGS).decisions[0]
+    decision = reconcile(
+        [snapshot], [running], VastCharges(), now=NOW, settings=SETTINGS
+    ).decisions[0]
     assert decision.verdict is not None and decision.verdict.health is Health.DEAD
     assert "last heartbeat 181 s ago" in decision.verdict.reason
 

@@ -37,7 +37,7 @@ def decide(snapshot: JobSnapshot, instances: list[InstanceFacts] | None) -> Any:
     plan = reconcile(
         [snapshot],
         instances,
-        None,
+        VastCharges(),
         now=NOW,
         settings=SETTINGS,
     )
@@ -220,7 +220,9 @@ def _silent_job(n: int, beat_age: float) -> tuple[JobSnapshot, InstanceFacts]:
 )
 def test_dead_verdicts_of_jobs_silent_together_are_held(ages: list[float], held: int) -> None:
     pairs = [_silent_job(n, age) for n, age in enumerate(ages)]
-    plan = reconcile([p[0] for p in pairs], [p[1] for p in pairs], None, now=NOW, settings=SETTINGS)
+    plan = reconcile(
+        [p[0] for p in pairs], [p[1] for p in pairs], VastCharges(), now=NOW, settings=SETTINGS
+    )
     assert plan.held == held
     dead = [d for d in plan.decisions if d.verdict and d.verdict.health == Health.DEAD]
     assert sum(d.held for d in dead) == held

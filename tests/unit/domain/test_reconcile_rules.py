@@ -32,8 +32,13 @@ def decide(
     charges: VastCharges | None = None,
     first_seen: dict[int, float] | None = None,
 ) -> Any:
-    plan = reconcile(
-        [snapshot], instances, charges, now=NOW, settings=SETTINGS, first_seen=first_seen
+    plan = reconcile(  # no charges given: read, and none
+        [snapshot],
+        instances,
+        charges or VastCharges(),
+        now=NOW,
+        settings=SETTINGS,
+        first_seen=first_seen,
     )
     return plan.decisions[0]
 
