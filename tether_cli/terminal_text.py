@@ -12,7 +12,10 @@ character is shown as Python writes it in a string, never obeyed:
 - `\\xNN` for the other C0 controls (ESC is `\\x1b`), DEL (`\\x7f`) and the C1 controls
   (U+0080–U+009F: the 8-bit CSI is `\\x9b`);
 - `\\uNNNN` for the bidirectional embeddings, overrides and isolates (U+202A–U+202E,
-  U+2066–U+2069), which reorder what the eye reads.
+  U+2066–U+2069), which reorder what the eye reads, and for the invisible characters that hide
+  or split text without showing: zero-width space, joiners and marks (U+200B–U+200F), the line
+  and paragraph separators (U+2028, U+2029), word joiner and invisible operators
+  (U+2060–U+2064) and the byte-order mark (U+FEFF).
 
 A backslash already in the text is left as it is (a Windows path stays readable), so `\\x1b`
 on screen is either an escaped ESC or those four characters: never an ESC.
@@ -27,10 +30,11 @@ from __future__ import annotations
 import re
 
 # Every character `visible` rewrites; with `keep_newlines`, newline and tab are kept.
-_HIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_HIDDEN_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_INVISIBLE = r"\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_HIDDEN = re.compile(rf"[\x00-\x1f\x7f-\x9f{_INVISIBLE}]")
+_HIDDEN_BUT_LINES = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f{_INVISIBLE}]")
 # What JSON encoders leave raw (C0 is always escaped there).
-_RAW_IN_JSON = re.compile(r"[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_RAW_IN_JSON = re.compile(rf"[\x7f-\x9f{_INVISIBLE}]")
 _SHORT_FORMS = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 

@@ -28,6 +28,8 @@ def assert_harmless(text: str) -> None:
     """Nothing a terminal obeys: no C0 but newline and tab, no DEL, no C1, no bidi control."""
     hidden = [c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F]
     hidden += [c for c in text if "\u202a" <= c <= "\u202e" or "\u2066" <= c <= "\u2069"]
+    hidden += [c for c in text if "\u200b" <= c <= "\u200f" or "\u2060" <= c <= "\u2064"]
+    hidden += [c for c in text if c in "\u2028\u2029\ufeff"]
     assert hidden == [], text
 
 
@@ -46,6 +48,9 @@ def assert_harmless(text: str) -> None:
         ("\u202a\u202b\u202c\u202d", "\\u202a\\u202b\\u202c\\u202d"),
         ("\u2066x\u2067y\u2068z\u2069", "\\u2066x\\u2067y\\u2068z\\u2069"),
         ("a\tb\r\nc", "a\\tb\\r\\nc"),
+        # Invisible: they hide or split what is read (a zero-width space inside a job id).
+        ("job\u200b-1\u200d\u200e\u200f", "job\\u200b-1\\u200d\\u200e\\u200f"),
+        ("a\u2028b\u2029c\u2060\u2064\ufeff", "a\\u2028b\\u2029c\\u2060\\u2064\\ufeff"),
     ],
 )
 def test_every_control_is_shown_as_an_escape(text: str, shown: str) -> None:
