@@ -151,7 +151,9 @@ def test_deploy_checks_in_the_named_region_and_prints_the_outputs_verbatim(
         return 0
 
     monkeypatch.setattr(deploy, "run_command", cdk)
-    monkeypatch.setattr(deploy, "synth", lambda root, shards=None: root / "cdk.out")
+    monkeypatch.setattr(
+        deploy, "synth", lambda root, shards=None, concurrency=None: root / "cdk.out"
+    )
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     code, out, err = run(capsys, "deploy", "--alarm-email", "you@example.com", "--region", REGION)
     assert code == 0, err

@@ -3,7 +3,6 @@ transitions, blames hosts, sweeps orphans and keeps its hands off when Vast cann
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from functions.domain.agent_env import RESTORE_CHECKPOINTS, S3_WRITE_ACCESS_KEY_ID
 from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe
 from functions.domain.job import JobState
+from functions.domain.job_bootstrap import job_bootstrap
 from functions.domain.storage_layout import manifest_key
 from tests.integration.supervision_harness import Supervised
 from tether_local.vast_sim import BYTES_PER_GB
@@ -238,11 +238,15 @@ def test_the_replacement_host_is_given_the_recorded_checkpoints_newest_first(
     )
     second = sup.store.get_generation(job.job_id, 2)
     assert second is not None and second.instance_id is not None
+    # The list and the keys reach the host in its first heartbeat's reply, never its env.
     env = sup.vast.sim_instance(second.instance_id).env
-    given = [CheckpointRef.model_validate(r) for r in json.loads(env[RESTORE_CHECKPOINTS])]
-    assert given == refs
+    assert RESTORE_CHECKPOINTS not in env and S3_WRITE_ACCESS_KEY_ID not in env
+    stored = sup.store.get_job(job.job_id)
+    assert stored is not None
+    given = job_bootstrap(stored, second)
+    assert given is not None and given.restore == refs
     assert second.credentials is not None
-    assert env[S3_WRITE_ACCESS_KEY_ID] == second.credentials.write.access_key_id
+    assert given.storage.write.access_key_id == second.credentials.write.access_key_id
 
 
 def test_a_job_with_outputs_ends_finished_only_once_its_outputs_are_recorded(
