@@ -331,6 +331,7 @@ def status_lines(view: dict[str, Any], now: float) -> list[str]:
     lines.append(outputs_line(view))
     lines.append(f"health    {health_line(host, now)}")
     lines.append(f"restarts  {view.get('restarts', 0)}")
+    lines += error_lines(view.get("error"))
     events = view.get("timeline") or []
     if events:
         lines.append("timeline")
@@ -341,6 +342,18 @@ def status_lines(view: dict[str, Any], now: float) -> list[str]:
             message = event.get("message") or ""
             lines.append(f"  {clock(event['at'])}  {event['kind']:<20} {message}")
     return [visible(line, keep_newlines=False) for line in lines]
+
+
+def error_lines(error: Any) -> list[str]:
+    """Why the newest failed generation failed, as its agent said it: the exit code, then the
+    last lines of the training output (each its own line, its control characters shown)."""
+    if not isinstance(error, dict) or not error.get("output"):
+        return []
+    code = error.get("exit_code")
+    head = f"exited with code {code}" if code is not None else "could not start training"
+    lines = [f"error:    generation {error.get('generation')} {head}:"]
+    lines += [f"          {line}" for line in str(error["output"]).rstrip("\n").split("\n")]
+    return lines
 
 
 def health_line(host: dict[str, Any] | None, now: float) -> str:

@@ -161,8 +161,9 @@ def print_report(console: Console, report: Any) -> None:
             f"{report.compared_step if report.compared_step is not None else '-'}"
         )
     )
-    for line in report.differences:
-        console.print(Text(f"  {visible(line, keep_newlines=False)}"))
+    for difference in report.differences:  # a failed job's output tail keeps its lines
+        for line in difference.split("\n"):
+            console.print(Text(f"  {visible(line, keep_newlines=False)}"))
     for line in report.not_compared:
         console.print(Text(f"  not compared: {visible(line, keep_newlines=False)}"))
     if report.identical:

@@ -30,10 +30,12 @@ from tether_agent.gpu import GpuMonitor, Probe, make_probe
 from tether_agent.heartbeat_sender import Heartbeater, Lease
 from tether_agent.job_code import CodeUnavailable
 from tether_agent.job_storage import JobStorage
-from tether_agent.logs import LogShipper, TeeLog
+from tether_agent.logs import LogShipper, OutputTail, TeeLog, scrub
 from tether_agent.outputs import upload_outputs
 from tether_agent.progress import MisplacedReporter, ResumeWatch, current_step
 from tether_agent.protocol import (
+    MAX_EXIT_OUTPUT,
+    MAX_EXIT_OUTPUT_LINES,
     MAX_MISPLACED,
     MAX_MISPLACED_PATH,
     CheckpointRef,
@@ -112,6 +114,7 @@ class Agent:
         self.command = list(command)
         self.phase: Phase = "starting"
         self.exit_code: int | None = None
+        self.exit_output: str | None = None  # why it failed, in every heartbeat from then on
         self.restored: Restored | None = None
         self.outputs: OutputsRef | None = None  # the outputs dir as uploaded (once, at the end)
         self._command: tuple[Command, str | None] | None = None
@@ -146,6 +149,10 @@ class Agent:
             secrets=self._secret_values,
             segment_bytes=tuning.log_segment_bytes,
             interval_s=tuning.log_upload_interval_s or 2 * settings.heartbeat_interval_s,
+        )
+        # The end of the training output: the heartbeat's `exit_output` after a non-zero exit.
+        self.output_tail = OutputTail(
+            MAX_EXIT_OUTPUT_LINES, MAX_EXIT_OUTPUT, secrets=self._secret_values
         )
         self.lease = lease or Lease(settings.first_lease_expires_at)
         self.gpu = GpuMonitor(
@@ -184,6 +191,7 @@ class Agent:
             outputs=self.outputs,
             gpu=self.gpu.current(),
             exit_code=self.exit_code,
+            exit_output=self.exit_output,
             bytes_downloaded=self.storage.stats.bytes_downloaded,
             bytes_uploaded=self.storage.stats.bytes_uploaded,
             last_upload_s=self.uploader.last_upload_s,
@@ -395,6 +403,7 @@ class Agent:
                     self.tuning.log_backups,
                 ),
                 self.log_shipper,
+                self.output_tail,
             ),
             orphan_grace_s=self.settings.grace_s,
             orphan_log=self.settings.work_dir / "logs" / "training.log",
@@ -447,7 +456,9 @@ class Agent:
     def _finish(self, code: int) -> int:
         """Training ended on its own: upload what it marked, report, exit with its status."""
         log.info("training exited with %d", code)
-        self.exit_code = code
+        if code != 0 and not self._interrupted:  # its own failure: say why (the tail)
+            self.exit_output = self.output_tail.text()
+        self.exit_code = code  # (after the output: a heartbeat between has neither)
         self._set_phase("uploading")
         self._final_upload(code)
         if self._command and self._command[0] != "continue":
@@ -527,6 +538,9 @@ class Agent:
         if failure.note is not None:
             self.log_shipper.note(failure.note)
         self.exit_code = failure.training_exit_code
+        if failure.reason is not None:  # scrubbed as the shipped log's note is
+            said = scrub(failure.reason.encode(), self._secret_values())
+            self.exit_output = said.decode(errors="replace")[-MAX_EXIT_OUTPUT:]
         self._set_phase("failed")
         self.uploader.stop_watching()  # (a no-op unless the training command failed to start)
         self.heartbeater.stop(final=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -208,6 +209,43 @@ def scrub(data: bytes, secrets: Iterable[str]) -> bytes:
         if len(secret) >= MIN_SECRET_LENGTH:
             data = data.replace(secret.encode(), REDACTED)
     return data
+
+
+class OutputTail:
+    """The last `max_lines` lines of the training output (a log sink, fed line by line by the
+    output pump), each scrubbed of the agent's secrets as it comes, like the shipped log: what
+    the heartbeat says after a non-zero exit (`text`). stdout and stderr come through one pipe
+    in the order the command wrote them, so a traceback is the tail's last lines."""
+
+    def __init__(
+        self, max_lines: int, max_chars: int, *, secrets: Callable[[], Iterable[str]] = tuple
+    ) -> None:
+        self._max_chars = max_chars
+        self._secrets = secrets
+        self._lines: deque[bytes] = deque(maxlen=max_lines)
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        # Scrubbed whole, then a line longer than the tail keeps only its end.
+        line = scrub(data, self._secrets())[-4 * self._max_chars :]
+        with self._lock:
+            self._lines.append(line)
+
+    def text(self) -> str | None:
+        """The tail as text (undecodable bytes replaced, control characters kept as they are),
+        at most `max_chars` characters, cut at a line start where one fits; None when the
+        command wrote nothing but blanks."""
+        with self._lock:
+            raw = b"".join(self._lines)
+        text = raw.decode("utf-8", errors="replace")
+        if not text.strip():
+            return None
+        if len(text) > self._max_chars:
+            text = text[-self._max_chars :]
+            line_start = text.find("\n") + 1
+            if 0 < line_start < len(text):
+                text = text[line_start:]
+        return text
 
 
 class TeeLog:

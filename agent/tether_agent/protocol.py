@@ -44,6 +44,10 @@ MAX_SECONDS = 1e9
 MAX_REASON = 300  # characters of one skipped candidate's reason
 MAX_RESTORE_CANDIDATES = 16  # the recorded checkpoints a generation is given, at most
 MAX_SECRETS = 32  # user secrets one job may list
+# The end of a failed training command's output the heartbeat carries: its last lines, at most
+# this many, and at most this many characters of them.
+MAX_EXIT_OUTPUT_LINES = 20
+MAX_EXIT_OUTPUT = 2048
 
 
 class GpuProbe(_Wire):
@@ -165,6 +169,13 @@ class HeartbeatRequest(_Wire):
     )
     gpu: GpuProbe
     exit_code: int | None = Field(default=None, ge=-255, le=255)
+    exit_output: str | None = Field(
+        default=None,
+        max_length=MAX_EXIT_OUTPUT,
+        description="Why the generation failed, once it has: the last lines of the training "
+        "command's output (stdout and stderr as it wrote them) after a non-zero exit, or why "
+        "training could not start; scrubbed of the agent's secrets, control characters kept.",
+    )
     bytes_downloaded: int = Field(default=0, ge=0, le=MAX_BYTES)
     bytes_uploaded: int = Field(default=0, ge=0, le=MAX_BYTES)
     last_upload_s: float | None = Field(

@@ -22,6 +22,7 @@ from functions.adapters.store import IdempotencyConflict, JobStore, JobView, Sta
 from functions.adapters.table import BadPageToken
 from functions.adapters.transitions import TransitionStarter
 from functions.api import code_service
+from functions.domain.crashes import last_failure
 from functions.domain.errors import Conflict, FieldError, Invalid, NotFound
 from functions.domain.job import (
     ACTIVE_STATES,
@@ -306,6 +307,8 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
         "stop_reason": job.stop_reason,
         "submitted_by": job.submitted_by,
         "restarts": job.restarts,
+        # Why the newest generation that failed did (its agent's words: `crashes.py`).
+        "error": last_failure(view.generations),
         "spend": {
             "spent_usd": job.spent_usd,
             "budget_usd": job.budget_usd,

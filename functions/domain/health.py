@@ -13,9 +13,11 @@ Precedence, first match wins, and why:
                  so the heartbeat timeout calls it dead and a new host runs the job to its end
                  again (from the last checkpoint) and uploads the outputs.
 2. failed      — non-zero exit with the restarts used up: terminal, and the truest reason to
-                 report; or the image cannot be pulled (Vast keeps the instance `loading` with the
-                 pull error in `status_msg`): the job's fault, not the host's, and no host would
-                 do better.
+                 report; or the script's own crash: this generation and the one before it both
+                 exited non-zero without a step past the one they started from (a new host
+                 would do the same: `functions/domain/crashes.py`); or the image cannot be
+                 pulled (Vast keeps the instance `loading` with the pull error in
+                 `status_msg`): the job's fault, not the host's, and no host would do better.
 3. over_budget — the next monitor run would pass the cap: never rent a replacement with no money,
                  so this beats dead, crashed and hung.
 3b. outbid     — an interruptible instance the marketplace stopped (`stopped` while Vast's
@@ -59,8 +61,10 @@ Decisions beyond the rules of docs/architecture.md#health-policy:
 - A pull error is told from Vast's status message (`pull_failed`); pull errors that may be the
   host's (timeouts, a full disk, a registry's rate limit) are left to the startup timeout.
 - A non-zero exit is called `crashed` (replace, host not avoided) while
-  `restarts_so_far < max_restarts`, and `failed` (stop) after. `restarts_so_far` counts restarts
-  after a non-zero exit; `replacements` counts replacements of dead and hung hosts.
+  `restarts_so_far < max_restarts`, and `failed` (stop) after, or at once when it is the
+  second in a row without progress (the script's own error: at most 2 rents for it).
+  `restarts_so_far` counts restarts after a non-zero exit; `replacements` counts replacements
+  of dead and hung hosts.
 - Over budget is strict: spend + $/h × interval landing exactly on the cap is still within it.
 """
 
@@ -73,6 +77,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.crashes import CRASHES_WITHOUT_PROGRESS_MAX, last_output_line
 from functions.domain.heartbeat_contract import GpuProbe, Phase
 from functions.domain.jobspec import Policy
 
@@ -164,6 +169,13 @@ class HeartbeatView(_Frozen):
     outputs_recorded: bool = Field(
         default=False, description="The generation's outputs manifest is recorded."
     )
+    exit_output: str | None = Field(
+        default=None, description="Why the generation failed, as its agent said it."
+    )
+    progressed: bool = Field(
+        default=False,
+        description="The generation reported a step past the one it started from.",
+    )
 
 
 class HealthInput(_Frozen):
@@ -193,6 +205,12 @@ class HealthInput(_Frozen):
     restarts_so_far: int = Field(default=0, ge=0)
     outputs_required: bool = Field(
         default=False, description="The spec names an outputs dir: FINISHED waits for it."
+    )
+    crashes_without_progress_before: int = Field(
+        default=0,
+        ge=0,
+        description="Generations right before this one, in a row, replaced as crashed after "
+        "exiting non-zero without a step past the one they started from.",
     )
     replacements: Mapping[Health, int] = Field(
         default_factory=dict, description="Replacements so far for each cause (dead, hung)."
@@ -246,10 +264,12 @@ def _exited_nonzero(h: HealthInput) -> str | None:
         return None
     if h.resumed_at is not None and hb.at <= h.resumed_at:
         return None  # the exit the outbid's stop caused, reported before it came back
+    said = last_output_line(hb.exit_output)
+    said = f" ({said})" if said else ""
     if hb.exit_code is not None and hb.exit_code != 0:
-        return f"training command exited with code {hb.exit_code}"
+        return f"training command exited with code {hb.exit_code}{said}"
     if hb.phase == "failed":
-        return "agent reported phase failed"
+        return f"agent reported phase failed{said}"
     return None
 
 
@@ -266,7 +286,22 @@ def _finished(h: HealthInput) -> str | None:
 
 
 def _failed(h: HealthInput) -> str | None:
-    return _restarts_used_up(h) or _image_unpullable(h)
+    return _restarts_used_up(h) or _script_error(h) or _image_unpullable(h)
+
+
+def _script_error(h: HealthInput) -> str | None:
+    """The training command crashed without progress, as the generation before did: the
+    script's own error (`functions/domain/crashes.py`)."""
+    crash, hb = _exited_nonzero(h), h.heartbeat
+    if crash is None or hb is None or hb.exit_code in (None, 0) or hb.phase == "stopping":
+        return None
+    in_a_row = h.crashes_without_progress_before + 1
+    if hb.progressed or in_a_row < CRASHES_WITHOUT_PROGRESS_MAX:
+        return None
+    return (
+        f"{crash}; the script's own error: {in_a_row} generations in a row exited non-zero "
+        "before a step past the one they started from, a new host would do the same"
+    )
 
 
 def _restarts_used_up(h: HealthInput) -> str | None:

@@ -32,6 +32,7 @@ from functions.domain.checkpoint_record import (
     unmarked_event,
     with_recorded,
 )
+from functions.domain.crashes import failure_event
 from functions.domain.credentials import lease_within_credentials
 from functions.domain.health import gpu_busy
 from functions.domain.heartbeat_contract import (
@@ -191,6 +192,7 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         resumed=request.resumed,
         outputs=request.outputs,
         exit_code=request.exit_code,
+        exit_output=request.exit_output,
         bytes_downloaded=request.bytes_downloaded,
         bytes_uploaded=request.bytes_uploaded,
         last_upload_s=request.last_upload_s,
@@ -301,8 +303,9 @@ def decide_heartbeat(
 ) -> HeartbeatDecision:
     """Everything an authenticated heartbeat does (the module docstring): the lease and the
     reply (`decide_lease`), the heartbeat record, the checkpoint record
-    (`checkpoint_record.py`), the outputs record (`outputs_record.py`), the restore, misplaced
-    and resumed timeline events, the measures, and whether the reply carries the secrets."""
+    (`checkpoint_record.py`), the outputs record (`outputs_record.py`), the restore, misplaced,
+    resumed and failure (`crashes.py`) timeline events, the measures, and whether the reply
+    carries the secrets."""
     job, generation, request = facts.job, facts.generation, facts.request
     lease = decide_lease(
         job, generation, request, now=now, supervised_max_age_s=supervised_max_age_s
@@ -328,6 +331,7 @@ def decide_heartbeat(
         misplaced_event(generation.heartbeat, request, now),
         unmarked_event(generation.heartbeat, request, job.spec.checkpoint, now),
         _resumed_event(facts, resumed, now),
+        failure_event(generation.heartbeat, request, now),
     )
     wants_secrets = request.wants_secrets and lease.command == "continue"
     answer = answer_of(lease, now)

@@ -212,6 +212,7 @@ class Heartbeat(BaseModel):
     resumed: ResumeReport | None = None  # agent clock; the generation's `resumed_*` are ours
     outputs: OutputsRef | None = None  # only as recorded (`outputs_record.py`)
     exit_code: int | None = None
+    exit_output: str | None = None  # why the generation failed (`functions/domain/crashes.py`)
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
     last_upload_s: float | None = None  # the last checkpoint upload's seconds

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.domain.attempts import transition_under_way
 from functions.domain.correlated import Watch, correlated, held, watch
+from functions.domain.crashes import crashes_without_progress_before, reported_progress
 from functions.domain.credentials import needs_new_credentials
 from functions.domain.health import (
     Health,
@@ -220,6 +221,8 @@ def heartbeat_view(generation: Generation) -> HeartbeatView | None:
         exit_code=hb.exit_code,
         last_checkpoint_step=hb.last_checkpoint.step if hb.last_checkpoint else None,
         outputs_recorded=hb.outputs is not None,
+        exit_output=hb.exit_output,
+        progressed=reported_progress(generation),
     )
 
 
@@ -412,6 +415,9 @@ def decide_job(
             restarts_so_far=job.restarts,
             outputs_required=job.spec.outputs is not None,
             replacements=replacements(snapshot.generations),
+            crashes_without_progress_before=crashes_without_progress_before(
+                snapshot.generations, current
+            ),
             outbid=outbid_view(job, current, instance, observation, snapshot.generations, now),
             resumed_at=resumed_at(observation),
         )

@@ -44,6 +44,7 @@ from tether_agent.progress import misplaced_checkpoints, unmarked_checkpoints, u
 from tether_agent.training_env import training_env as agent_training_env
 
 from functions.adapters.store import JobView
+from functions.domain.crashes import last_failure
 from functions.domain.job import JobState, is_terminal
 from functions.domain.jobspec import JobSpec, SpecError, parse_job
 from functions.domain.secrets import parameter_name
@@ -426,11 +427,14 @@ def rehearse(
 def _wait_for_step(run: DemoRun, step: int, *, after_generation: int, timeout_s: float) -> Any:
     def reached(view: JobView) -> Any:
         if is_terminal(view.job.state):
-            raise DemoError(
-                f"the job ended {view.job.state.value} before the kill at step {step} could "
-                "land: its steps come faster than the 1 s heartbeat, or it failed (see docs/"
-                "rehearse.md, 'Kills land on a report')"
-            )
+            state = view.job.state.value
+            ended = f"the job ended {state} before the kill at step {step} could land"
+            if view.job.state == JobState.FINISHED:
+                raise DemoError(
+                    f"{ended}: its steps come faster than the 1 s heartbeat (see docs/"
+                    "rehearse.md, 'Kills land on a report')"
+                )
+            raise DemoError(f"{ended}: {job_failure(view)}")
         g = run.generation(view)
         hb = g.heartbeat if g is not None else None
         if g is None or g.generation <= after_generation or hb is None:
@@ -438,6 +442,19 @@ def _wait_for_step(run: DemoRun, step: int, *, after_generation: int, timeout_s:
         return g if hb.phase == "training" and (hb.step or 0) >= step else None
 
     return run.wait(f"a report at step {step}", reached, timeout_s=timeout_s)
+
+
+def job_failure(view: JobView) -> str:
+    """Why the job ended as it did: its state's reason, then the last failed generation's own
+    words (`exit_output`: the end of its training output), line breaks kept."""
+    said = view.job.state_reason or view.job.stop_reason or "no reason recorded"
+    failure = last_failure(view.generations)
+    if failure is None:
+        return said
+    code = failure["exit_code"]
+    head = f"exited with code {code}" if code is not None else "could not start training"
+    output = str(failure["output"]).rstrip("\n")
+    return f"{said}\ngeneration {failure['generation']} {head}; its last output:\n{output}"
 
 
 def _report(
@@ -452,7 +469,9 @@ def _report(
     best = invariants.result_checkpoint(list(run.checkpoints.values()), view.generations)
     differences: list[str] = []
     if view.job.state != JobState.FINISHED:
-        differences.append(f"the job ended {view.job.state.value}, not FINISHED")
+        differences.append(
+            f"the job ended {view.job.state.value}, not FINISHED: {job_failure(view)}"
+        )
     if best is None:
         differences.append("the rehearsal left no verified checkpoint")
     else:

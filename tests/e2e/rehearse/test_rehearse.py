@@ -210,3 +210,30 @@ def test_a_run_that_saves_without_marking_is_told_which_and_how_to_mark(
     assert "the agent uploads a checkpoint only once the marker file" in err
     assert "checkpoint_saved(path)" in err
     assert _left_running("saves-unmarked", running_before) == []
+
+
+def test_a_script_that_crashes_after_every_restore_is_named_with_its_own_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], running_before: set[int]
+) -> None:
+    """Runs whole in one go, crashes on every host that restored: the job ends FAILED as the
+    script's own error, and the rehearsal says so in the script's words, not the heartbeat's."""
+    crash_if_restored = (
+        "import os, sys; os.environ.get('TETHER_RESTORED_STEP') and "
+        "sys.exit(print('boom: NameError nme', file=sys.stderr) or 1)"
+    )
+    spec = _spec(
+        tmp_path,
+        name="crashes-on-restore",
+        image="python:3.12-slim",
+        run=f'python -c "{crash_if_restored}" && python {BROKEN} --steps 120 --checkpoint-every 10',
+        env={"STEP_SECONDS": "0"},
+    )
+    code = main(["rehearse", str(spec), "--kill-at-step", "25,60", "--env", "STEP_SECONDS=0.05"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    said = err[err.index("tether: error: rehearse:") :]
+    assert "the job ended FAILED before the kill at step 60 could land" in said
+    assert "the script's own error" in said
+    assert said.rstrip().endswith("boom: NameError nme"), said
+    assert "heartbeat" not in said
+    assert _left_running(str(BROKEN), running_before) == []
