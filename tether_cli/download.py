@@ -12,6 +12,10 @@ A manifest is written by a rented host, so a file name may hold control characte
 sequence that `ls` would print to the terminal, a newline that splits a shell loop). Such a file
 is saved under its name as `tether_cli.terminal_text.visible` shows it (ESC as the four
 characters `\\x1b`), said on stderr and as `saved_as` in `--json`; its bytes are unchanged.
+
+A checkpoint's manifest names how the training script saved it (`name`, `kind`): a folder, whose
+files land in DIR, or a single file (Lightning's `epoch=0-step=50.ckpt`), which lands in DIR
+under that name.
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ def run_download(args: argparse.Namespace) -> int:
                 "step": first["step"],
                 "generation": first["generation"],
                 "manifest_key": first["manifest_key"],
+                "name": first.get("name"),  # an older API sends neither
+                "kind": first.get("kind", "directory"),
                 "to": str(target),
                 "files": written,
             }
@@ -87,8 +93,21 @@ def run_download(args: argparse.Namespace) -> int:
         total = sum(f["size"] for f in written)
         output.stdout_console().print(
             f"downloaded {len(written)} files ({total} bytes) to {target}, every sha256 verified"
+            + _saved_as(first)
         )
     return EXIT_OK
+
+
+def _saved_as(listing: dict[str, Any]) -> str:
+    """How the training script saved a checkpoint, when its manifest says: its name, and
+    whether it is a single file (then it is the one file written, under that name)."""
+    name = listing.get("name")
+    if listing.get("what") != "checkpoint" or not isinstance(name, str):
+        return ""
+    shown = visible(name, keep_newlines=False)
+    if listing.get("kind") == "file":
+        return f"; the checkpoint is the single file {shown}"
+    return f"; the checkpoint was saved as the folder {shown}"
 
 
 def fetch_all(

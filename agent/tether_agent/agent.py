@@ -353,7 +353,7 @@ class Agent:
             result = self._run_until_signalled(
                 lambda: restore_recorded(
                     self.reader, s.restore_checkpoints, s.generation, s.checkpoint_dir,
-                    self.tuning.file_concurrency,
+                    self.tuning.file_concurrency, marker=s.marker,
                 )
             )  # fmt: skip
         except TransferCancelled:

@@ -26,25 +26,35 @@ candidate is a skip; no usable candidate means a fresh start.
 Retention: a generation deletes only its own checkpoints (`retention_victims`), the older ones
 beyond `keep_last`; older generations' checkpoints are out of its reach and stay.
 
-Local layout: the training script saves each checkpoint as a subdirectory of the checkpoint dir
-and writes the marker file into it last. The step is the last number in the subdirectory's name
-(`checkpoint-500`, `step_000500`, `ckpt500`). Restores land in `checkpoint-<step>`, where Hugging
-Face Trainer's `resume_from_checkpoint=True` and `tether_hooks.latest_checkpoint()` look.
+Local layout: the training script saves each checkpoint in the checkpoint dir, either as a
+subdirectory with the marker file written into it last, or as a single file with a sibling
+marker `<file name>.<marker without its leading dot>` written next to it last
+(`epoch=0-step=50.ckpt` and `epoch=0-step=50.ckpt.tether-complete`: `sibling_marker_name`). The
+step is the last number in the directory's name or the file's name without its suffix
+(`checkpoint-500`, `step_000500`, `epoch=0-step=50.ckpt`); a name without a number (Lightning's
+`last.ckpt`) is no checkpoint. The manifest records the name as saved (`name`, and `kind` for a
+file), and the restore writes the checkpoint back under it, so a script that parses its own
+folder name finds it; a manifest without a name (written before names were recorded) restores as
+a directory `checkpoint-<step>`. A recorded name is trusted only when it is one plain path
+component that carries the manifest's step (`name_problem`).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether_agent.protocol import CheckpointRef
 
 MANIFEST_NAME = "manifest.json"
+DEFAULT_MARKER = ".tether-complete"  # the job's `checkpoint.marker` when it sets none
 STEP_DIGITS = 12
 MIB = 1024 * 1024
 MIN_PART = 5 * MIB  # R2 / S3: every part but the last at least 5 MiB
@@ -53,6 +63,7 @@ MAX_PARTS = 10_000
 
 MAX_MANIFEST_BYTES = 16 * MIB  # a manifest of 100,000 files is about 15 MiB
 MAX_MANIFEST_FILES = 100_000
+MAX_NAME_BYTES = 255  # one path component on Linux
 
 _STEP_DIR = re.compile(rf"^(\d{{{STEP_DIGITS}}})$")
 _MANIFEST_KEY = re.compile(rf"^g([1-9]\d{{0,8}})/checkpoints/(\d{{{STEP_DIGITS}}})/manifest\.json$")
@@ -74,6 +85,10 @@ class Manifest(BaseModel):
     generation: int = Field(ge=1)
     created_at: datetime
     files: list[ManifestFile]
+    # The checkpoint's local name as saved; None in manifests written before it was recorded.
+    name: str | None = Field(default=None, min_length=1, max_length=4 * MAX_NAME_BYTES)
+    # "file": one file, listed as `name`, restored as it; "directory": its files below `name`.
+    kind: Literal["directory", "file"] = "directory"
 
     @property
     def total_bytes(self) -> int:
@@ -168,6 +183,30 @@ def manifest_problem(manifest: Manifest, cid: RemoteCheckpointId) -> str | None:
         return "manifest lists a file twice"
     if MANIFEST_NAME in paths:
         return f"manifest lists a file named {MANIFEST_NAME}"
+    if manifest.name is not None and (problem := name_problem(manifest.name, manifest.step)):
+        return problem
+    if manifest.kind == "file":
+        if manifest.name is None:
+            return "a file checkpoint's manifest names no file"
+        if paths != [manifest.name]:
+            return "a file checkpoint's manifest must list exactly its one file"
+    return None
+
+
+def name_problem(name: str, step: int) -> str | None:
+    """Why a recorded checkpoint name cannot be written back into the checkpoint dir: it must be
+    one path component, not hidden, without control characters, and carry `step`."""
+    shown = ascii(name)[:100]
+    if "/" in name or "\\" in name or name in (".", ".."):
+        return f"checkpoint name {shown} is not one path component"
+    if name.startswith("."):
+        return f"checkpoint name {shown} is hidden"
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name):
+        return f"checkpoint name {shown} holds control characters"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"checkpoint name {shown} is longer than {MAX_NAME_BYTES} bytes"
+    if local_step(name) != step:
+        return f"checkpoint name {shown} does not carry step {step}"
     return None
 
 
@@ -207,10 +246,33 @@ def retention_victims(
     return sorted(c for c in mine if c < oldest_kept)
 
 
-def local_step(dirname: str) -> int | None:
-    """The step of a local checkpoint directory: the last number in its name."""
-    match = _LAST_NUMBER.search(dirname)
+def local_step(name: str) -> int | None:
+    """The step of a local checkpoint: the last number in a directory's name, or in a file's
+    name without its suffix (`epoch=0-step=50.ckpt` → 50, `model.h5` → None)."""
+    match = _LAST_NUMBER.search(_without_suffix(name))
     return int(match.group(1)) if match else None
+
+
+def _without_suffix(name: str) -> str:
+    """`name` without a last `.suffix` that is a plain extension (letters first: `.ckpt`,
+    `.pt`, `.h5`); a number after a dot (`ckpt.500`) stays, it is the step."""
+    stem, dot, suffix = name.rpartition(".")
+    if dot and stem and re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,15}", suffix):
+        return stem
+    return name
+
+
+def sibling_marker_name(name: str, marker: str) -> str:
+    """The marker that says the single-file checkpoint `name` is complete, next to it:
+    `epoch=0-step=50.ckpt` with the marker `.tether-complete` → `epoch=0-step=50.ckpt.tether-
+    complete` (`COMPLETE` → `….ckpt.COMPLETE`)."""
+    return f"{name}.{marker.lstrip('.') or marker}"
+
+
+def restore_name(manifest: Manifest) -> str:
+    """Where a checkpoint is restored in the checkpoint dir: the name it was saved under, or
+    `checkpoint-<step>` for a manifest that does not record it."""
+    return manifest.name if manifest.name is not None else restore_dirname(manifest.step)
 
 
 def restore_dirname(step: int) -> str:

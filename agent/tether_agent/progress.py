@@ -17,22 +17,40 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tether_agent.checkpoints import local_step
+from tether_agent.checkpoints import local_step, sibling_marker_name
 from tether_agent.protocol import ResumeReport
 
 
 def marked_checkpoints(checkpoint_dir: Path, marker: str) -> list[tuple[int, Path]]:
-    """(step, dir) of every local checkpoint whose marker exists, oldest first."""
-    found: list[tuple[int, Path]] = []
+    """(step, path) of every local checkpoint whose marker exists, oldest first: a directory
+    with the marker in it, or a single file with its sibling marker next to it
+    (`sibling_marker_name`). A step saved both ways counts once (the directory)."""
+    found: dict[int, Path] = {}
     try:
         entries = list(checkpoint_dir.iterdir())
     except OSError:
         return []
-    for entry in entries:
+    names = {entry.name for entry in entries}
+    for entry in sorted(entries, key=lambda e: e.name):
         step = local_step(entry.name)
-        if step is not None and not entry.name.startswith(".") and (entry / marker).is_file():
-            found.append((step, entry))
-    return sorted(found)
+        if step is None or entry.name.startswith(".") or entry.is_symlink():
+            continue
+        if is_marked(entry, marker, names) and (step not in found or entry.is_dir()):
+            found[step] = entry
+    return sorted(found.items())
+
+
+def is_marked(entry: Path, marker: str, siblings: set[str] | None = None) -> bool:
+    """A directory holding the marker, or a file whose sibling marker exists (`siblings`: the
+    names in its folder, when the caller listed them already)."""
+    if entry.is_dir():
+        return (entry / marker).is_file()
+    if not entry.is_file():
+        return False
+    sibling = sibling_marker_name(entry.name, marker)
+    if siblings is not None and sibling not in siblings:
+        return False
+    return (entry.parent / sibling).is_file()
 
 
 def misplaced_checkpoints(checkpoint_dir: Path, marker: str, limit: int) -> list[str]:
@@ -87,18 +105,20 @@ def unmarked_checkpoints(
 ) -> list[str]:
     """Checkpoints in the checkpoint dir itself that look complete but carry no marker, so the
     agent never uploads them, as names relative to it: a folder whose name ends in a step and
-    holds a file of `COMPLETE_LOOKING_FILES`, or a single checkpoint file (the agent uploads
-    marked folders only), unchanged for `settled_s`. Newest step first; at most 1024 entries of
-    each folder are looked at."""
+    holds a file of `COMPLETE_LOOKING_FILES`, or a single checkpoint file without its sibling
+    marker (`sibling_marker_name`), unchanged for `settled_s`. Newest step first; at most 1024
+    entries of each folder are looked at."""
     now = time.time() if now is None else now
     found: list[tuple[int, str]] = []
     for entry in _entries(checkpoint_dir):
         is_file = entry.is_file()
-        step = local_step(entry.stem if is_file else entry.name)
+        step = local_step(entry.name)
         if step is None:
             continue
         if is_file:
-            looks_complete = entry.suffix in CHECKPOINT_FILE_SUFFIXES
+            looks_complete = entry.suffix in CHECKPOINT_FILE_SUFFIXES and not is_marked(
+                entry, marker
+            )
             files = [entry]
         else:
             files = _entries(entry)
@@ -123,11 +143,14 @@ def _newest_mtime(paths: list[Path]) -> float:
 
 def unmarked_fix(checkpoint_dir: Path, marker: str) -> str:
     """What to do about unmarked checkpoints, in one sentence a user can act on."""
+    example = sibling_marker_name("step_50.pt", marker)
     return (
-        f"the agent uploads a checkpoint only once the marker file {marker!r} is in its folder: "
-        f"write it into each folder under {checkpoint_dir} when the save is complete "
-        "(tether_hooks: the Hugging Face callback, or checkpoint_saved(path) after your own "
-        "save; agent/README.md), and save single-file checkpoints into a folder of their own"
+        f"the agent uploads a checkpoint only once the marker file {marker!r} is in its folder, "
+        f"or, for a single-file checkpoint, next to it as <file>.{marker.lstrip('.') or marker} "
+        f"({example} for step_50.pt): write it under {checkpoint_dir} when the save is "
+        "complete (tether_hooks: the Hugging "
+        "Face callback, or checkpoint_saved(path) after your own save of a folder or a file; "
+        "agent/README.md)"
     )
 
 

@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import TypeAdapter, ValidationError
 
 from tether_agent.checkpoints import (
+    DEFAULT_MARKER,
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     Manifest,
@@ -31,7 +32,8 @@ from tether_agent.checkpoints import (
     candidate_problem,
     file_problem,
     manifest_problem,
-    restore_dirname,
+    restore_name,
+    sibling_marker_name,
 )
 from tether_agent.protocol import (
     MAX_REASON,
@@ -82,14 +84,19 @@ def restore_latest(
     generation: int,
     checkpoint_dir: Path,
     file_concurrency: int = 4,
+    *,
+    marker: str = DEFAULT_MARKER,
 ) -> RestoreResult:
-    """Try `candidates` in order; download the first usable one into
-    `checkpoint_dir/checkpoint-<step>`. Never raises for a candidate: see the module docstring."""
+    """Try `candidates` in order; download the first usable one into `checkpoint_dir` under the
+    name it was saved as (a directory or a file, `checkpoints.restore_name`; a file gets its
+    sibling marker). Never raises for a candidate: see the module docstring."""
     skipped: list[SkippedCheckpoint] = []
     unreadable = False
     for ref in candidates[:MAX_RESTORE_CANDIDATES]:
         try:
-            local = _restore_candidate(storage, ref, generation, checkpoint_dir, file_concurrency)
+            local = _restore_candidate(
+                storage, ref, generation, checkpoint_dir, file_concurrency, marker
+            )
         except TransferCancelled:
             raise  # superseded or shutting down: not the candidate's fault
         except _Unreadable as exc:
@@ -131,6 +138,7 @@ def _restore_candidate(
     generation: int,
     checkpoint_dir: Path,
     file_concurrency: int,
+    marker: str,
 ) -> Path:
     """The restored directory; raises Skip (the candidate is bad) or _Unreadable."""
     cid, problem = candidate_problem(ref, storage.prefix, generation)
@@ -162,10 +170,30 @@ def _restore_candidate(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    final = checkpoint_dir / restore_dirname(cid.step)
-    shutil.rmtree(final, ignore_errors=True)
-    staging.rename(final)
+    final = checkpoint_dir / restore_name(manifest)
+    _remove(final)
+    if manifest.kind == "file":
+        (staging / final.name).rename(final)
+        shutil.rmtree(staging, ignore_errors=True)
+        _write_sibling_marker(final, marker)
+    else:
+        staging.rename(final)
     return final
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _write_sibling_marker(restored: Path, marker: str) -> None:
+    """A restored file checkpoint is marked as the hooks mark one: atomically, after the file."""
+    sibling = restored.parent / sibling_marker_name(restored.name, marker)
+    tmp = restored.parent / f".{sibling.name}.tmp"
+    tmp.write_text('{"restored": true}')
+    tmp.replace(sibling)
 
 
 def _read_manifest(
@@ -227,11 +255,15 @@ def restore_recorded(
     generation: int,
     checkpoint_dir: Path,
     file_concurrency: int = 4,
+    *,
+    marker: str = DEFAULT_MARKER,
 ) -> RestoreResult:
     """`restore_latest` over the recorded list as the environment gives it; a list that cannot
     be read is reported once, as a skip of the whole list, and training starts fresh."""
     candidates, unreadable = parse_candidates(raw_candidates)
-    result = restore_latest(storage, candidates, generation, checkpoint_dir, file_concurrency)
+    result = restore_latest(
+        storage, candidates, generation, checkpoint_dir, file_concurrency, marker=marker
+    )
     if not unreadable:
         return result
     skip = SkippedCheckpoint(manifest_key=RESTORE_CHECKPOINTS_VAR, reason=unreadable)

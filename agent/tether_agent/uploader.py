@@ -3,7 +3,8 @@ to this generation's checkpoints only.
 
 Watching uses inotify through watchdog (a polling observer where inotify is unavailable) plus a
 slow periodic rescan as a safety net, so an idle agent sleeps. A checkpoint directory is never
-read before its marker file exists. Files go up in parallel, largest first (the longest file
+read before its marker file exists (a single-file checkpoint: before its sibling marker, see
+`checkpoints.py`). Files go up in parallel, largest first (the longest file
 sets the pace); the manifest (sizes and sha256 of the bytes actually sent) is written last, and
 only then are older remote checkpoints deleted.
 
@@ -39,8 +40,10 @@ from tether_agent.checkpoints import (
     ManifestFile,
     RemoteCheckpointId,
     checkpoints_prefix,
+    name_problem,
     parse_remote_dir,
     retention_victims,
+    sibling_marker_name,
 )
 from tether_agent.progress import marked_checkpoints
 from tether_agent.protocol import CheckpointRef
@@ -52,11 +55,13 @@ log = logging.getLogger(__name__)
 class _MarkerHandler(FileSystemEventHandler):
     def __init__(self, marker: str, on_marker: Callable[[], None]) -> None:
         self._marker = marker
+        self._sibling_suffix = sibling_marker_name("", marker)  # a file checkpoint's marker
         self._on_marker = on_marker
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         paths = [str(event.src_path), str(getattr(event, "dest_path", "") or "")]
-        if any(Path(p).name == self._marker for p in paths if p):
+        names = [Path(p).name for p in paths if p]
+        if any(n == self._marker or n.endswith(self._sibling_suffix) for n in names):
             self._on_marker()
 
 
@@ -213,14 +218,23 @@ class CheckpointUploader:
 
     def _upload_checkpoint(self, step: int, path: Path) -> CheckpointRef | None:
         cid = RemoteCheckpointId(step, self.generation)
-        files = sorted(p for p in path.rglob("*") if p.is_file())
+        is_file = path.is_file()
+        files = [path] if is_file else sorted(p for p in path.rglob("*") if p.is_file())
         base = cid.dir_key(self.storage.prefix)
         log.info("uploading checkpoint %s (%d files) to %s", path.name, len(files), base)
-        relative = [f.relative_to(path).as_posix() for f in files]
+        relative = [path.name] if is_file else [f.relative_to(path).as_posix() for f in files]
         if MANIFEST_NAME in relative:
             log.error("%s contains a file named %s; skipped", path, MANIFEST_NAME)
             self._done_steps.add(step)
             return None
+        name: str | None = path.name
+        if problem := name_problem(path.name, step):  # a restore would refuse it
+            if is_file:
+                log.error("checkpoint file %s not uploaded: %s", ascii(path.name), problem)
+                self._done_steps.add(step)
+                return None
+            log.warning("%s; it will be restored as checkpoint-%d", problem, step)
+            name = None
         if self._index is not None:  # anything tried may land, even if this try fails
             self._index.keys.setdefault(cid, set()).update(base + rel for rel in relative)
             self._index.keys[cid].add(cid.manifest_key(self.storage.prefix))
@@ -248,6 +262,8 @@ class CheckpointUploader:
                 ManifestFile(path=rel, size=size, sha256=sha)
                 for rel, (size, sha) in zip(relative, results, strict=True)
             ],
+            name=name,
+            kind="file" if is_file else "directory",
         )
         key, sha256 = self.storage.put_manifest(cid, manifest)  # last: now it exists
         if self._index is not None:
@@ -295,4 +311,8 @@ class CheckpointUploader:
         """Delete local checkpoints that are safely remote, except the newest one."""
         for step, path in marked_checkpoints(self.checkpoint_dir, self.marker):
             if path != keep and step in self._done_steps and self.last and step < self.last.step:
-                shutil.rmtree(path, ignore_errors=True)
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                path.unlink(missing_ok=True)  # the file, then its marker
+                (path.parent / sibling_marker_name(path.name, self.marker)).unlink(missing_ok=True)

@@ -1,6 +1,7 @@
 """`GET /jobs/{id}/files?outputs=true | ?checkpoint=STEP`: a recorded checkpoint's or the job's
 outputs' files as presigned GET URLs, each with the size and sha256 its manifest lists, for
-`tether download` to fetch and verify.
+`tether download` to fetch and verify, and, for a checkpoint, the name it was saved under and
+whether it is a single file (`name`, `kind`: a single-file checkpoint lists that one file).
 
 Only what the control plane recorded is offered: a checkpoint of `job.recorded_checkpoints` (the
 newest recorded one at that step) or the outputs recorded on the current generation's heartbeat
@@ -15,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -50,6 +51,10 @@ class _Manifest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     files: list[_File]
+    # A checkpoint's local name as saved and whether it is one file (the agent's
+    # `tether_agent.checkpoints.Manifest`); older manifests have neither.
+    name: str | None = Field(default=None, max_length=1024)
+    kind: Literal["directory", "file"] = "directory"
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ def list_files(
         "generation": source.generation,
         "manifest_key": source.manifest_key,
         "manifest_sha256": source.manifest_sha256,
+        "name": manifest.name if _one_component(manifest.name) else None,
+        "kind": manifest.kind,
         "total_files": len(manifest.files),
         "total_bytes": sum(f.size for f in manifest.files),
         "files": files,
@@ -165,6 +172,13 @@ def _checkpoint(job_id: str, recorded: Any, step: int) -> _Source:
         files_prefix=prefix,
         read_prefix=prefix,
     )
+
+
+def _one_component(name: str | None) -> bool:
+    """A checkpoint name the client may show and save under: one path component."""
+    if not name:
+        return False
+    return name not in (".", "..") and "/" not in name and "\\" not in name
 
 
 def _safe(path: str) -> bool:

@@ -164,8 +164,9 @@ def unmarked_event(
         message=(
             f"g{request.generation} checkpoints that look complete are never uploaded, no "
             f"marker file {checkpoint.marker!r} in them: {names}; write it into each checkpoint "
-            f"folder under {checkpoint.dir} once saved (tether_hooks: the Hugging Face "
-            "callback, or checkpoint_saved(path); agent/README.md)"
+            f"folder under {checkpoint.dir} once saved, or next to a single-file checkpoint as "
+            f"<file>.{checkpoint.marker.lstrip('.') or checkpoint.marker} (tether_hooks: the "
+            "Hugging Face callback, or checkpoint_saved(path); agent/README.md)"
         )[:MAX_EVENT_MESSAGE],
         data={"generation": request.generation, "names": list(request.unmarked_checkpoints)},
     )

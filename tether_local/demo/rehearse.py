@@ -37,10 +37,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from tether_agent.checkpoints import MANIFEST_NAME, Manifest
+from tether_agent.checkpoints import MANIFEST_NAME, Manifest, sibling_marker_name
 from tether_agent.code_archive import extract_safely
 from tether_agent.job_code import CodeUnavailable
-from tether_agent.progress import misplaced_checkpoints, unmarked_checkpoints, unmarked_fix
+from tether_agent.progress import (
+    marked_checkpoints,
+    misplaced_checkpoints,
+    unmarked_checkpoints,
+    unmarked_fix,
+)
 from tether_agent.training_env import training_env as agent_training_env
 
 from functions.adapters.store import JobView
@@ -256,11 +261,7 @@ def reference_run(
             f"the uninterrupted run exited {done.returncode}: "
             f"{done.stdout[-500:]}{done.stderr[-500:]}".rstrip()
         )
-    marked = [
-        (step, d)
-        for d in checkpoints.iterdir()
-        if d.is_dir() and (d / marker).is_file() and (step := _step_of(d.name)) is not None
-    ]
+    marked = marked_checkpoints(checkpoints, marker)  # folders and single files, as the agent
     if not marked:
         unmarked = unmarked_checkpoints(checkpoints, marker, limit=4, settled_s=0)  # it exited
         misplaced = misplaced_checkpoints(checkpoints, marker, limit=4)
@@ -280,13 +281,20 @@ def reference_run(
             f"(spec field checkpoint.dir: {spec.checkpoint.dir}; marker {marker!r}), so there "
             f"is nothing to compare{found}"
         )
-    step, directory = max(marked)
-    files = {
-        str(p.relative_to(directory)): _sha256(p.read_bytes())
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != marker
-    }
-    return step, files, _seconds_per_step([(s, d / marker) for s, d in marked])
+    step, saved = marked[-1]
+    if saved.is_file():  # the manifest lists a single-file checkpoint under its name
+        files = {saved.name: _sha256(saved.read_bytes())}
+    else:
+        files = {
+            str(p.relative_to(saved)): _sha256(p.read_bytes())
+            for p in sorted(saved.rglob("*"))
+            if p.is_file() and p.name != marker
+        }
+    markers = [
+        (s, p / marker if p.is_dir() else p.with_name(sibling_marker_name(p.name, marker)))
+        for s, p in marked
+    ]
+    return step, files, _seconds_per_step(markers)
 
 
 def _seconds_per_step(markers: Sequence[tuple[int, Path]]) -> float | None:
@@ -297,11 +305,6 @@ def _seconds_per_step(markers: Sequence[tuple[int, Path]]) -> float | None:
     if last_step <= first_step:
         return None
     return max(last_at - first_at, 0.0) / (last_step - first_step)
-
-
-def _step_of(name: str) -> int | None:
-    digits = "".join(c if c.isdigit() else " " for c in name).split()
-    return int(digits[-1]) if digits and not name.startswith(".") else None
 
 
 def _sha256(data: bytes) -> str:

@@ -17,7 +17,7 @@ Plain PyTorch loop::
 
     import tether_hooks
     tether_hooks.report_step(step)                      # every step (cheap)
-    tether_hooks.checkpoint_saved(path_of_saved_dir)    # after each complete save
+    tether_hooks.checkpoint_saved(saved_dir_or_file)    # after each complete save
 
 The agent exports `TETHER_CHECKPOINT_DIR`, `TETHER_MARKER` and `TETHER_PROGRESS_FILE`
 (agent/README.md lists everything it sets), and `TETHER_CHECKPOINT_INTERVAL_S`, the interval
@@ -55,15 +55,22 @@ def marker_name() -> str:
 
 
 def checkpoint_saved(path: str | os.PathLike[str], step: int | None = None) -> None:
-    """Mark the checkpoint directory `path` complete: call after every file in it is written.
-    The agent uploads nothing from a directory before this marker exists."""
-    directory = Path(path)
-    for entry in directory.rglob("*"):  # data must be on disk before the marker
-        if entry.is_file():
-            with entry.open("rb") as f:
-                os.fsync(f.fileno())
-    marker = directory / marker_name()
-    tmp = directory / f".{marker_name()}.tmp"
+    """Mark the checkpoint `path` complete: call after every file of it is written. A
+    directory gets the marker inside it; a single file (`epoch=0-step=50.ckpt`) gets a sibling
+    marker next to it, its name plus `.` and the marker's name without its leading dot
+    (`epoch=0-step=50.ckpt.tether-complete`). The agent uploads nothing before the marker."""
+    saved = Path(path)
+    files = [saved] if saved.is_file() else [e for e in saved.rglob("*") if e.is_file()]
+    for entry in files:  # data must be on disk before the marker
+        with entry.open("rb") as f:
+            os.fsync(f.fileno())
+    if saved.is_file():
+        directory = saved.parent
+        marker = directory / f"{saved.name}.{marker_name().lstrip('.') or marker_name()}"
+    else:
+        directory = saved
+        marker = directory / marker_name()
+    tmp = directory / f".{marker.name}.tmp"
     tmp.write_text(json.dumps({"step": step, "time": time.time()}))
     tmp.replace(marker)  # atomic: the marker appears complete or not at all
     if step is not None:

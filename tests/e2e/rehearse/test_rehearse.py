@@ -237,3 +237,38 @@ def test_a_script_that_crashes_after_every_restore_is_named_with_its_own_words(
     assert said.rstrip().endswith("boom: NameError nme"), said
     assert "heartbeat" not in said
     assert _left_running(str(BROKEN), running_before) == []
+
+
+FRAMEWORK_NAMES = Path(__file__).with_name("framework_names.py")
+
+
+@pytest.mark.parametrize(
+    ("layout", "seed"),
+    [("file", 4245), ("accelerate", 4246)],
+    ids=["single-file-checkpoints", "accelerate-step-folders"],
+)
+def test_checkpoints_saved_in_a_frameworks_style_resume_identically(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    running_before: set[int],
+    layout: str,
+    seed: int,
+) -> None:
+    """Single files `ckpt-<step>.pt` marked by `checkpoint_saved(path)` (a sibling marker), and
+    accelerate-style `step_<n>` folders whose script parses its own folder name back: each
+    restored under the name it was saved as, twice, and the end is identical."""
+    run = (
+        f"python {FRAMEWORK_NAMES} --layout {layout} --steps 100 --checkpoint-every 10 "
+        f"--step-seconds 0.1 --seed {seed}"
+    )
+    spec = _spec(tmp_path, name=f"names-{layout}", run=run)
+    code = main(["rehearse", str(spec), "--kills", "2", "--seed", "7", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err[-3000:]
+    report = json.loads(out)
+    assert report["identical"] and report["differences"] == [], report
+    assert report["final_state"] == "FINISHED"
+    assert report["reference_step"] == report["compared_step"] == 100
+    assert len(report["kills"]) == 2
+    assert all(k["resumed_step"] is not None for k in report["kills"]), report["kills"]
+    assert _left_running(f"--seed {seed}", running_before) == []

@@ -53,11 +53,13 @@ def with_outputs(backend: Backend, job_id: str, files: dict[str, bytes]) -> None
     )
 
 
-def with_checkpoint(backend: Backend, job_id: str, step: int, files: dict[str, bytes]) -> None:
+def with_checkpoint(
+    backend: Backend, job_id: str, step: int, files: dict[str, bytes], **saved_as: str
+) -> None:
     base = f"jobs/{job_id}/g1/checkpoints/{step:012d}/"
     for path, data in files.items():
         backend.bucket.objects[base + path] = data
-    raw = _manifest(files, step=step, generation=1, created_at="2026-01-01T00:00:00Z")
+    raw = _manifest(files, step=step, generation=1, created_at="2026-01-01T00:00:00Z", **saved_as)
     backend.bucket.objects[base + "manifest.json"] = raw
     backend.bucket.on_put(job_id, 1)
     backend.store.put_generation(Generation(job_id=job_id, generation=1, token_hash="h"))
@@ -117,6 +119,41 @@ def test_download_a_recorded_checkpoint(backend, capsys, tmp_path) -> None:
     assert code == 0, err
     assert (tmp_path / "model.safetensors").read_bytes() == WEIGHTS
     assert (tmp_path / ".tether-complete").read_bytes() == b""
+
+
+def test_download_a_single_file_checkpoint_under_its_saved_name(backend, capsys, tmp_path) -> None:
+    """Lightning's `epoch=0-step=50.ckpt`: the manifest lists the one file under its name."""
+    job_id = submit(capsys)
+    name = "epoch=0-step=50.ckpt"
+    with_checkpoint(backend, job_id, 50, {name: WEIGHTS}, name=name, kind="file")
+    argv = ["download", job_id, "--checkpoint", "50", "--to", str(tmp_path)]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    assert (tmp_path / name).read_bytes() == WEIGHTS
+    assert f"the checkpoint is the single file {name}" in " ".join(out.split())
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["name"], doc["kind"]) == (name, "file")
+
+
+def test_download_names_a_checkpoint_folder_as_saved_and_old_manifests_without(
+    backend, capsys, tmp_path
+) -> None:
+    job_id = submit(capsys)
+    with_checkpoint(backend, job_id, 20, {"model.bin": WEIGHTS}, name="step_20")
+    code, out, err = run(capsys, "download", job_id, "--checkpoint", "20", "--to", str(tmp_path))
+    assert code == 0, err
+    assert "saved as the folder step_20" in " ".join(out.split())
+    assert (tmp_path / "model.bin").read_bytes() == WEIGHTS
+    old = submit(capsys)
+    with_checkpoint(backend, old, 30, {"model.bin": WEIGHTS})  # written before names
+    to = tmp_path / "old"
+    code, out, err = run(capsys, "download", old, "--checkpoint", "30", "--to", str(to), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["name"], doc["kind"]) == (None, "directory")
 
 
 def test_a_corrupted_file_is_not_kept_and_exits_1(backend, capsys, tmp_path) -> None:

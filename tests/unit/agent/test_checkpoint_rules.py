@@ -14,8 +14,11 @@ from tether_agent.checkpoints import (
     ManifestFile,
     RemoteCheckpointId,
     is_safe_relative,
+    local_step,
     manifest_problem,
+    name_problem,
     retention_victims,
+    sibling_marker_name,
 )
 
 C = RemoteCheckpointId
@@ -82,3 +85,47 @@ STEPS = [C(s, 1) for s in (10, 20, 30, 40, 50)]
 def test_retention_keeps_exactly_the_newest_keep_last(keep_last: int, victims: list[int]) -> None:
     found = retention_victims(STEPS, set(STEPS), own_generation=1, keep_last=keep_last)
     assert [c.step for c in found] == victims
+
+
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [
+        ("checkpoint-500", 500),
+        ("step_000500", 500),
+        ("epoch=0-step=50.ckpt", 50),  # Lightning's default name: the step is the last number
+        ("step_50.pt", 50),
+        ("ckpt.500", 500),  # a number after the dot is the step, not a suffix
+        ("last.ckpt", None),  # Lightning's last: no step, no checkpoint
+        ("model.h5", None),
+    ],
+)
+def test_the_step_of_a_local_checkpoint_is_the_last_number_before_its_suffix(
+    name: str, step: int | None
+) -> None:
+    assert local_step(name) == step
+
+
+def test_a_file_checkpoint_is_marked_by_a_sibling_named_after_it() -> None:
+    assert sibling_marker_name("epoch=0-step=50.ckpt", ".tether-complete") == (
+        "epoch=0-step=50.ckpt.tether-complete"
+    )
+    assert sibling_marker_name("step_50.pt", "COMPLETE") == "step_50.pt.COMPLETE"
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("step_20", None),
+        ("epoch=0-step=20.ckpt", None),
+        ("../step_20", "not one path component"),
+        ("a\\step_20", "not one path component"),
+        (".step_20", "hidden"),
+        ("step_20\u202e", "control characters"),  # a bidi override: invisible in a listing
+        ("step_20\x7f", "control characters"),
+        ("step_21", "does not carry step 20"),
+        ("x" * 260 + "_20", "longer than 255 bytes"),
+    ],
+)
+def test_a_recorded_name_is_written_back_only_when_plain(name: str, problem: str | None) -> None:
+    found = name_problem(name, 20)
+    assert (found is None) if problem is None else (found is not None and problem in found)
