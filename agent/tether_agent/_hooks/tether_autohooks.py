@@ -82,8 +82,8 @@ def _auto_callback_class() -> type:
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            if not under_checkpoint_dir(Path(args.output_dir) / "checkpoint"):
-                return control
+            if not under_checkpoint_dir(Path(args.output_dir) / f"checkpoint-{state.global_step}"):
+                return control  # a Trainer saving elsewhere: not a checkpoint tether keeps
             return super().on_save(args, state, control, **kwargs)
 
     return AutoTetherCallback
