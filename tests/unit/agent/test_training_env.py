@@ -84,6 +84,8 @@ def test_a_fresh_run_has_no_restored_checkpoint_variables() -> None:
     assert env["PYTHONPATH"] == str(HOOKS_DIR)
 
 
-def test_the_hooks_folder_holds_the_module_and_its_distribution_only() -> None:
+def test_the_hooks_folder_holds_the_modules_and_their_distribution_only() -> None:
+    """Everything here is importable by the training process: the hooks, and the auto hooks
+    that Python's start-up runs (sitecustomize)."""
     files = {p.name for p in HOOKS_DIR.iterdir() if p.name != "__pycache__"}
-    assert files == {"tether_hooks.py", "pyproject.toml"}
+    assert files == {"tether_hooks.py", "tether_autohooks.py", "sitecustomize.py", "pyproject.toml"}
