@@ -22,6 +22,13 @@ pinned; `check_moto_internals` is the canary when they move):
   `RetrierDecl._eval_body` is wrapped only to tell the retrier's sleep which execution it
   belongs to.
 
+- `DynamoHandler.call_action` runs one DynamoDB request at a time. moto's tables are plain
+  dicts served by a threaded server: `TransactWriteItems` deep-copies every table it touches
+  as its rollback copy while other requests write to it ("dictionary changed size during
+  iteration", a 500 real DynamoDB never answers for that), and a rollback would put back that
+  copy over their writes. Real DynamoDB serializes writes to an item; one request at a time is
+  stricter, never kinder, and moto answers each in about a millisecond.
+
 And one of the standard library's: `os.environ` reads its items from a snapshot while the
 patches are in place (`_SnapshotEnviron` says why).
 """
@@ -53,6 +60,7 @@ _PROGRAM_EVAL = ("moto.stepfunctions.parser.asl.component.program.program", "Pro
 _EVAL_COMPONENT = ("moto.stepfunctions.parser.asl.component.eval_component", "EvalComponent")
 _THREADS_MODULE = "moto.stepfunctions.parser.utils"
 _ENVIRONMENT_MODULE = "moto.stepfunctions.parser.asl.eval.environment"
+_DYNAMO_DISPATCH = ("moto.dynamodb.responses", "DynamoHandler", "call_action")
 
 
 class MotoInternalsMoved(RuntimeError):
@@ -78,6 +86,7 @@ def check_moto_internals() -> None:
     method(*_WAIT_INTERVAL, ["self", "env", "wait_seconds"])
     method(*_RETRIER_BODY, ["self", "env"])
     method(*_PROGRAM_EVAL, ["self", "env"])
+    method(*_DYNAMO_DISPATCH, ["self"])
     try:
         program = getattr(importlib.import_module(_PROGRAM_EVAL[0]), _PROGRAM_EVAL[1])
         source = inspect.getsource(program.eval)
@@ -154,6 +163,9 @@ class _ExecutionClock:
                 self._changed.wait(left)
             return True
 
+
+# One DynamoDB request at a time (see the module docstring).
+_DYNAMO_LOCK = threading.RLock()
 
 # The clock of each running execution, by its event manager (shared with its frames).
 _clocks: weakref.WeakKeyDictionary[Any, _ExecutionClock] = weakref.WeakKeyDictionary()
@@ -257,6 +269,14 @@ class MotoPatches:
         self._replace(retrier, "time", _ScaledTime(scale))
         self._replace(retrier_class, _RETRIER_BODY[2], retrier_body)
         self._replace(program_class, _PROGRAM_EVAL[2], program_eval)
+        dynamo_class = _owner(_DYNAMO_DISPATCH)
+        dynamo_dispatch = dynamo_class.__dict__[_DYNAMO_DISPATCH[2]]
+
+        def dynamo_one_at_a_time(self: Any) -> Any:
+            with _DYNAMO_LOCK:
+                return dynamo_dispatch(self)
+
+        self._replace(dynamo_class, _DYNAMO_DISPATCH[2], dynamo_one_at_a_time)
         # Not a dict attribute like the others: os.environ's class, restored the same way.
         self._saved.append((os.environ, "__class__", type(os.environ)))
         os.environ.__class__ = _SnapshotEnviron

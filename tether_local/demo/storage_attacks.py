@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,6 +121,8 @@ def copy_checkpoint(
     for entry in manifest["files"]:
         keys.put(target.rsplit("/", 1)[0] + "/" + entry["path"], keys.get(base + entry["path"]))
     manifest.update(step=to_step, created_at=datetime.now(UTC).isoformat())
+    if isinstance(manifest.get("name"), str):  # the saved name carries the step, as an agent's
+        manifest["name"] = re.sub(r"\d+(?=\D*$)", str(to_step), manifest["name"], count=1)
     if edit is not None:
         edit(manifest)
     return write_manifest(keys, to_step, manifest)

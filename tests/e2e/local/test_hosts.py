@@ -89,10 +89,14 @@ def test_the_training_command_runs_on_the_images_interpreter(stack: LocalStack) 
     assert Path(seen["prefix"]) == image.root
     assert seen["path"] == f"{image.bin}:{SYSTEM_PATH}"
     assert seen["venv"] is None
-    # Only the hooks the agent adds on purpose (a directory holding tether_hooks.py alone).
+    # Only the hooks the agent adds on purpose (tether_hooks.py and the framework hooks).
     hooks = Path(seen["pythonpath"])
     assert hooks.parts[-2:] == ("tether_agent", "_hooks")
-    assert sorted(p.name for p in hooks.glob("*.py")) == ["tether_hooks.py"]
+    assert sorted(p.name for p in hooks.glob("*.py")) == [
+        "sitecustomize.py",  # installs the framework hooks (tether_autohooks), then the image's
+        "tether_autohooks.py",
+        "tether_hooks.py",
+    ]
     assert seen["found"] == {
         "tiny_train": False,  # the example's script comes with its code, not the image
         "tether_hooks": True,

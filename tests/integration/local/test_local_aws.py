@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import time
@@ -479,3 +480,35 @@ def test_the_front_gets_each_routes_throttle_from_the_template(
     for key in ("POST /jobs", "GET /jobs", "GET /jobs/{id}", "POST /jobs/{id}/cancel",
                 "GET /jobs/{id}/logs", "GET /jobs/{id}/files", "$default"):  # fmt: skip
         assert throttles[key] == Throttle(rate_per_s=10.0, burst=20), key
+
+
+def test_concurrent_dynamodb_writes_are_served_as_dynamodb_serves_them(local_aws: LocalAws) -> None:
+    """Transactions and plain writes from many threads at once (the heartbeat route under a
+    flood): each answered as DynamoDB would, none a 500. moto alone deep-copies a table for a
+    transaction's rollback while other threads write to it, and fails with "dictionary changed
+    size during iteration"."""
+    dynamo = local_aws.client("dynamodb")
+    name = "concurrency"
+    dynamo.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+    def transact(n: int) -> None:
+        dynamo.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": name, "Item": {"pk": {"S": f"t{n}-{i}"}}}} for i in range(4)
+            ]
+        )
+
+    def put(n: int) -> None:
+        dynamo.put_item(TableName=name, Item={"pk": {"S": f"p{n}"}, "v": {"S": "x" * 100}})
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(transact if n % 2 else put, n) for n in range(600)]
+        errors = [repr(f.exception()) for f in futures if f.exception() is not None]
+    assert errors == []
+    count = dynamo.scan(TableName=name, Select="COUNT")["Count"]
+    assert count == 300 * 4 + 300  # no write lost to another transaction's rollback copy
