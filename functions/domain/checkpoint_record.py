@@ -128,8 +128,9 @@ def misplaced_event(
     """The timeline event for checkpoints the agent found one level below the checkpoint dir
     (never uploaded: e.g. a Trainer's `output_dir` set to a folder below it), when a heartbeat
     names one its generation's previous heartbeat did not; None otherwise."""
-    before = set(previous.misplaced_checkpoints) if previous is not None else set()
-    if not set(request.misplaced_checkpoints) - before:
+    if not _names_new(
+        previous.misplaced_checkpoints if previous else [], request.misplaced_checkpoints
+    ):
         return None
     paths = ", ".join(request.misplaced_checkpoints)
     return TimelineEvent(
@@ -153,8 +154,9 @@ def unmarked_event(
     """The timeline event for checkpoints in the checkpoint dir that look complete but carry no
     marker (never uploaded: a script that saves but never marks), with the fix, when a heartbeat
     names one its generation's previous heartbeat did not; None otherwise."""
-    before = set(previous.unmarked_checkpoints) if previous is not None else set()
-    if not set(request.unmarked_checkpoints) - before:
+    if not _names_new(
+        previous.unmarked_checkpoints if previous else [], request.unmarked_checkpoints
+    ):
         return None
     names = ", ".join(request.unmarked_checkpoints)
     return TimelineEvent(
@@ -170,3 +172,9 @@ def unmarked_event(
         )[:MAX_EVENT_MESSAGE],
         data={"generation": request.generation, "names": list(request.unmarked_checkpoints)},
     )
+
+
+def _names_new(before: Sequence[str], now: Sequence[str]) -> bool:
+    """Whether a heartbeat names a path its generation's previous heartbeat did not: only then
+    does a report of never-uploaded checkpoints go on the timeline again."""
+    return bool(set(now) - set(before))

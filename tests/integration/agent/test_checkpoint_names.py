@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from tether_agent._hooks import tether_hooks
-from tether_agent.checkpoints import Manifest, RemoteCheckpointId
+from tether_agent.checkpoints import Manifest
 from tether_agent.progress import marked_checkpoints, unmarked_checkpoints
 from tether_agent.protocol import CheckpointRef
 from tether_agent.restore import restore_latest
@@ -26,6 +26,7 @@ from tests.integration.agent.conftest import (
     recorded,
     start_agent,
 )
+from tests.integration.agent.test_crafted_manifests import put_crafted
 from tether_local.r2.s3server import S3Server
 
 MARKER = ".tether-complete"
@@ -86,24 +87,11 @@ def test_a_manifest_without_a_name_restores_as_checkpoint_step(
             {"path": "model.bin", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         ],
     }
-    ref = put(storage, 30, json.dumps(body).encode(), {"model.bin": data})
+    ref = put_crafted(storage, 30, json.dumps(body).encode(), {"model.bin": data})
     result = restore_latest(storage, [ref], 2, tmp_path / "host2")
     assert result.restored is not None
     assert result.restored.local_dir.name == "checkpoint-30"
     assert (result.restored.local_dir / "model.bin").read_bytes() == data
-
-
-def put(storage: Storage, step: int, manifest: bytes, files: dict[str, bytes]) -> CheckpointRef:
-    cid = RemoteCheckpointId(step, 1)
-    for name, data in files.items():
-        storage.put_bytes(cid.dir_key(storage.prefix) + name, data)
-    storage.put_bytes(cid.manifest_key(storage.prefix), manifest)
-    return CheckpointRef(
-        step=step,
-        generation=1,
-        manifest_key=cid.manifest_key(storage.prefix),
-        manifest_sha256=hashlib.sha256(manifest).hexdigest(),
-    )
 
 
 @pytest.mark.parametrize(
@@ -137,7 +125,7 @@ def test_a_crafted_name_is_a_skipped_candidate(
         "name": name,
         "kind": kind,
     }
-    crafted = put(storage, 40, json.dumps(body).encode(), {"model.bin": data})
+    crafted = put_crafted(storage, 40, json.dumps(body).encode(), {"model.bin": data})
     into = tmp_path / "host2"
     result = restore_latest(storage, [crafted, good], 2, into)
     (skip,) = result.report.skipped
