@@ -3,7 +3,8 @@ judged against an uninterrupted run of the same command (docs/rehearse.md).
 
 1. The reference: the job's `run` command, run once directly (no stack) in the stand-in of the
    job's `image`, with the job's `env` (and the rehearsal's overrides), the hooks on PYTHONPATH
-   and `TETHER_CHECKPOINT_DIR` in a temporary directory, as the demo's reference run does. A job
+   and the job's paths laid out as a local host lays out its disk and seen at the same absolute
+   paths (`tether_local.hosts.disk_view`), so what a script writes about its paths matches. A job
    with `code.dir` runs in that directory as `tether submit` packs it (the caller's
    `CodeShipper`), extracted by the agent's own code: what .gitignore or .tetherignore leave out
    is missing here as it is on a host, so a script that needs it fails now, not after the kills.
@@ -60,8 +61,9 @@ from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, MonitorClock, Scenario
 from tether_local.demo.submit import CodeShipper, PackedCode
 from tether_local.demo.timeline import Timeline, quiet
+from tether_local.hosts import disk_view
 from tether_local.hosts.images import stand_in
-from tether_local.hosts.local_hosts import SYSTEM_PATH
+from tether_local.hosts.local_hosts import DEFAULT_WORK_DIR, SYSTEM_PATH
 from tether_local.stack import LocalStack
 
 MAX_KILLS = 20
@@ -218,34 +220,45 @@ def reference_run(
     checkpoint). DemoError if it fails or marks no checkpoint."""
     image = stand_in(spec.image)
     marker = spec.checkpoint.marker
-    checkpoints = into / "checkpoints"
+    # Laid out as a local host lays out its disk, and seen at the same absolute paths as every
+    # host sees its own (`disk_view`): what the script writes about its paths is then the same.
+    disk = into / "disk"
+    seen = disk_view.seen_root(disk)
+    checkpoints_seen = _rooted(seen, spec.checkpoint.dir)
+    checkpoints = disk_view.on_disk(checkpoints_seen, disk)
     checkpoints.mkdir(parents=True)
-    work = into / "work"
-    work.mkdir()
-    cwd = work
+    work_seen = _rooted(seen, DEFAULT_WORK_DIR)
+    disk_view.on_disk(work_seen, disk).mkdir(parents=True)
+    cwd_seen = seen
     if code is not None:
-        cwd = work / "code"  # where the agent puts it: $TETHER_WORK_DIR/code
+        cwd_seen = work_seen / "code"  # where the agent puts it: $TETHER_WORK_DIR/code
         try:
-            extract_safely(code.path, cwd)
+            extract_safely(code.path, disk_view.on_disk(cwd_seen, disk))
         except CodeUnavailable as exc:
             raise DemoError(str(exc)) from None
-    outputs = into / "outputs" if spec.outputs is not None else None
-    if outputs is not None:
-        outputs.mkdir()
-    base = {"PATH": f"{image.bin}:{SYSTEM_PATH}", "HOME": str(work), "LANG": "C.UTF-8"}
+    outputs_seen = _rooted(seen, spec.outputs.dir) if spec.outputs is not None else None
+    if outputs_seen is not None:
+        disk_view.on_disk(outputs_seen, disk).mkdir(parents=True, exist_ok=True)
+    progress_seen = (
+        _rooted(seen, spec.checkpoint.progress_file)
+        if spec.checkpoint.progress_file
+        else work_seen / "progress.json"
+    )
+    base = {"PATH": f"{image.bin}:{SYSTEM_PATH}", "HOME": str(seen), "LANG": "C.UTF-8"}
     full_env = agent_training_env(  # the agent's own function: the same variables as on a host
         {**base, "PYTHONUNBUFFERED": "1", **env},
-        checkpoint_dir=checkpoints,
+        checkpoint_dir=checkpoints_seen,
         marker=marker,
-        progress_file=work / "progress.json",
-        code_dir=cwd if code is not None else None,
-        outputs_dir=outputs,
+        progress_file=progress_seen,
+        code_dir=cwd_seen if code is not None else None,
+        outputs_dir=outputs_seen,
     )
     try:
         done = subprocess.run(
-            ["bash", "-c", spec.run],  # as the agent runs it (`bash -c "$TETHER_RUN"`)
+            # as the agent runs it (`bash -c "$TETHER_RUN"`)
+            disk_view.command_seeing(["bash", "-c", spec.run], disk, cwd=cwd_seen),
             env=full_env,
-            cwd=cwd,
+            cwd=disk_view.on_disk(cwd_seen, disk),
             capture_output=True,
             text=True,
             check=False,
@@ -295,6 +308,11 @@ def reference_run(
         for s, p in marked
     ]
     return step, files, _seconds_per_step(markers)
+
+
+def _rooted(root: Path, path: str) -> Path:
+    """A job's absolute path below `root`, as the agent roots it on a local host."""
+    return root / path.lstrip("/")
 
 
 def _seconds_per_step(markers: Sequence[tuple[int, Path]]) -> float | None:

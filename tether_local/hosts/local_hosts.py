@@ -24,8 +24,11 @@ The environment: `LocalHost.received_env` is exactly what Vast gives the contain
 account secrets. The process environment adds what the container image and the disk would
 provide: absolute paths in `TETHER_CHECKPOINT_DIR`, `TETHER_WORK_DIR`, `TETHER_PROGRESS_FILE`
 and `TETHER_OUTPUTS_DIR` are mapped into the host's disk (`/workspace/ckpt` →
-`<disk>/workspace/ckpt`): `TETHER_WORK_DIR` here, the others, which come over the agent's
-first heartbeat, by the agent below `TETHER_PATH_ROOT` (the disk); `HOME` is the disk,
+`<seen root>/workspace/ckpt`): `TETHER_WORK_DIR` here, the others, which come over the agent's
+first heartbeat, by the agent below `TETHER_PATH_ROOT` (the disk); `HOME` is the disk. Every
+host sees its own disk at the same seen root where this machine allows mount namespaces
+(`tether_local.hosts.disk_view`), as every container sees `/workspace`, so what a script writes
+into its checkpoints about its paths is the same on every host;
 `PATH` is the image's (above), the GPU is scripted through `<machine>/gpu-probe` (below),
 and `TETHER_VAST_URL` points at the simulator when the rent did not set it. Nothing else is
 mapped: any other absolute path a job names is this machine's, so job commands should use the
@@ -60,8 +63,8 @@ from pathlib import Path
 from typing import Literal
 
 from functions.domain import agent_env
+from tether_local.hosts import disk_view, images
 from tether_local.hosts import fake_nvml as fake_nvml_module
-from tether_local.hosts import images
 from tether_local.hosts.agent_install import agent_venv
 from tether_local.vast_sim import SimInstance, VastSimulator
 
@@ -74,7 +77,7 @@ _MAPPED_PATHS = (
     agent_env.PROGRESS_FILE,
     agent_env.OUTPUTS_DIR,
 )
-_DEFAULT_WORK_DIR = "/var/lib/tether"
+DEFAULT_WORK_DIR = "/var/lib/tether"
 HostState = Literal["booting", "running", "stopped", "destroyed", "pull_failed"]
 HostGpu = Literal["fake-probe", "fake-nvml"]  # see the module docstring
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"  # after the image's bin on the host's PATH
@@ -331,12 +334,11 @@ class LocalHosts:
         assert venv is not None, "attach() first (and use_gpu() for another GPU)"
         env = self.process_env(host)
         host.disk.mkdir(parents=True, exist_ok=True)
-        work_dir = Path(env[agent_env.WORK_DIR])
-        work_dir.mkdir(parents=True, exist_ok=True)
+        disk_view.on_disk(env[agent_env.WORK_DIR], host.disk).mkdir(parents=True, exist_ok=True)
         log = host.log_file.open("ab")  # the child gets its own copy; closed below
         try:
             host.process = subprocess.Popen(
-                [str(venv / "bin" / "tether-agent"), "run"],
+                disk_view.command_seeing([str(venv / "bin" / "tether-agent"), "run"], host.disk),
                 env=env,
                 cwd=host.disk,
                 stdin=subprocess.DEVNULL,
@@ -353,21 +355,22 @@ class LocalHosts:
         """The agent's process environment: `received_env` plus what the image and disk give
         (see the module docstring). The agent passes it on to the training command."""
         assert host.stand_in is not None, "the image's stand-in first (_boot)"
+        seen = disk_view.seen_root(host.disk)  # the disk, where the host's processes see it
         env = {
             "PATH": f"{host.stand_in.bin}:{SYSTEM_PATH}",
-            "HOME": str(host.disk),
+            "HOME": str(seen),
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
             **host.received_env,
             HOST_MARKER: host.marker,
         }
-        env.setdefault(agent_env.WORK_DIR, _DEFAULT_WORK_DIR)
-        env[agent_env.PATH_ROOT] = str(host.disk)  # the job's paths the heartbeat brings
+        env.setdefault(agent_env.WORK_DIR, DEFAULT_WORK_DIR)
+        env[agent_env.PATH_ROOT] = str(seen)  # the job's paths the heartbeat brings
         for name in _MAPPED_PATHS:
             value = env.get(name)
             if value and value.startswith("/"):
-                env[name] = str(host.disk / value.lstrip("/"))
+                env[name] = str(seen / value.lstrip("/"))
         if host.gpu == "fake-nvml":
             env[agent_env.GPU_PROBE] = "nvml"
             env[fake_nvml_module.FILE_ENV] = str(host.gpu_probe_file)

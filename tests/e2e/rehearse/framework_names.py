@@ -8,10 +8,12 @@ PYTHONPATH from the agent):
   example), whose name the script parses back on resume: restored under another name, it crashes.
 
 It resumes from `TETHER_RESUME_FROM`, weights, step and random generator, so a resumed run ends
-as an uninterrupted one.
+as an uninterrupted one. `--record-paths` writes into each checkpoint the absolute paths it ran
+with (where it saved, HOME, its working directory), as Lightning's `.ckpt` records its
+ModelCheckpoint's `dirpath`: the same on every host only if every host sees the same paths.
 
     python framework_names.py --layout file|accelerate --steps N --checkpoint-every K
-                              [--step-seconds S] [--seed X]
+                              [--step-seconds S] [--seed X] [--record-paths]
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ def load(resume: Path, layout: str) -> dict[str, Any]:
     return state
 
 
-def save(root: Path, layout: str, state: dict[str, Any]) -> None:
+def save(root: Path, layout: str, state: dict[str, Any], record_paths: bool) -> None:
+    if record_paths:
+        where = {"dirpath": str(root.resolve()), "home": os.environ["HOME"], "cwd": str(Path.cwd())}
+        state = {**state, "paths": where}
     data = json.dumps(state, sort_keys=True)
     step = state["step"]
     if layout == "file":
@@ -60,6 +65,7 @@ def main() -> int:
     parser.add_argument("--checkpoint-every", type=int, required=True)
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--record-paths", action="store_true")
     args = parser.parse_args()
     root = Path(os.environ["TETHER_CHECKPOINT_DIR"])
     root.mkdir(parents=True, exist_ok=True)
@@ -80,7 +86,8 @@ def main() -> int:
         step += 1
         tether_hooks.report_step(step)
         if step % args.checkpoint_every == 0 or step == args.steps:
-            save(root, args.layout, {"step": step, "w": w, "rng": rng.getstate()})
+            state = {"step": step, "w": w, "rng": rng.getstate()}
+            save(root, args.layout, state, args.record_paths)
         time.sleep(args.step_seconds)
     return 0
 

@@ -243,9 +243,9 @@ FRAMEWORK_NAMES = Path(__file__).with_name("framework_names.py")
 
 
 @pytest.mark.parametrize(
-    ("layout", "seed"),
-    [("file", 4245), ("accelerate", 4246)],
-    ids=["single-file-checkpoints", "accelerate-step-folders"],
+    ("layout", "seed", "options"),
+    [("file", 4245, ""), ("accelerate", 4246, ""), ("file", 4247, " --record-paths")],
+    ids=["single-file-checkpoints", "accelerate-step-folders", "checkpoints-holding-paths"],
 )
 def test_checkpoints_saved_in_a_frameworks_style_resume_identically(
     tmp_path: Path,
@@ -253,13 +253,17 @@ def test_checkpoints_saved_in_a_frameworks_style_resume_identically(
     running_before: set[int],
     layout: str,
     seed: int,
+    options: str,
 ) -> None:
     """Single files `ckpt-<step>.pt` marked by `checkpoint_saved(path)` (a sibling marker), and
     accelerate-style `step_<n>` folders whose script parses its own folder name back: each
-    restored under the name it was saved as, twice, and the end is identical."""
+    restored under the name it was saved as, twice, and the end is identical. With
+    `--record-paths` each checkpoint also holds the absolute paths it ran with (as a Lightning
+    `.ckpt` does): identical only because the uninterrupted run and every host see the job's
+    paths at the same place (`tether_local.hosts.disk_view`)."""
     run = (
         f"python {FRAMEWORK_NAMES} --layout {layout} --steps 100 --checkpoint-every 10 "
-        f"--step-seconds 0.1 --seed {seed}"
+        f"--step-seconds 0.1 --seed {seed}{options}"
     )
     spec = _spec(tmp_path, name=f"names-{layout}", run=run)
     code = main(["rehearse", str(spec), "--kills", "2", "--seed", "7", "--json"])

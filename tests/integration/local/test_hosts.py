@@ -6,6 +6,7 @@ for what the machine does with its disk and its image."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from tether_local.hosts import disk_view
 from tether_local.hosts.images import stand_in
 from tether_local.hosts.local_hosts import SYSTEM_PATH, LocalHost, LocalHosts, marked_processes
 from tether_local.vast_sim import VastSimulator
@@ -162,6 +164,24 @@ def test_the_agent_runs_from_its_venv_with_the_images_path(machines: Machines) -
     assert env["PATH"] == f"{image.bin}:{SYSTEM_PATH}"
     assert "PYTHONPATH" not in env and "VIRTUAL_ENV" not in env
     assert host.process is not None and isinstance(host.process.args, list)
-    agent = Path(str(host.process.args[0]))
-    assert agent.name == "tether-agent" and agent.is_absolute()
+    [agent] = [Path(a) for a in map(str, host.process.args) if Path(a).name == "tether-agent"]
+    assert agent.is_absolute()
     assert not agent.is_relative_to(image.root)
+
+
+@pytest.mark.skipif(not disk_view.available(), reason="no unprivileged mount namespaces here")
+def test_every_host_sees_its_own_disk_at_the_same_paths(machines: Machines) -> None:
+    """As every container sees its disk at /workspace: what a script records about its paths
+    is the same on every host, and each still writes only to its own disk."""
+    hosts = [machines.booted(machines.rent("python:3.12-slim")) for _ in range(2)]
+    envs = [machines.hosts.process_env(h) for h in hosts]
+    assert envs[0]["HOME"] == envs[1]["HOME"] == str(disk_view.SEEN_ROOT)
+    assert envs[0]["TETHER_PATH_ROOT"] == envs[1]["TETHER_PATH_ROOT"] == str(disk_view.SEEN_ROOT)
+    assert hosts[0].disk != hosts[1].disk
+    for host in hosts:
+        write = f"pwd > where && echo {host.instance_id} > {disk_view.SEEN_ROOT}/whoami"
+        subprocess.run(disk_view.command_seeing(["sh", "-c", write], host.disk), check=True)
+    for host in hosts:
+        assert (host.disk / "whoami").read_text() == f"{host.instance_id}\n"
+        assert (host.disk / "where").read_text() == f"{disk_view.SEEN_ROOT}\n"
+    assert list(disk_view.SEEN_ROOT.iterdir()) == []  # the seen root itself holds nothing
