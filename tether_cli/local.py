@@ -92,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     for command, (action, what) in HOST_ACTIONS.items():
         chaos = actions.add_parser(
             command,
-            help=f"chaos on a job's newest host: {what}",
+            help=f"the job's newest host: {what}",
             description=f"On the local stack `tether local up` serves: {what}. Acts on the "
             "job's host of the highest generation.",
         )

@@ -227,11 +227,11 @@ def run_vast(args: argparse.Namespace) -> int:
             }
         )
         return EXIT_OK
+    if warning:
+        output.warn(warning)
     if args.print:
         print(shlex.join(command))
         return EXIT_OK
-    if warning:
-        output.warn(warning)
     output.stderr_console().print(
         f"instance {instance_id} (job {args.job_id}, generation {generation}), {endpoint.via} "
         f"ssh. {ADD_KEY_HINT}.",

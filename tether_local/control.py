@@ -23,6 +23,7 @@ the host's process marker, so a shell opened with it dies with the host, as an S
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 from collections.abc import Callable
@@ -120,7 +121,8 @@ class StackControl:
             return _reply(exc.status, {"error": exc.code, "message": exc.message})
 
     def _authorize(self, request: httpx.Request) -> None:
-        if request.headers.get("authorization", "") != f"Bearer {self._token}":
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, f"Bearer {self._token}".encode()):
             raise ControlError(401, "unauthorized", "the control token is missing or wrong")
 
     def _route(self, request: httpx.Request) -> dict[str, Any]:

@@ -246,6 +246,11 @@ def render(instance: SimInstance, ledger: Ledger, status: str | None, now: float
             },
         }
     )
+    if status in (None, "created"):
+        # Right after the rent Vast has assigned no SSH endpoint yet (the recorded just-created
+        # records carry none).
+        record.update({"ssh_host": None, "ssh_port": None, "ssh_idx": None})
+        return record
     direct = _direct_ssh(instance)
     if direct is not None:
         record.update(direct)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.paths import ROOT
-from tests.unit.local.vast_sim_support import cheapest_offer, client_for
+from tests.unit.local.vast_sim_support import FakeClock, cheapest_offer, client_for, rent_one
 from tether_cli import local as local_cli
 from tether_cli import ssh
 from tether_cli.main import main
@@ -63,6 +63,16 @@ def test_a_direct_ssh_launch_mode_is_reached_on_the_machines_address() -> None:
     host_port = int(record["ports"]["22/tcp"][0]["HostPort"])
     assert endpoint == ssh.SshEndpoint(record["public_ipaddr"], host_port, "direct")
     assert not ssh.runs_no_ssh_server(record)
+
+
+def test_a_just_created_instance_has_no_endpoint_yet() -> None:
+    clock = FakeClock()
+    sim = VastSimulator(generate_offers(30, 3), seed=3, startup_s=60.0, created_s=10.0, clock=clock)
+    vast = client_for(sim)
+    instance_id = rent_one(vast, int(cheapest_offer(sim)["id"]))
+    assert ssh.ssh_endpoint(ssh.instance_record(vast, instance_id)) is None
+    clock.advance(61)
+    assert ssh.ssh_endpoint(ssh.instance_record(vast, instance_id)) is not None
 
 
 def test_the_jupyter_launch_modes_serve_proxy_ssh_one_port_up() -> None:
