@@ -68,11 +68,16 @@ class ApiTarget:
 # --- where ---------------------------------------------------------------------------------
 
 
-def write_local_state(api_url: str, path: Path | None = None) -> Path:
-    """For `tether local up`: record the API URL so `--local` finds it."""
+def write_local_state(
+    api_url: str, path: Path | None = None, control: Mapping[str, str] | None = None
+) -> Path:
+    """For `tether local up`: record the API URL so `--local` finds it, and the control
+    endpoint's URL and token (`tether_cli/local.py`); readable by this user only."""
     target = path or local_state_path()
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps({"api_url": api_url}) + "\n", encoding="utf-8")
+    target.touch(mode=0o600)
+    target.chmod(0o600)
+    target.write_text(json.dumps({"api_url": api_url, **(control or {})}) + "\n", encoding="utf-8")
     return target
 
 

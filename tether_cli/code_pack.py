@@ -13,7 +13,10 @@ without a name or time.
 Limits (`functions/domain/code_archive.py`, which the API and the agent enforce too):
 `MAX_ARCHIVE_BYTES` compressed, `MAX_ARCHIVE_FILES` entries, `MAX_UNPACKED_BYTES` in all. Past
 one, or on a file that cannot be read, `PackError` says what and names the biggest files and
-directories to add to `.tetherignore`; the partial archive is deleted.
+directories to add to `.tetherignore`; the partial archive is deleted. `check` applies every one
+of them without writing an archive (what `tether validate` runs; `pack` is what `submit` runs):
+the same walk and the same compression, into a byte counter, and only when the files could
+compress to more than `MAX_ARCHIVE_BYTES` (`archive_bound`).
 """
 
 from __future__ import annotations
@@ -29,9 +32,13 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from functions.domain.code_archive import MAX_ARCHIVE_BYTES, MAX_ARCHIVE_FILES, MAX_UNPACKED_BYTES
 from tether_cli.ignore_rules import IGNORE_FILES, Rule, ignored, parse_rules
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 ALWAYS_EXCLUDED = (".git",)
 BIGGEST_SHOWN = 8
@@ -99,6 +106,42 @@ def collect(root: Path) -> Tree:
             biggest(tree),
         )
     return tree
+
+
+def archive_bound(tree: Tree) -> int:
+    """An upper bound on the packed size of `tree`, whatever its files hold: each entry's tar
+    header, long-name record and padding, the archive's end blocks, and deflate's worst-case
+    growth on incompressible data (zlib's `deflateBound`) with the gzip header and trailer."""
+    headers = sum(2048 + 2 * (len(e.path) + len(e.link)) for e in tree.entries)
+    tar_bytes = tree.total_bytes + headers + tarfile.RECORDSIZE
+    return tar_bytes + tar_bytes // 2048 + 1024
+
+
+def check(root: Path) -> Tree:
+    """What packing `root` would put in, checked against every limit `pack` applies, the
+    compressed size included, without writing the archive (PackError past one)."""
+    tree = collect(root)
+    if archive_bound(tree) > MAX_ARCHIVE_BYTES:
+        _write(tree, _ByteCounter())
+    return tree
+
+
+class _ByteCounter(io.RawIOBase):
+    """A sink that keeps only how many bytes were written to it."""
+
+    def __init__(self) -> None:
+        self._count = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        size = memoryview(data).nbytes
+        self._count += size
+        return size
+
+    def tell(self) -> int:
+        return self._count
 
 
 def pack(root: Path, out_dir: Path | None = None) -> Packed:
@@ -176,7 +219,7 @@ def _read_text(path: Path, rel: str, name: str) -> str:
         raise PackError(f"cannot read {shown}: {exc.strerror}") from None
 
 
-def _write(tree: Tree, raw: io.BufferedWriter) -> None:
+def _write(tree: Tree, raw: io.RawIOBase | io.BufferedWriter) -> None:
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from functions.domain.jobspec import JobSpec
 from tether_cli import output
 from tether_cli.api_client import TetherApi
-from tether_cli.code_pack import Packed, PackError, Tree, cleanup, collect, pack
+from tether_cli.code_pack import Packed, PackError, Tree, check, cleanup, pack
 from tether_cli.output import EXIT_USAGE, CliError
 
 
@@ -46,9 +46,10 @@ def code_dir(job: JobSpec, spec_path: str, override: str | None) -> CodeDir | No
 
 
 def checked_tree(where: CodeDir) -> Tree:
-    """What would be shipped (no packing), or exit 2 saying why it cannot be."""
+    """What would be shipped, checked against every limit `submit` applies (`code_pack.check`,
+    the compressed size included; no archive is written), or exit 2 saying why it cannot be."""
     try:
-        return collect(where.path)
+        return check(where.path)
     except PackError as exc:
         raise CliError(exc.message, EXIT_USAGE, exc.details) from None
 

@@ -49,6 +49,7 @@ __all__ = [  # the checks are named here too: tests and callers reach them as `d
     "check_node",
     "deploy_parameters",
     "is_bootstrapped",
+    "next_steps",
     "region_environment",
     "register",
     "resolve_region",
@@ -151,9 +152,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "secrets",
         help="your job secrets (HF_TOKEN…) and the control plane's Vast/Cloudflare keys",
         description="`set NAME` with an upper-case name (HF_TOKEN) stores a secret a job spec "
-        "may list under `secrets:` (SSM Parameter Store, delivered only to the job's current "
-        "host). `set vast` / `set cloudflare` store the control plane's account keys in Secrets "
-        "Manager (never on a rented host).",
+        f"may list under `secrets:` (an SSM Parameter Store SecureString under "
+        f"{user_secrets.SECRET_PREFIX}, delivered only to the job's current host). `set vast` / "
+        f"`set cloudflare` store the control plane's account keys as SSM Parameter Store "
+        f"SecureStrings ({names.VAST_KEY_PARAMETER}, {names.CLOUDFLARE_PARAMETER}; never on a "
+        "rented host).",
     )
     actions = secrets.add_subparsers(title="actions", metavar="ACTION", dest="secrets_action")
     set_ = actions.add_parser(
@@ -399,19 +402,33 @@ def run_deploy(args: argparse.Namespace) -> int:
     from tether_cli.api_client import stack_outputs
 
     outputs = stack_outputs(os.environ.get("TETHER_STACK_NAME") or names.STACK_NAME, region=region)
+    to_set = provider_keys.keys_to_set(region)
     if args.json:
         output.print_json(
-            {"account": account, "region": region, "region_from": source, "outputs": outputs}
+            {
+                "account": account,
+                "region": region,
+                "region_from": source,
+                "outputs": outputs,
+                "keys_to_set": to_set,
+            }
         )
         return EXIT_OK
     console = output.stdout_console()
     console.print(f"deployed {names.STACK_NAME} to account {account}, region {region} ({source})")
     for key, value in sorted(outputs.items()):
         console.print(f"  {key}: {value}")
-    console.print("next: tether secrets set vast   ·   tether secrets set cloudflare")
+    console.print(next_steps(to_set))
     if args.email:
         console.print(f"confirm the SNS subscription e-mails sent to {args.email}")
     return EXIT_OK
+
+
+def next_steps(keys_to_set: Sequence[str]) -> str:
+    """What is left after a deploy: the provider keys that hold no key yet, else nothing to do."""
+    if not keys_to_set:
+        return "the provider keys are set (vast, cloudflare): submit a job with `tether submit`"
+    return "next: " + "   ·   ".join(f"tether secrets set {which}" for which in keys_to_set)
 
 
 def run_destroy(args: argparse.Namespace) -> int:

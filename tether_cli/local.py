@@ -10,6 +10,12 @@ While it serves, the terminal shows the jobs' timeline, the demo's (`tether_loca
 rented, training, dead, replaced, finished…, each line with its job id). The functions' own
 logs — Powertools' JSON lines, EMF metrics, START/END/REPORT, timeouts — go to
 `<root>/logs/<function>.log`, one file per function.
+
+While it serves, the chaos controls act on a job's host from another terminal, through the
+stack's control endpoint (`tether_local.control`; its URL and token are in the state file):
+`tether local kill-host JOB` (the machine dies: processes killed, disk deleted, Vast shows it
+offline), `hang-gpu`, `idle-gpu`, `heal-gpu`, `freeze`, `thaw`, `cut-heartbeats`,
+`restore-heartbeats`, `outbid`, `zombie`, and `vast-outage on|off`, `vast-fault KIND`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import errno
 import json
 import logging
+import secrets
 import signal
 import socket
 import sys
@@ -28,11 +35,26 @@ from types import FrameType
 from typing import Any
 
 from tether_cli import output
-from tether_cli.api_client import write_local_state
-from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError, import_local
+from tether_cli.api_client import local_state_path, write_local_state
+from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, import_local
 
 LOG = logging.getLogger(__name__)
 TIMELINE_POLL_S = 1.0
+CONTROL_TIMEOUT_S = 60.0  # a kill waits for the host's processes to die
+# The control endpoint's host actions (`tether_local.control.HOST_ACTIONS`, which a test holds
+# equal): the command, what it does.
+HOST_ACTIONS = {
+    "kill-host": ("kill", "the machine dies: processes killed, disk deleted, Vast: offline"),
+    "hang-gpu": ("hang-gpu", "the GPU hangs: the probe times out"),
+    "idle-gpu": ("idle-gpu", "the GPU reads idle (no utilisation)"),
+    "heal-gpu": ("heal-gpu", "the GPU answers again"),
+    "freeze": ("freeze", "every process of the host stops (SIGSTOP)"),
+    "thaw": ("thaw", "every process of the host continues (SIGCONT)"),
+    "cut-heartbeats": ("cut-heartbeats", "the API front drops the host's heartbeats"),
+    "restore-heartbeats": ("restore-heartbeats", "the host's heartbeats reach the API again"),
+    "outbid": ("outbid", "a higher bid takes an interruptible host: Vast stops it"),
+    "zombie": ("zombie", "the newest destroyed host runs its old agent again (empty disk)"),
+}
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -67,6 +89,44 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     up.add_argument("--offers", type=int, default=200, help="offers in the simulated Vast book")
     up.add_argument("--seed", type=int, default=0, help="seed of the simulated offer book")
     up.set_defaults(handler=run_up)
+    for command, (action, what) in HOST_ACTIONS.items():
+        chaos = actions.add_parser(
+            command,
+            help=f"the job's newest host: {what}",
+            description=f"On the local stack `tether local up` serves: {what}. Acts on the "
+            "job's host of the highest generation.",
+        )
+        chaos.add_argument("job_id", metavar="JOB", help="the job id")
+        if action == "kill":
+            chaos.add_argument(
+                "--exited",
+                action="store_true",
+                help="Vast shows the instance `exited` (its container died) instead of "
+                "`offline` (the machine dropped off)",
+            )
+        chaos.add_argument("--json", action="store_true", help="print the result as JSON")
+        chaos.set_defaults(handler=run_host_action, host_action=action)
+    outage = actions.add_parser(
+        "vast-outage",
+        help="Vast goes down (every request 502) or comes back",
+        description="On the local stack: `on` makes every Vast API request answer 502 Bad "
+        "Gateway (instances keep running and billing) until `off`.",
+    )
+    outage.add_argument("switch", choices=("on", "off"))
+    outage.add_argument("--json", action="store_true", help="print the result as JSON")
+    outage.set_defaults(handler=run_vast_outage)
+    fault = actions.add_parser(
+        "vast-fault",
+        help="the next Vast requests of a kind fail (429 storms, 5xx, offers gone, …)",
+        description="On the local stack: make the next COUNT matching Vast requests fail. "
+        "KIND: rate_limit, server_error, connection_error (any request); offer_gone, "
+        "bid_too_low, invalid_args, no_instance_api_key (rents); resources_unavailable "
+        "(starts).",
+    )
+    fault.add_argument("kind", metavar="KIND")
+    fault.add_argument("--count", type=int, default=1, help="how many (default %(default)s)")
+    fault.add_argument("--json", action="store_true", help="print the result as JSON")
+    fault.set_defaults(handler=run_vast_fault)
     parser.set_defaults(handler=lambda _args: _missing_action(parser))
 
 
@@ -113,11 +173,81 @@ def _show_timeline(stack: Any, timeline: Any, started: float, stop: threading.Ev
             LOG.debug("timeline poll failed: %s", exc)
 
 
+# --- the control endpoint's client -------------------------------------------------------
+
+
+def control_request(path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Call the serving stack's control endpoint (GET without a body, POST with one); its
+    answer, or a CliError with its message."""
+    import httpx
+
+    state = local_state_path()
+    try:
+        recorded = json.loads(state.read_text(encoding="utf-8"))
+        url, token = str(recorded["control_url"]), str(recorded["control_token"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CliError(
+            f"no local stack is serving ({state} names none): start one with `tether local up`",
+            EXIT_FAILURE,
+        ) from None
+    headers = {"authorization": f"Bearer {token}"}
+    try:
+        if body is None:
+            reply = httpx.get(url + path, headers=headers, timeout=CONTROL_TIMEOUT_S)
+        else:
+            reply = httpx.post(url + path, json=body, headers=headers, timeout=CONTROL_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        raise CliError(
+            f"the local stack at {url} does not answer ({exc}): is `tether local up` running?",
+            EXIT_FAILURE,
+        ) from None
+    try:
+        answer = reply.json()
+    except ValueError:
+        answer = {}
+    if reply.status_code != 200 or not isinstance(answer, dict):
+        message = answer.get("message") if isinstance(answer, dict) else None
+        code = EXIT_USAGE if reply.status_code in (400, 404, 409) else EXIT_FAILURE
+        raise CliError(f"local: {message or f'HTTP {reply.status_code}'}", code)
+    return answer
+
+
+def _said(args: argparse.Namespace, answer: dict[str, Any], line: str) -> int:
+    if args.json:
+        output.print_json(answer)
+    else:
+        output.stdout_console().print(line, highlight=False)
+    return EXIT_OK
+
+
+def run_host_action(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {}
+    if getattr(args, "exited", False):
+        body["status"] = "exited"
+    answer = control_request(f"/jobs/{args.job_id}/host/{args.host_action}", body)
+    return _said(args, answer, str(answer.get("done", "")))
+
+
+def run_vast_outage(args: argparse.Namespace) -> int:
+    on = args.switch == "on"
+    answer = control_request("/vast/outage", {"on": on})
+    line = "Vast is down: every request answers 502" if on else "Vast answers again"
+    return _said(args, answer, line)
+
+
+def run_vast_fault(args: argparse.Namespace) -> int:
+    answer = control_request("/vast/faults", {"kind": args.kind, "count": args.count})
+    pending = ", ".join(f"{k} ×{v}" for k, v in answer.get("vast_faults", {}).items())
+    return _said(args, answer, f"Vast faults pending: {pending or 'none'}")
+
+
 def run_up(args: argparse.Namespace) -> int:
     import_local("local up")
     from pydantic import ValidationError
 
     from tether_cli.demo import timeline_printer
+    from tether_local.control import StackControl
+    from tether_local.http import LoopbackServer
     from tether_local.stack import LocalStack, LocalStackConfig
 
     _check_port("port", args.port)
@@ -147,8 +277,15 @@ def run_up(args: argparse.Namespace) -> int:
     print("starting the local stack (first start synthesizes the template: ~20 s)…", flush=True)
     started = time.time()
     try:
-        with LocalStack(config) as stack:
-            state = write_local_state(stack.api_url)
+        with (
+            LocalStack(config) as stack,
+            LoopbackServer(
+                StackControl(stack, token := secrets.token_urlsafe(32)).handle, name="control"
+            ) as control,
+        ):
+            state = write_local_state(
+                stack.api_url, control={"control_url": control.url, "control_token": token}
+            )
             watcher: threading.Thread | None = None
             try:
                 print(f"API: {stack.api_url}")
@@ -158,6 +295,7 @@ def run_up(args: argparse.Namespace) -> int:
                 print(f"Root: {stack.root}")
                 print(f"Logs: {stack.log_dir}/<function>.log (the functions' JSON logs, metrics)")
                 print(f"State: {state} (`tether <command> --local` reads it)")
+                print(f"Control: {control.url} (`tether local kill-host JOB`, … use it)")
                 print("serving; Ctrl-C stops every host and server", flush=True)
                 timeline = timeline_printer(output.console(sys.stdout))
                 watcher = threading.Thread(

@@ -11,14 +11,25 @@ their own code, and anything unexpected is reported in one line with exit 1.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import NoReturn
 
-from tether_cli import demo, deploy, download, jobs, local, output, plan, rehearse, validate
+from tether_cli import demo, deploy, download, jobs, local, output, plan, rehearse, ssh, validate
 
-COMMANDS: tuple[ModuleType, ...] = (validate, plan, jobs, download, deploy, local, demo, rehearse)
+COMMANDS: tuple[ModuleType, ...] = (
+    validate,
+    plan,
+    jobs,
+    download,
+    ssh,
+    deploy,
+    local,
+    demo,
+    rehearse,
+)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -37,11 +48,20 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message, self.prog)
 
 
+def version() -> str:
+    """The installed package's version (pyproject.toml's, as pip recorded it)."""
+    try:
+        return importlib.metadata.version("tether")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="tether",
         description="Keep fine-tuning jobs alive on cheap, unreliable Vast.ai hosts.",
     )
+    parser.add_argument("--version", action="version", version=f"tether {version()}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command")
     for command in COMMANDS:
         command.register(subparsers)

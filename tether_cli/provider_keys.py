@@ -96,3 +96,41 @@ def prepare(region: str, *, session: Any = None) -> list[str]:
             f"cannot prepare the provider keys in SSM ({region}): {exc}", EXIT_FAILURE
         ) from None
     return done
+
+
+def holds_a_key(which: str, value: str) -> bool:
+    """Whether a stored value is a key, not the placeholder `prepare` creates: the functions'
+    own test of "not set" (`functions/adapters/factory.py`), every Cloudflare field included."""
+    if which == "cloudflare":
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return False
+        return isinstance(data, dict) and all(
+            data.get(f) and data.get(f) != names.SECRET_PLACEHOLDER
+            for f in names.CLOUDFLARE_SECRET_FIELDS
+        )
+    key = value.strip()
+    return bool(key) and key != names.SECRET_PLACEHOLDER
+
+
+def keys_to_set(region: str, *, session: Any = None) -> list[str]:
+    """The provider keys (`vast`, `cloudflare`) that hold no key yet in `region`. One that cannot
+    be read (missing, or no permission to decrypt it) counts as not set: saying to set it again
+    is harmless, saying nothing about a missing key is not."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = session or boto3.session.Session(region_name=region)
+    ssm = session.client("ssm", region_name=region)
+    missing: list[str] = []
+    for which, (parameter, _) in KEYS.items():
+        try:
+            value = str(
+                ssm.get_parameter(Name=parameter, WithDecryption=True)["Parameter"]["Value"]
+            )
+        except (BotoCoreError, ClientError):
+            value = ""
+        if not holds_a_key(which, value):
+            missing.append(which)
+    return missing

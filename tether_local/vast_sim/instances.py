@@ -235,6 +235,8 @@ def render(instance: SimInstance, ledger: Ledger, status: str | None, now: float
             "ssh_host": f"ssh{instance.id % 9 + 1}.vast.ai",
             "ssh_port": 10_000 + instance.id % 50_000,
             "ssh_idx": str(instance.id % 9 + 1),
+            "direct_port_start": -1,
+            "direct_port_end": -1,
             "instance": {
                 "gpuCostPerHour": dph_base,
                 "diskHour": disk_hour,
@@ -244,7 +246,34 @@ def render(instance: SimInstance, ledger: Ledger, status: str | None, now: float
             },
         }
     )
+    if status in (None, "created"):
+        # Right after the rent Vast has assigned no SSH endpoint yet (the recorded just-created
+        # records carry none).
+        record.update({"ssh_host": None, "ssh_port": None, "ssh_idx": None})
+        return record
+    direct = _direct_ssh(instance)
+    if direct is not None:
+        record.update(direct)
     return record
+
+
+def _direct_ssh(instance: SimInstance) -> dict[str, Any] | None:
+    """A direct SSH launch mode (`ssh_direc`) on a machine with open ports maps the container's
+    port 22 to one of the machine's: `ports["22/tcp"][0]["HostPort"]` on `public_ipaddr`, the
+    shape `vastai ssh-url` reads (the recorded records are all proxy-only: `direct_port_start`
+    -1 and no `ports`, as rendered otherwise)."""
+    offer = instance.offer
+    if "ssh_direc" not in instance.runtype or not int(offer.get("direct_port_count") or 0):
+        return None
+    if not offer.get("public_ipaddr"):
+        return None
+    start = 20_000 + instance.id % 40_000
+    count = int(offer["direct_port_count"])
+    return {
+        "direct_port_start": start,
+        "direct_port_end": start + count - 1,
+        "ports": {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(start)}]},  # noqa: S104 (data)
+    }
 
 
 def list_page(

@@ -64,6 +64,12 @@ LAYERS: dict[str, set[str]] = {
         "infra",
         "functions",
     },
+    "tether_local.control": {
+        "tether_local.stack",
+        "tether_local.hosts",
+        "tether_local.http",
+        "functions",
+    },
     "tether_local.demo": {
         "tether_local.stack",
         "tether_local.hosts",

@@ -76,7 +76,9 @@ def test_local_up_writes_the_state_file_while_serving_and_removes_it_on_exit(
 
     assert main(["local", "up", "--port", "0"]) == 0
 
-    assert seen["state"] == {"api_url": API_URL}
+    assert seen["state"]["api_url"] == API_URL
+    # and the control endpoint `tether local kill-host` and `tether ssh --local` call
+    assert set(seen["state"]) == {"api_url", "control_url", "control_token"}
     assert seen["resolved"] == API_URL  # what `tether jobs --local` would call
     assert not state_path.exists() and seen["closed_with_file"] is False
     out = capsys.readouterr().out

@@ -1,0 +1,125 @@
+"""The chaos controls and `tether ssh --local` from another terminal, as a person uses them
+while `tether local up` serves: a shell on the job's host in the training process's directory
+and environment, `tether local kill-host` killing that host (processes, disk) until the control
+plane replaces it, freeze and thaw, a clear refusal for a job without a host, and no process
+left once the stack stops."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.cli.test_local_up import Terminal
+from tests.e2e.conftest import SIGNED, example_code, tiny_spec
+from tests.paths import ROOT
+from tether_local.hosts.local_hosts import marked_processes
+
+pytestmark = pytest.mark.slow
+
+TRAIN = "python tiny_train.py --steps 6000 --checkpoint-every 100 --step-seconds 0.02"
+
+
+def tether(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether_cli.main", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def host_view(env: dict[str, str], job_id: str) -> dict[str, object]:
+    shown = tether(env, "ssh", job_id, "--local", "--json")
+    assert shown.returncode == 0, shown.stderr
+    view: dict[str, object] = json.loads(shown.stdout)
+    return view
+
+
+def test_ssh_local_and_kill_host_from_another_terminal(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    state = tmp_path / "local-stack.json"
+    env = {**os.environ, "TETHER_LOCAL_STATE": str(state)}
+    argv = [
+        sys.executable, "-m", "tether_cli.main", "local", "up", "--port", "0",
+        "--root", str(root), "--monitor-interval", "1", "--startup", "0.5", "--offers", "50",
+    ]  # fmt: skip
+    stderr = (tmp_path / "stderr.txt").open("w")
+    process = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+    )
+    terminal = Terminal(process)
+    stack_id = ""
+    try:
+        terminal.wait_for("serving", timeout_s=180)
+        assert stat.S_IMODE(state.stat().st_mode) == 0o600  # it holds the control token
+        api = terminal.wait_for("API: ", 1).split()[1]
+        refused = tether(env, "local", "kill-host", "no-such-job")
+        assert refused.returncode == 2
+        assert "no host was ever rented for job no-such-job" in refused.stderr
+
+        spec = tiny_spec(name="poked", run=TRAIN, code=example_code(api))
+        created = httpx.post(f"{api}/jobs", json=spec, headers=SIGNED, timeout=60)
+        assert created.status_code == 201, created.text
+        job_id = created.json()["job_id"]
+        assert job_id in terminal.wait_for("generation 1 training", timeout_s=120)
+
+        # `tether ssh --local --print`: a command line that opens a shell on the host, in the
+        # training process's directory, with its environment
+        printed = tether(env, "ssh", job_id, "--local", "--print")
+        assert printed.returncode == 0, printed.stderr
+        line = printed.stdout.strip()
+        probe = 'pwd; echo "$TETHER_JOB_ID $TETHER_GENERATION"; echo "$TETHER_CHECKPOINT_DIR"'
+        shell = subprocess.run(
+            ["bash", "-c", f"{line} -c {shlex.quote(probe)}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.splitlines()
+        view = host_view(env, job_id)
+        instance_id = int(str(view["instance_id"]))
+        disk = root / "hosts" / str(instance_id) / "disk"
+        assert view["env_from"] == "the training process"
+        assert Path(shell[0]).is_relative_to(disk)  # where the job's code runs, on the disk
+        assert shell[1] == f"{job_id} 1"
+        assert Path(shell[2]).is_relative_to(disk)
+        marker = dict(view["env"])["TETHER_LOCAL_HOST"]  # type: ignore[call-overload]
+        stack_id = str(marker).split(":")[0]
+
+        frozen = tether(env, "local", "freeze", job_id)
+        assert frozen.returncode == 0, frozen.stderr
+        assert f"host {instance_id} (job {job_id}, generation 1): frozen" in frozen.stdout
+        thawed = tether(env, "local", "thaw", job_id, "--json")
+        assert json.loads(thawed.stdout)["action"] == "thaw"
+
+        # `tether local kill-host`: the machine dies, and the control plane replaces it
+        killed = tether(env, "local", "kill-host", job_id)
+        assert killed.returncode == 0, killed.stderr
+        assert f"host {instance_id} (job {job_id}, generation 1): killed" in killed.stdout
+        assert not marked_processes(str(marker))
+        assert not disk.exists()
+        assert job_id in terminal.wait_for("generation 2 training", timeout_s=180)
+        assert int(str(host_view(env, job_id)["generation"])) == 2
+    finally:
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            stderr.close()
+    assert process.returncode == 0, (tmp_path / "stderr.txt").read_text()
+    assert not state.exists()
+    if stack_id:
+        assert not marked_processes(f"{stack_id}:", prefix=True)
