@@ -13,9 +13,10 @@ needs the Vast key anyway to reach the host: it is their account.
 
 Who gets in is Vast's business: Vast puts the account's SSH keys on an instance (`vastai create
 ssh-key …`, or the console's keys page; a new key also reaches the instances already running),
-and `ssh` runs as `root`. tether rents in Vast's entrypoint launch mode (runtype `args`, so the
-image's own entrypoint runs the agent), in which Vast starts no SSH server in the container:
-the connection needs an image that runs `sshd`. The command says so when the record shows it.
+and `ssh` runs as `root`. By default tether rents in Vast's entrypoint launch mode (runtype
+`args`, so the image's own entrypoint runs the agent), in which Vast starts no SSH server in the
+container; a job with `ssh: true` in its spec is rented in Vast's SSH launch mode instead
+(`functions.domain.onstart.launch_mode`). The command says so when the record shows `args`.
 
 On the local stack (`--local`): a shell on the job's newest local host, from `tether local
 up`'s control endpoint (`tether_local.control`): in the training process's working directory
@@ -55,7 +56,8 @@ ADD_KEY_HINT = (
 )
 NO_SSH_SERVER = (
     "instance {instance} runs in Vast's entrypoint launch mode (runtype {runtype!r}): Vast "
-    "starts no SSH server in it, so this connects only if the job's image runs sshd"
+    "starts no SSH server in it, so this connects only if the job's image runs sshd; submit "
+    "the job with `ssh: true` in its spec to have Vast run one"
 )
 
 

@@ -171,7 +171,8 @@ class VastClient:
         """Rent `offer_id` (PUT /api/v0/asks/{id}/). Raises OfferGone when it was taken.
 
         With runtype "args" the image's entrypoint is kept and `onstart` runs as its command
-        (`bash -c`), because Vast runs `onstart` itself only for ssh/jupyter launch modes.
+        (`bash -c`), because Vast runs `onstart` itself only for ssh/jupyter launch modes
+        (`functions.domain.onstart.launch_mode`).
         `price` (GPU $/h) rents an interruptible instance with that bid; a bid below the
         offer's current `min_bid` raises BidTooLow (400 `invalid_price`).
 

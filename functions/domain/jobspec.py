@@ -368,6 +368,11 @@ class JobSpec(_Strict):
         default=None,
         description="Where the job's code comes from; unset: the command runs in the image as is.",
     )
+    ssh: bool = Field(
+        default=False,
+        description="Rent in Vast's SSH launch mode, so `tether ssh` can reach the host; Vast's "
+        "own entrypoint then replaces the image's.",
+    )
 
     @field_validator("run")
     @classmethod

@@ -25,6 +25,12 @@ from functions.domain.jobspec import JobSpec
 VAST_ONSTART_LIMIT = 4048  # characters, Vast's create-instance limit
 DEFAULT_VENV = "/opt/tether-agent"
 DEFAULT_WORK_DIR = "/var/lib/tether"
+# Vast's launch modes (the rent's `runtype`). "args" keeps the image's own entrypoint and runs
+# the onstart script as its command. "ssh_direc ssh_proxy" (the official CLI's `--ssh --direct`)
+# is Vast's entrypoint instead: it starts sshd with the account's keys (a direct port where the
+# machine has one, else Vast's proxy) and then runs the onstart script itself.
+ENTRYPOINT_LAUNCH = "args"
+SSH_LAUNCH = "ssh_direc ssh_proxy"
 _WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
 _ABS_PATH = re.compile(r"^/[A-Za-z0-9_./-]+$")
 
@@ -86,6 +92,12 @@ log "agent started, pid $!, log $W/agent.log"
 
 class OnstartTooLong(ValueError):
     """The script would pass Vast's onstart limit."""
+
+
+def launch_mode(spec: JobSpec) -> str:
+    """The rent's `runtype`: Vast's SSH launch mode when the job asks for `ssh`, so `tether ssh`
+    can reach the host; else the image's own entrypoint."""
+    return SSH_LAUNCH if spec.ssh else ENTRYPOINT_LAUNCH
 
 
 def _wheel_file_name(url: str) -> str:

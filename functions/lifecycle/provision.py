@@ -55,7 +55,12 @@ from functions.domain.heartbeat_contract import StorageCredentials
 from functions.domain.job import Generation, Job, JobState
 from functions.domain.job_events import JobTransitionEvent
 from functions.domain.labels import instance_label
-from functions.domain.onstart import build_host_env, build_onstart, ensure_no_account_secrets
+from functions.domain.onstart import (
+    build_host_env,
+    build_onstart,
+    ensure_no_account_secrets,
+    launch_mode,
+)
 from functions.domain.pace import prior_steps_per_hour
 from functions.domain.rent import (
     Refusal,
@@ -163,7 +168,7 @@ def _rent_down(
         try:
             result = vast.rent(
                 offer.id, image=spec.image, disk_gb=plan.disk_gb, label=plan.label, env=env,
-                onstart=onstart, price=candidate.bid_usd_per_hour,
+                onstart=onstart, price=candidate.bid_usd_per_hour, runtype=launch_mode(spec),
             )  # fmt: skip
         except VastInvalidArgs as exc:  # every offer would refuse the same request
             return _rent_refused(deps, job, offer.id, now, exc)

@@ -45,6 +45,21 @@ def test_provision_rents_the_best_offer_and_records_generation_one(sup: Supervis
     assert {"submitted", "provisioning", "rented"} <= set(sup.events(job.job_id))
 
 
+def test_a_job_that_asks_for_ssh_is_rented_in_vasts_ssh_launch_mode(sup: Supervised) -> None:
+    """`ssh: true`: Vast's entrypoint (sshd with the account's keys, then the onstart script);
+    otherwise the image's own entrypoint runs the script as its command (`tether ssh` says
+    there is no SSH server there)."""
+    _, plain = sup.provisioned()
+    _, reachable = sup.provisioned(name="reachable", ssh=True)
+
+    rented = sup.vast.sim_instance(plain.instance_id or 0)
+    assert rented.runtype == "args" and rented.args[:2] == ["bash", "-c"]
+    rented = sup.vast.sim_instance(reachable.instance_id or 0)
+    assert rented.runtype == "ssh_direc ssh_proxy" and rented.args == []
+    assert rented.onstart.startswith("#!/bin/sh")  # Vast runs the script itself
+    assert sup.vast.instance(reachable.instance_id or 0)["image_runtype"] == "ssh_direc ssh_proxy"
+
+
 def test_offer_gone_moves_on_to_the_next_offer(sup: Supervised) -> None:
     sup.vast.inject("offer_gone", 2)
     job, generation = sup.provisioned()
