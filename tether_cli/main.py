@@ -28,8 +28,12 @@ def _interrupted_while_loading(_signum: int, _frame: FrameType | None) -> None:
 
 
 # Python's own handler would raise KeyboardInterrupt out of the imports: a long traceback.
-_LOADING_IN_MAIN_THREAD = threading.current_thread() is threading.main_thread()
+# (Left alone when SIGINT is ignored, as a shell starts background jobs, or handled already.)
 _SIGINT_BEFORE = signal.getsignal(signal.SIGINT)
+_LOADING_IN_MAIN_THREAD = (
+    threading.current_thread() is threading.main_thread()
+    and _SIGINT_BEFORE is signal.default_int_handler
+)
 if _LOADING_IN_MAIN_THREAD:
     signal.signal(signal.SIGINT, _interrupted_while_loading)
 

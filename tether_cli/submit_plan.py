@@ -233,6 +233,7 @@ def submit_job(
     """Price, ask, upload the code, `POST /jobs`: what `tether submit` does after validating
     and packing (module docstring for the question and for Ctrl-C)."""
     code_state = "no code uploaded"
+    reply: ApiReply | None = None
     try:
         if not args.json:
             price = submit_price(job, offers_path=args.offers, local=args.local)
@@ -260,6 +261,8 @@ def submit_job(
                 )
             reply = _sent(lambda: api.submit(spec, key), key)
     except KeyboardInterrupt:
+        if reply is not None:  # the client was closing: the job is stored
+            raise Interrupted(stored_message(reply.body)) from None
         raise Interrupted(f"{NOTHING_STORED}; {code_state}") from None
     return Submitted(reply, code_line)
 
