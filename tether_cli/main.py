@@ -12,9 +12,11 @@ says what), also while the commands are still being imported. A reader that leav
 traceback, no "Exception ignored" when Python flushes stdout at exit.
 """
 
+# ruff: noqa: E402 (the imports of the commands come after the Ctrl-C guard below)
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 from types import FrameType
@@ -37,24 +39,13 @@ _LOADING_IN_MAIN_THREAD = (
 if _LOADING_IN_MAIN_THREAD:
     signal.signal(signal.SIGINT, _interrupted_while_loading)
 
-import argparse  # noqa: E402
-import select  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from types import ModuleType  # noqa: E402
-from typing import NoReturn  # noqa: E402
+import argparse
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import NoReturn
 
-from tether_cli import (  # noqa: E402
-    demo,
-    deploy,
-    download,
-    jobs,
-    local,
-    output,
-    plan,
-    rehearse,
-    validate,
-)
+from tether_cli import demo, deploy, download, jobs, local, output, plan, rehearse, validate
 
 if _LOADING_IN_MAIN_THREAD:
     signal.signal(signal.SIGINT, _SIGINT_BEFORE)
