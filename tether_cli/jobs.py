@@ -181,16 +181,18 @@ def run_submit(args: argparse.Namespace) -> int:
     job = load_job(args.job)  # exit 2 with every problem before anything is sent
     key = args.idempotency_key or f"cli-{uuid.uuid4()}"
     where = code_ship.code_dir(job, args.job, args.code)
-    # Packed before the API is called: a directory that cannot ship stores and uploads nothing.
-    archive = code_ship.packed(where) if where is not None else None
-    try:  # the price, the question, the upload and the request: tether_cli/submit_plan.py
-        sent = submit_plan.submit_job(
-            args, job, key=key, where=where, archive=archive, connect=connect
-        )
-    finally:
-        if archive is not None:
-            code_ship.cleanup(archive)
-    with submit_plan.interrupt_names_job(sent.reply.body):
+    # Ctrl-C says what it leaves behind; the price, the question, the upload and the request
+    # are tether_cli/submit_plan.py.
+    with submit_plan.interrupts(key) as progress:
+        # Packed before the API is called: a directory that cannot ship stores and uploads nothing.
+        archive = code_ship.packed(where) if where is not None else None
+        try:
+            sent = submit_plan.submit_job(
+                args, job, progress=progress, where=where, archive=archive, connect=connect
+            )
+        finally:
+            if archive is not None:
+                code_ship.cleanup(archive)
         return _print_submitted(args, job, key, sent.reply, sent.code_line)
 
 

@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except SystemExit as exc:  # --help and --version exit through argparse
         return exc.code if isinstance(exc.code, int) else output.EXIT_USAGE
-    except KeyboardInterrupt:
-        output.notice("interrupted")
+    except KeyboardInterrupt as exc:
+        output.notice(exc.message if isinstance(exc, output.Interrupted) else "interrupted")
         return output.EXIT_INTERRUPTED
     except BrokenPipeError as exc:
         if not _silence_closed_outputs():

@@ -55,11 +55,13 @@ class Notice(CliError):
     as `tether: <message>` with its exit code."""
 
 
-class Interrupted(Notice):
-    """Ctrl-C, with what it left behind (`message`): exit 130."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what it left behind: `tether: interrupted: <left_behind>`, exit 130. A
+    KeyboardInterrupt, so no `except Exception` on its way up holds it."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(f"interrupted: {message}", EXIT_INTERRUPTED)
+    def __init__(self, left_behind: str) -> None:
+        super().__init__(left_behind)
+        self.message = f"interrupted: {left_behind}"
 
 
 class _Console(Console):

@@ -215,6 +215,57 @@ def confirmed(stdin: TextIO, stderr: TextIO) -> bool:
 # --- the flow ---------------------------------------------------------------------------------
 
 
+class SubmitProgress:
+    """How far a submit has got, and its SIGINT handler, which says what Ctrl-C leaves behind
+    at each point (module docstring) by raising `Interrupted` with it."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.code_state = "no code uploaded"
+        self.sending = False  # POST /jobs is out: the job may be stored
+        self.held = False  # a Ctrl-C came while sending: say which job once the reply is in
+        self.view: Mapping[str, Any] | None = None  # the reply: the job is stored
+
+    def __call__(self, _signum: int, _frame: FrameType | None) -> None:
+        if self.view is not None:
+            raise Interrupted(stored_message(self.view))
+        if not self.sending:
+            raise Interrupted(f"{NOTHING_STORED}; {self.code_state}")
+        if self.held:
+            raise Interrupted(
+                "the job may have been stored: `tether jobs` lists it and `tether cancel JOB` "
+                f"stops it (Idempotency-Key {self.key})"
+            )
+        self.held = True
+        sys.stderr.write(
+            "tether: waiting for the API's reply to say which job was stored "
+            "(Ctrl-C again to leave without knowing)\n"
+        )
+        sys.stderr.flush()
+
+    def stored(self, view: Mapping[str, Any]) -> None:
+        """The reply is in; a Ctrl-C held while it was awaited ends the command now."""
+        self.view = view
+        self.sending = False
+        if self.held:
+            raise Interrupted(stored_message(view))
+
+
+@contextlib.contextmanager
+def interrupts(key: str) -> Iterator[SubmitProgress]:
+    """`SubmitProgress` as the SIGINT handler for the block (in the main thread, the one that
+    receives signals; elsewhere Ctrl-C stays a plain KeyboardInterrupt)."""
+    progress = SubmitProgress(key)
+    if threading.current_thread() is not threading.main_thread():
+        yield progress
+        return
+    previous = signal.signal(signal.SIGINT, progress)
+    try:
+        yield progress
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @dataclass
 class Submitted:
     reply: ApiReply
@@ -225,64 +276,39 @@ def submit_job(
     args: argparse.Namespace,
     job: JobSpec,
     *,
-    key: str,
+    progress: SubmitProgress,
     where: code_ship.CodeDir | None,
     archive: Packed | None,
     connect: Callable[[argparse.Namespace], TetherApi],
 ) -> Submitted:
     """Price, ask, upload the code, `POST /jobs`: what `tether submit` does after validating
-    and packing (module docstring for the question and for Ctrl-C)."""
-    code_state = "no code uploaded"
-    reply: ApiReply | None = None
-    try:
-        if not args.json:
-            price = submit_price(job, offers_path=args.offers, local=args.local)
-            if price.skipped_records:
-                output.warn(
-                    f"skipped {price.skipped_records} offer record(s) in {args.offers} that do "
-                    "not parse"
-                )
-            for line in price_lines(price):
-                sys.stderr.write(line + "\n")
-            if should_ask(args, sys.stdin) and not confirmed(sys.stdin, sys.stderr):
-                raise Notice(
-                    "not submitted (declined): no code uploaded, no job stored", EXIT_FAILURE
-                )
-        with connect(args) as api:
-            spec = job.model_dump(mode="json")
-            code_line = None
-            if where is not None and archive is not None:
-                code_state = "the code upload was cut off (an incomplete upload is not stored)"
-                spec, uploaded = code_ship.ship(api, job, where, archive, quiet=args.json)
-                code_line = code_ship.describe(archive, uploaded)
-                code_state = (
-                    f"the code archive (sha256 {archive.sha256[:12]}…) stays in the bucket "
-                    "under code/: uploads are kept, and a submit of the same code skips it"
-                )
-            reply = _sent(lambda: api.submit(spec, key), key)
-    except KeyboardInterrupt:
-        if reply is not None:  # the client was closing: the job is stored
-            raise Interrupted(stored_message(reply.body)) from None
-        raise Interrupted(f"{NOTHING_STORED}; {code_state}") from None
+    and packing, inside `interrupts` (module docstring for the question and for Ctrl-C)."""
+    if not args.json:
+        price = submit_price(job, offers_path=args.offers, local=args.local)
+        if price.skipped_records:
+            output.warn(
+                f"skipped {price.skipped_records} offer record(s) in {args.offers} that do "
+                "not parse"
+            )
+        for line in price_lines(price):
+            sys.stderr.write(line + "\n")
+        if should_ask(args, sys.stdin) and not confirmed(sys.stdin, sys.stderr):
+            raise Notice("not submitted (declined): no code uploaded, no job stored", EXIT_FAILURE)
+    with connect(args) as api:
+        spec = job.model_dump(mode="json")
+        code_line = None
+        if where is not None and archive is not None:
+            progress.code_state = "the code upload was cut off (an incomplete upload is not stored)"
+            spec, uploaded = code_ship.ship(api, job, where, archive, quiet=args.json)
+            code_line = code_ship.describe(archive, uploaded)
+            progress.code_state = (
+                f"the code archive (sha256 {archive.sha256[:12]}…) stays in the bucket under "
+                "code/: uploads are kept, and a submit of the same code skips the upload"
+            )
+        progress.sending = True
+        reply = api.submit(spec, progress.key)
+        progress.stored(reply.body)
     return Submitted(reply, code_line)
-
-
-def _sent(post: Callable[[], ApiReply], key: str) -> ApiReply:
-    """`post()` with Ctrl-C held until its reply: the job may be stored already."""
-    with interrupt_held(
-        "tether: waiting for the API's reply to say which job was stored "
-        "(Ctrl-C again to leave without knowing)\n"
-    ) as held:
-        try:
-            reply = post()
-        except KeyboardInterrupt:
-            raise Interrupted(
-                "the job may have been stored: `tether jobs` lists it and `tether cancel JOB` "
-                f"stops it (Idempotency-Key {key})"
-            ) from None
-    if held:
-        raise Interrupted(stored_message(reply.body))
-    return reply
 
 
 def stored_message(view: Mapping[str, Any]) -> str:
@@ -294,47 +320,13 @@ def stored_message(view: Mapping[str, Any]) -> str:
     )
 
 
-@contextlib.contextmanager
-def interrupt_held(note: str) -> Iterator[list[int]]:
-    """Within the block, the first SIGINT is noted (the list gets it; `note` goes to stderr)
-    instead of raised; a second raises KeyboardInterrupt. Outside the main thread, nothing is
-    held (only it receives signals)."""
-    held: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield held
-        return
-
-    def on_sigint(signum: int, _frame: FrameType | None) -> None:
-        if held:
-            raise KeyboardInterrupt
-        held.append(signum)
-        sys.stderr.write(note)
-        sys.stderr.flush()
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield held
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def interrupt_names_job(view: Mapping[str, Any]) -> Iterator[None]:
-    """Ctrl-C after the job is stored (while its reply is printed): say which and how to stop
-    it."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise Interrupted(stored_message(view)) from None
-
-
 __all__ = [
     "SubmitPrice",
+    "SubmitProgress",
     "Submitted",
     "add_arguments",
     "confirmed",
-    "interrupt_held",
-    "interrupt_names_job",
+    "interrupts",
     "price_lines",
     "should_ask",
     "submit_job",

@@ -4,12 +4,13 @@ from the fixture book, the answers from a string."""
 from __future__ import annotations
 
 import io
+import signal
 
 import pytest
 
 from tests.paths import ROOT
-from tether_cli.output import EXIT_FAILURE, CliError
-from tether_cli.submit_plan import confirmed, price_lines, submit_price
+from tether_cli.output import EXIT_FAILURE, CliError, Interrupted
+from tether_cli.submit_plan import SubmitProgress, confirmed, price_lines, submit_price
 from tether_cli.validate import load_job
 
 EXAMPLE = str(ROOT / "tests" / "fixtures" / "tiny-cpu-no-code.yaml")
@@ -98,3 +99,57 @@ def test_only_y_or_yes_is_a_yes(typed, yes) -> None:
     err = io.StringIO()
     assert confirmed(io.StringIO(typed), err) is yes
     assert err.getvalue() == "submit and rent a host? [y/N] " + ("\n" if typed == "" else "")
+
+
+# --- what Ctrl-C says at each point (the handler called as the signal would call it) ----------
+
+JOB_VIEW = {"job_id": "tiny-cpu-1a2b3c4d", "state": "PENDING"}
+STORED = (
+    "interrupted: job tiny-cpu-1a2b3c4d was submitted (PENDING) and will rent a host: "
+    "`tether cancel tiny-cpu-1a2b3c4d` stops it"
+)
+
+
+def interrupted(progress: SubmitProgress) -> str:
+    with pytest.raises(Interrupted) as caught:
+        progress(signal.SIGINT, None)
+    return caught.value.message
+
+
+def test_ctrl_c_before_sending_says_nothing_was_stored_and_where_the_code_is() -> None:
+    progress = SubmitProgress("k-1")
+    assert interrupted(progress) == (
+        "interrupted: nothing was submitted (no job stored); no code uploaded"
+    )
+    progress.code_state = "the code archive (sha256 abc…) stays in the bucket"
+    assert interrupted(progress).endswith("; the code archive (sha256 abc…) stays in the bucket")
+
+
+def test_ctrl_c_while_sending_waits_for_the_reply_to_name_the_job(capsys) -> None:
+    progress = SubmitProgress("k-1")
+    progress.sending = True
+    progress(signal.SIGINT, None)  # held: no exception
+    assert capsys.readouterr().err == (
+        "tether: waiting for the API's reply to say which job was stored (Ctrl-C again to "
+        "leave without knowing)\n"
+    )
+    with pytest.raises(Interrupted) as caught:
+        progress.stored(JOB_VIEW)
+    assert caught.value.message == STORED
+
+
+def test_a_second_ctrl_c_while_sending_leaves_with_the_key() -> None:
+    progress = SubmitProgress("k-1")
+    progress.sending = True
+    progress(signal.SIGINT, None)
+    assert interrupted(progress) == (
+        "interrupted: the job may have been stored: `tether jobs` lists it and `tether cancel "
+        "JOB` stops it (Idempotency-Key k-1)"
+    )
+
+
+def test_ctrl_c_after_the_reply_names_the_job() -> None:
+    progress = SubmitProgress("k-1")
+    progress.sending = True
+    progress.stored(JOB_VIEW)  # nothing held: no exception
+    assert interrupted(progress) == STORED
