@@ -22,8 +22,9 @@ from typing import Any
 from rich.text import Text
 
 from functions.domain.job import JobState
-from tether_cli import code_ship, output
-from tether_cli.api_client import IDEMPOTENCY_KEY_PATTERN, TetherApi, resolve_api_url
+from functions.domain.jobspec import JobSpec
+from tether_cli import code_ship, output, submit_plan
+from tether_cli.api_client import IDEMPOTENCY_KEY_PATTERN, ApiReply, TetherApi, resolve_api_url
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
 from tether_cli.terminal_text import visible
 from tether_cli.validate import load_job, summary
@@ -67,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="KEY",
         help="reuse a key to make re-running this command safe (default: a new random key)",
     )
+    submit_plan.add_arguments(submit)
     submit.set_defaults(handler=run_submit)
 
     jobs = _add(subparsers, "jobs", "list jobs, newest first", "List jobs, newest first.")
@@ -179,19 +181,24 @@ def run_submit(args: argparse.Namespace) -> int:
     job = load_job(args.job)  # exit 2 with every problem before anything is sent
     key = args.idempotency_key or f"cli-{uuid.uuid4()}"
     where = code_ship.code_dir(job, args.job, args.code)
-    # Packed before the API is called: a directory that cannot ship stores and uploads nothing.
-    archive = code_ship.packed(where) if where is not None else None
-    code_line = None
-    try:
-        with connect(args) as api:
-            spec = job.model_dump(mode="json")
-            if where is not None and archive is not None:
-                spec, uploaded = code_ship.ship(api, job, where, archive, quiet=args.json)
-                code_line = code_ship.describe(archive, uploaded)
-            reply = api.submit(spec, key)
-    finally:
-        if archive is not None:
-            code_ship.cleanup(archive)
+    # Ctrl-C says what it leaves behind; the price, the question, the upload and the request
+    # are tether_cli/submit_plan.py.
+    with submit_plan.interrupts(key) as progress:
+        # Packed before the API is called: a directory that cannot ship stores and uploads nothing.
+        archive = code_ship.packed(where) if where is not None else None
+        try:
+            sent = submit_plan.submit_job(
+                args, job, progress=progress, where=where, archive=archive, connect=connect
+            )
+        finally:
+            if archive is not None:
+                code_ship.cleanup(archive)
+        return _print_submitted(args, job, key, sent.reply, sent.code_line)
+
+
+def _print_submitted(
+    args: argparse.Namespace, job: JobSpec, key: str, reply: ApiReply, code_line: str | None
+) -> int:
     view = dict(reply.body)
     replayed = reply.headers.get("idempotent-replayed") == "true"
     if args.json:

@@ -14,6 +14,7 @@ is printed (errors and warnings here always do), and JSON through `terminal_text
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import sys
@@ -30,6 +31,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1  # the outside world failed (Vast, AWS) or a bug: one line on stderr
 EXIT_USAGE = 2  # the user's input is wrong: arguments, job file, offers file, missing key
 EXIT_NO_OFFER = 3  # valid input, but no offer meets the job's constraints
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports a process it interrupted)
+EXIT_CLOSED_PIPE = 141  # the reader of our output left (128 + SIGPIPE, as `yes | head` ends)
 
 # Without a terminal, rich would wrap tables at 80 columns; logs and pipes get room instead.
 _PIPE_WIDTH = 140
@@ -47,10 +50,32 @@ class CliError(Exception):
         self.details = list(details)
 
 
+class Notice(CliError):
+    """Not a failure: a command that stopped as asked (a question answered no, Ctrl-C), said
+    as `tether: <message>` with its exit code."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what it left behind: `tether: interrupted: <left_behind>`, exit 130. A
+    KeyboardInterrupt, so no `except Exception` on its way up holds it."""
+
+    def __init__(self, left_behind: str) -> None:
+        super().__init__(left_behind)
+        self.message = f"interrupted: {left_behind}"
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich's own handling exits 1 (and points stdout at /dev/null whichever stream broke):
+        `tether_cli.main` handles a closed pipe once, for every command, instead."""
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader closed the pipe")
+
+
 def console(file: TextIO) -> Console:
     """A console that prints strings as they are: no markup, no `:emoji:` codes, no highlight,
     and a long line is not broken (an ARN stays one line; tables still fit the width)."""
-    return Console(
+    return _Console(
         file=file,
         width=None if file.isatty() else _PIPE_WIDTH,
         highlight=False,
@@ -82,6 +107,11 @@ def error(message: str) -> None:
 
 def error_detail(line: str) -> None:
     sys.stderr.write(f"  {visible(line, keep_newlines=True)}\n")
+
+
+def notice(message: str) -> None:
+    """One line on stderr that is neither an error nor a warning: `tether: …`."""
+    sys.stderr.write(f"tether: {visible(message, keep_newlines=True)}\n")
 
 
 def warn(message: str) -> None:

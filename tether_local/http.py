@@ -5,6 +5,11 @@
 `httpx.TransportError` or `DropConnection` gets its connection closed without an answer, which is
 what a client sees when a host's network is cut.
 
+A client that hangs up mid-request or mid-response (a host destroyed while it talks, a CLI
+interrupted, `curl … | head`) ends its connection quietly (`CLIENT_GONE`, logged at debug): it
+is not a server error worth socketserver's traceback on the terminal. Any other error in the
+connection's thread is still printed with its traceback.
+
 `ApiFront` is the local API Gateway HTTP API: it matches a request against the template's routes
 (`Deployed.http_routes`), builds the payload-2.0 event (`tether_local.aws.apigw.http_api_event`),
 invokes the route's function through the local AWS's Lambda runtime (its own execution
@@ -37,6 +42,7 @@ import contextlib
 import json
 import logging
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -69,10 +75,23 @@ class DropConnection(Exception):
     """Raised by a handler: close the connection without answering (a cut network)."""
 
 
+# What a socket raises when the client has hung up (reset, or closed before the answer).
+CLIENT_GONE = (BrokenPipeError, ConnectionResetError)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # a heartbeat storm connects hundreds at once (default: 5)
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """socketserver prints every error of a connection's thread with its traceback; a
+        client that hung up is not one (module docstring)."""
+        gone = sys.exc_info()[1]
+        if isinstance(gone, CLIENT_GONE):
+            LOG.debug("client %s hung up: %s", client_address, gone)
+            return
+        super().handle_error(request, client_address)
 
 
 def _request_handler(handler: Handler) -> type[BaseHTTPRequestHandler]:

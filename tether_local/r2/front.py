@@ -33,6 +33,7 @@ import contextlib
 import http.client
 import logging
 import socket
+import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -103,11 +104,25 @@ class _Upstream:
             self.conn = None
 
 
+# What a socket raises when the client has hung up (reset, or closed before the answer).
+CLIENT_GONE = (BrokenPipeError, ConnectionResetError)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     request_queue_size = 256
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up before its request line is read (a host killed between two
+        requests on a kept-alive connection) is not a server error: no traceback for it;
+        any other error keeps socketserver's."""
+        gone = sys.exc_info()[1]
+        if isinstance(gone, CLIENT_GONE):
+            LOG.debug("r2 front: client %s hung up: %s", client_address, gone)
+            return
+        super().handle_error(request, client_address)
 
     def __init__(self, address: tuple[str, int], front: R2Front) -> None:
         self.front = front
