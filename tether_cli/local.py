@@ -148,7 +148,7 @@ def run_up(args: argparse.Namespace) -> int:
     started = time.time()
     try:
         with LocalStack(config) as stack:
-            state = write_local_state(stack.api_url)
+            state = write_local_state(stack.api_url, aws_url=stack.aws.endpoint_url)
             watcher: threading.Thread | None = None
             try:
                 print(f"API: {stack.api_url}")
