@@ -100,10 +100,15 @@ def local_aws_url(environ: Mapping[str, str] | None = None) -> str:
     """The local stack's AWS (moto) endpoint from its state file; a CliError saying to start
     the stack when there is none."""
     state = read_local_state(environ)
-    if state is None or not state["aws_url"]:
+    where = local_state_path(environ)
+    if state is None:
         raise CliError(
-            f"--local: no local stack is running here (no {local_state_path(environ)}): "
-            + LOCAL_UP_HINT,
+            f"--local: no local stack is running here (no {where}): {LOCAL_UP_HINT}",
+            EXIT_FAILURE,
+        )
+    if not state["aws_url"]:  # written by an older `tether local up`
+        raise CliError(
+            f"--local: {where} names no local AWS endpoint: restart `tether local up`",
             EXIT_FAILURE,
         )
     return state["aws_url"]
