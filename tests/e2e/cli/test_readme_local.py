@@ -49,7 +49,9 @@ def bare_environment(tmp_path: Path) -> dict[str, str]:
     """A new user's shell: `tether` on PATH, an empty HOME, no AWS_* variable at all."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    tether = bin_dir / "tether"  # this checkout's CLI, as `pip install .` would put it on PATH
+    # `tether` on PATH, as `pip install .` puts it; run from the clone's root, `python -m`
+    # imports this checkout.
+    tether = bin_dir / "tether"
     tether.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m tether_cli.main "$@"\n')
     tether.chmod(0o755)
     home = tmp_path / "home"
@@ -58,7 +60,6 @@ def bare_environment(tmp_path: Path) -> dict[str, str]:
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
         "LANG": "C.UTF-8",
-        "PYTHONPATH": str(ROOT),
         "TETHER_LOCAL_STATE": str(tmp_path / "local-stack.json"),
     }
 
