@@ -163,7 +163,7 @@ def resolve_api_url(
         # The credentials first, then the region (one line for each that is missing).
         access = aws_context.aws_access(region, env)
         resolved = access.region
-        outputs = stack_outputs(stack, access.region, access.region_source)
+        outputs = stack_outputs(stack, access.region, access.region_source, access.session)
     else:
         outputs = describe_stacks(stack)
     url = outputs.get(names.OUTPUT_API_URL)
@@ -184,16 +184,18 @@ def _checked_url(url: str, source: str) -> str:
 
 
 def stack_outputs(
-    stack_name: str, region: str | None = None, region_source: str = ""
+    stack_name: str, region: str | None = None, region_source: str = "", session: Any = None
 ) -> dict[str, str]:
-    """The deployed stack's outputs (in `region`, else the one rule's), or a CliError that says
-    how to get them."""
+    """The deployed stack's outputs (in `region`, else the one rule's; through `session`, else
+    a new default one), or a CliError that says how to get them."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     if region is None:
         region, region_source = aws_context.resolve_region(None)
     try:
-        client = aws_context.user_session(region).client("cloudformation")
+        client = (session or aws_context.user_session()).client(
+            "cloudformation", region_name=region
+        )
         reply = client.describe_stacks(StackName=stack_name)
     except ClientError as exc:
         message = exc.response.get("Error", {}).get("Message", str(exc))

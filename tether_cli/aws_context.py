@@ -136,7 +136,7 @@ def aws_access(given_region: str | None, environ: Mapping[str, str] | None = Non
     session = user_session()
     user_credentials(session)
     region, source = resolve_region(given_region, environ, lambda: _session_region(session))
-    return AwsAccess(user_session(region), region, source)
+    return AwsAccess(session, region, source)  # one session: its credentials resolved once
 
 
 def user_session(region: str | None = None) -> Any:
