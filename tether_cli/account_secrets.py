@@ -16,9 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from infra import names
-from tether_cli import output, provider_keys, user_secrets
-from tether_cli.deploy_checks import resolve_region
-from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
+from tether_cli import aws_context, output, provider_keys, user_secrets
+from tether_cli.output import EXIT_OK, EXIT_USAGE, CliError
 
 BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 CLOUDFLARE_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -90,23 +89,26 @@ def run_secrets_set(args: argparse.Namespace) -> int:
     if args.which not in PROMPTS:  # an upper-case name: the user's own secret
         user_secrets.check_name(args.which)
         args.name = args.which
-        return user_secrets.run_set(args, resolve_region(args.region)[0])
+        return user_secrets.run_set(args)
+    if getattr(args, "local", False):
+        raise CliError(
+            f"--local: the local stack's {args.which} key is its simulator's own (`tether local "
+            "up` stores it); --local stores job secrets only (HF_TOKEN…)",
+            EXIT_USAGE,
+        )
     parameter, _ = provider_keys.KEYS[args.which]
     prompts, build = PROMPTS[args.which]
-    region, _ = resolve_region(args.region)
+    access = aws_context.aws_access(args.region)  # before the prompts
+    region = access.region
     value = build(read_values(prompts))
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        version = provider_keys.store(boto3.client("ssm", region_name=region), args.which, value)
-    except NoCredentialsError:
-        raise CliError("no AWS credentials found: configure them first", EXIT_FAILURE) from None
-    except ClientError as exc:
-        message = exc.response.get("Error", {}).get("Message", str(exc))
-        raise CliError(f"cannot write {parameter}: {message}", EXIT_FAILURE) from None
-    except BotoCoreError as exc:
-        raise CliError(f"cannot write {parameter}: {exc}", EXIT_FAILURE) from None
+        version = provider_keys.store(access.client("ssm"), args.which, value)
+    except (BotoCoreError, ClientError) as exc:
+        raise aws_context.aws_failure(
+            exc, action=f"write {parameter}", region=region, region_source=access.region_source
+        ) from None
     if args.json:
         output.print_json({"secret": parameter, "version": version})
     else:

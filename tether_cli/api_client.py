@@ -2,14 +2,17 @@
 
 Where (first match wins):
 1. `--local`: the API of `tether local up`, read from its state file (`build/local-stack.json`,
-   `{"api_url": …}`; `TETHER_LOCAL_STATE` names another), else its default port.
+   `{"api_url": …, "aws_url": …}`; `TETHER_LOCAL_STATE` names another), else its default port.
+   Nothing answering there is "start it with `tether local up`".
 2. `TETHER_API_URL`.
 3. The deployed stack's `ApiUrl` output (CloudFormation `DescribeStacks`, stack `Tether` or
-   `TETHER_STACK_NAME`).
+   `TETHER_STACK_NAME`, in the region of the one rule: `aws_context.resolve_region`).
 
-Who: the user's AWS credentials from boto3's default chain (environment, `AWS_PROFILE`, SSO,
-instance role). Every request is signed with botocore's SigV4 signer for `execute-api`; the API's
-IAM authorizer checks it. Presigned log URLs are fetched unsigned.
+Who: with `--local`, the local stack's own key (`aws_context.LOCAL_CREDENTIALS`; no AWS account,
+config or variable is read); else the user's AWS credentials from boto3's default chain
+(environment, `AWS_PROFILE`, SSO, instance role). Every request is signed with botocore's SigV4
+signer for `execute-api`; the API's IAM authorizer checks it. Presigned log URLs are fetched
+unsigned.
 
 Errors become `CliError`s with one line: the API's own message and its `path: reason` details
 for a 4xx (exit 2), a hint for 403 (exit 1), and "could not reach" for the network (exit 1).
@@ -37,12 +40,11 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 
 from infra import names
+from tether_cli import aws_context
+from tether_cli.aws_context import LOCAL_CREDENTIALS as LOCAL_CREDENTIALS
+from tether_cli.aws_context import LOCAL_REGION as LOCAL_REGION
+from tether_cli.aws_context import LOCAL_UP_HINT
 from tether_cli.output import EXIT_FAILURE, EXIT_USAGE, CliError
-
-# The key the CLI signs with against a local stack (whose front checks SigV4's shape, not its
-# signature): `tether demo`, `tether rehearse`, `tether plan --local`.
-LOCAL_CREDENTIALS = ReadOnlyCredentials("AKIDLOCALDEMO", "local-demo-secret", None)
-LOCAL_REGION = "us-east-1"
 
 API_URL_ENV = "TETHER_API_URL"
 STACK_NAME_ENV = "TETHER_STACK_NAME"
@@ -63,22 +65,71 @@ ATTEMPTS = 3
 class ApiTarget:
     url: str
     source: str  # said in error messages: where the URL came from
+    local: bool = False  # the local stack's: signed with its key; nothing there: `local up`
+    region: str | None = None  # the region resolved for it (signing falls back to it)
 
 
 # --- where ---------------------------------------------------------------------------------
 
 
 def write_local_state(
-    api_url: str, path: Path | None = None, control: Mapping[str, str] | None = None
+    api_url: str,
+    path: Path | None = None,
+    *,
+    aws_url: str = "",
+    control: Mapping[str, str] | None = None,
 ) -> Path:
-    """For `tether local up`: record the API URL so `--local` finds it, and the control
-    endpoint's URL and token (`tether_cli/local.py`); readable by this user only."""
+    """For `tether local up`: record the API URL so `--local` finds it, its moto's (for
+    `secrets --local`), and the control endpoint's URL and token (`tether_cli/local.py`);
+    readable by this user only."""
     target = path or local_state_path()
     target.parent.mkdir(parents=True, exist_ok=True)
     target.touch(mode=0o600)
     target.chmod(0o600)
-    target.write_text(json.dumps({"api_url": api_url, **(control or {})}) + "\n", encoding="utf-8")
+    state = {"api_url": api_url, **({"aws_url": aws_url} if aws_url else {}), **(control or {})}
+    target.write_text(json.dumps(state) + "\n", encoding="utf-8")
     return target
+
+
+def read_local_state(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The local stack's state file, or None when there is none; a CliError when it is not one."""
+    state = local_state_path(environ)
+    if not state.exists():
+        return None
+    try:
+        found = json.loads(state.read_text(encoding="utf-8"))
+        return {"api_url": str(found["api_url"]), "aws_url": str(found.get("aws_url") or "")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CliError(
+            f"--local: {state} is not a local-stack state file ({exc}); restart `tether local up`"
+        ) from None
+
+
+def local_aws_url(environ: Mapping[str, str] | None = None) -> str:
+    """The local stack's AWS (moto) endpoint from its state file; a CliError saying to start
+    the stack when there is none."""
+    state = read_local_state(environ)
+    where = local_state_path(environ)
+    if state is None:
+        raise CliError(
+            f"--local: no local stack is running here (no {where}): {LOCAL_UP_HINT}",
+            EXIT_FAILURE,
+        )
+    if not state["aws_url"]:  # written by an older `tether local up`
+        raise CliError(
+            f"--local: {where} names no local AWS endpoint: restart `tether local up`",
+            EXIT_FAILURE,
+        )
+    return state["aws_url"]
+
+
+def target_flags(args: object) -> str:
+    """The flags that chose the API (` --local`, ` --region R`), for the `next:` hints, so a
+    suggested command talks to the same stack."""
+    if getattr(args, "local", False):
+        return " --local"
+    region = getattr(args, "region", None)
+    return f" --region {region}" if region else ""
 
 
 def local_state_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -91,27 +142,39 @@ def resolve_api_url(
     local: bool,
     environ: Mapping[str, str] | None = None,
     describe_stacks: Callable[[str], Mapping[str, str]] | None = None,
+    region: str | None = None,
 ) -> ApiTarget:
+    """Where the API is (module docstring). `region`: the `--region` flag, if given."""
     env = os.environ if environ is None else environ
     if local:
-        state = local_state_path(env)
-        if not state.exists():
+        state = read_local_state(env)
+        if state is None:
             return ApiTarget(
                 _checked_url(LOCAL_DEFAULT_URL, "--local"),
-                "--local (default port of `tether local up`)",
+                f"--local: no {local_state_path(env)}, so the default port of `tether local up`",
+                local=True,
             )
-        try:
-            url = json.loads(state.read_text(encoding="utf-8"))["api_url"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CliError(
-                f"--local: {state} is not a local-stack state file ({exc}); "
-                "restart `tether local up`"
-            ) from None
-        return ApiTarget(_checked_url(str(url), str(state)), f"--local ({state})")
+        where = local_state_path(env)
+        return ApiTarget(
+            _checked_url(state["api_url"], str(where)), f"--local ({where})", local=True
+        )
     if env.get(API_URL_ENV):
-        return ApiTarget(_checked_url(env[API_URL_ENV], API_URL_ENV), API_URL_ENV)
+        choice = aws_context.region_choice(region, env)
+        return ApiTarget(
+            _checked_url(env[API_URL_ENV], API_URL_ENV),
+            API_URL_ENV,
+            region=choice[0] if choice else None,
+        )
     stack = env.get(STACK_NAME_ENV) or names.STACK_NAME
-    outputs = (describe_stacks or stack_outputs)(stack)
+    resolved: str | None = None
+    outputs: Mapping[str, str]
+    if describe_stacks is None:
+        # The credentials first, then the region (one line for each that is missing).
+        access = aws_context.aws_access(region, env)
+        resolved = access.region
+        outputs = stack_outputs(stack, access.region, access.region_source, access.session)
+    else:
+        outputs = describe_stacks(stack)
     url = outputs.get(names.OUTPUT_API_URL)
     if not url:
         raise CliError(
@@ -119,7 +182,7 @@ def resolve_api_url(
             "(`tether deploy`)",
             EXIT_FAILURE,
         )
-    return ApiTarget(_checked_url(url, f"stack {stack}"), f"stack {stack}")
+    return ApiTarget(_checked_url(url, f"stack {stack}"), f"stack {stack}", region=resolved)
 
 
 def _checked_url(url: str, source: str) -> str:
@@ -129,51 +192,43 @@ def _checked_url(url: str, source: str) -> str:
     return url.rstrip("/") + "/"
 
 
-def stack_outputs(stack_name: str, region: str | None = None) -> dict[str, str]:
-    """The deployed stack's outputs (in `region`, else the configured one), or a CliError that
-    says how to get them."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+def stack_outputs(
+    stack_name: str, region: str | None = None, region_source: str = "", session: Any = None
+) -> dict[str, str]:
+    """The deployed stack's outputs (in `region`, else the one rule's; through `session`, else
+    a new default one), or a CliError that says how to get them."""
+    from botocore.exceptions import BotoCoreError, ClientError
 
+    if region is None:
+        region, region_source = aws_context.resolve_region(None)
     try:
-        client = boto3.client("cloudformation", region_name=region)
+        client = (session or aws_context.user_session()).client(
+            "cloudformation", region_name=region
+        )
         reply = client.describe_stacks(StackName=stack_name)
-    except NoCredentialsError:
-        raise CliError(_NO_CREDENTIALS, EXIT_FAILURE) from None
     except ClientError as exc:
         message = exc.response.get("Error", {}).get("Message", str(exc))
         if "does not exist" in message:
+            source = f", from {region_source}" if region_source else ""
             raise CliError(
-                f"stack {stack_name} is not deployed in this account and region: run "
-                f"`tether deploy`, set {API_URL_ENV}, or use --local",
+                f"stack {stack_name} is not deployed in this account and region ({region}"
+                f"{source}): deploy it (`tether deploy --region {region}`), pass --region with "
+                f"the region it is in, set {API_URL_ENV}, or use --local with `tether local up`",
                 EXIT_FAILURE,
             ) from None
-        raise CliError(f"cannot read stack {stack_name}: {message}", EXIT_FAILURE) from None
+        raise aws_context.aws_failure(
+            exc, action=f"read stack {stack_name}", region=region, region_source=region_source
+        ) from None
     except BotoCoreError as exc:
-        raise CliError(f"cannot read stack {stack_name}: {exc}", EXIT_FAILURE) from None
+        raise aws_context.aws_failure(
+            exc, action=f"read stack {stack_name}", region=region, region_source=region_source
+        ) from None
     stacks = reply.get("Stacks", [])
     outputs = stacks[0].get("Outputs", []) if stacks else []
     return {o["OutputKey"]: o["OutputValue"] for o in outputs if "OutputKey" in o}
 
 
-_NO_CREDENTIALS = (
-    "no AWS credentials found: configure them (`aws configure`, AWS_PROFILE, or "
-    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
-)
-
-
 # --- who -----------------------------------------------------------------------------------
-
-
-def default_credentials() -> tuple[ReadOnlyCredentials, str | None]:
-    """The default chain's credentials (frozen) and the configured region, if any."""
-    import boto3
-
-    session = boto3.session.Session()
-    credentials = session.get_credentials()
-    if credentials is None:
-        raise CliError(_NO_CREDENTIALS, EXIT_FAILURE)
-    return credentials.get_frozen_credentials(), session.region_name
 
 
 def region_for(url: str, configured: str | None) -> str:
@@ -224,11 +279,15 @@ class TetherApi:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.target = target
-        if credentials is None:
-            credentials, configured = default_credentials()
-            region = region or configured
+        if credentials is None and target.local:
+            credentials, region = LOCAL_CREDENTIALS, LOCAL_REGION
+        elif credentials is None:
+            credentials = aws_context.user_credentials()
+            if not (region or target.region):
+                choice = aws_context.region_choice(None)
+                region = choice[0] if choice else None
         self._credentials = credentials
-        self._region = region_for(target.url, region)
+        self._region = region_for(target.url, region or target.region)
         self._client = httpx.Client(transport=transport, timeout=timeout_s)
         self._sleep = sleep
 
@@ -269,6 +328,12 @@ class TetherApi:
             try:
                 response = self._client.request(method, url, content=data, headers=signed)
             except httpx.HTTPError as exc:
+                if self.target.local and isinstance(exc, httpx.ConnectError):
+                    raise CliError(
+                        f"no local stack is running at {self.target.url} "
+                        f"({self.target.source}): {LOCAL_UP_HINT}",
+                        EXIT_FAILURE,
+                    ) from None
                 if attempt < attempts:
                     self._backoff(attempt)
                     continue

@@ -173,19 +173,22 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "which", metavar="NAME", help="a job secret's name (HF_TOKEN), or vast | cloudflare"
     )
     _region_argument(set_)
+    _local_argument(set_)
     set_.add_argument("--json", action="store_true", help="print the result as JSON")
     set_.set_defaults(handler=run_secrets_set)
     list_ = actions.add_parser(
         "list", help="the names of your job secrets", description="Names only, never values."
     )
     _region_argument(list_)
+    _local_argument(list_)
     list_.add_argument("--json", action="store_true", help="print the result as JSON")
-    list_.set_defaults(handler=lambda a: user_secrets.run_list(a, resolve_region(a.region)[0]))
+    list_.set_defaults(handler=user_secrets.run_list)
     delete = actions.add_parser("delete", help="delete a job secret", description="By name.")
     delete.add_argument("name", metavar="NAME", help="the job secret's name, e.g. HF_TOKEN")
     _region_argument(delete)
+    _local_argument(delete)
     delete.add_argument("--json", action="store_true", help="print the result as JSON")
-    delete.set_defaults(handler=lambda a: user_secrets.run_delete(a, resolve_region(a.region)[0]))
+    delete.set_defaults(handler=user_secrets.run_delete)
     secrets.set_defaults(handler=_missing_action)
 
 
@@ -199,6 +202,14 @@ def _region_argument(parser: argparse.ArgumentParser) -> None:
         type=_region,
         help="the AWS region (default: AWS_REGION, else AWS_DEFAULT_REGION, else your AWS "
         "config's profile)",
+    )
+
+
+def _local_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="the job secrets of `tether local up` instead of your AWS account's",
     )
 
 

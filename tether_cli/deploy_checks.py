@@ -13,16 +13,16 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tether_cli.output import EXIT_FAILURE, EXIT_USAGE, CliError
+from tether_cli.aws_context import REGION as REGION
+from tether_cli.aws_context import REGION_VARIABLES
+from tether_cli.aws_context import resolve_region as resolve_region
+from tether_cli.output import EXIT_FAILURE, CliError
 
 MIN_NODE_MAJOR = 22  # jsii (under the CDK) supports maintained Node.js releases only
 # What a checkout has that an installed wheel lacks: synth builds the Lambda bundle from
 # functions/ and the agent wheel from agent/, so deploy and destroy run from a clone.
 SOURCE_MARKERS = ("infra/synth.py", "functions/requirements.txt", "agent/pyproject.toml")
 BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"  # the default CDK qualifier
-REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
-# Where a region can come from, in the order the CDK CLI reads them (boto3 reads only the second).
-REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 
 def check_node(which: Callable[[str], str | None] = shutil.which) -> str:
@@ -47,38 +47,6 @@ def check_node(which: Callable[[str], str | None] = shutil.which) -> str:
             EXIT_FAILURE,
         )
     return npx
-
-
-def resolve_region(
-    given: str | None,
-    environ: Mapping[str, str] | None = None,
-    configured: Callable[[], str | None] | None = None,
-) -> tuple[str, str]:
-    """(region, where it came from): `--region`, else AWS_REGION (the CDK CLI's first choice),
-    else AWS_DEFAULT_REGION (boto3's), else the AWS config's profile; a CliError when none."""
-    env = os.environ if environ is None else environ
-    if given:
-        return given, "--region"
-    for variable in REGION_VARIABLES:
-        value = env.get(variable, "").strip()
-        if value:
-            if not REGION.match(value):
-                raise CliError(f"{variable}: not an AWS region name (like eu-west-1): {value!r}")
-            return value, variable
-    region = (configured or _profile_region)()
-    if region:
-        return region, f"profile {env.get('AWS_PROFILE') or 'default'} in the AWS config"
-    raise CliError(
-        "no AWS region: pass --region, set AWS_REGION, or `aws configure set region …`",
-        EXIT_USAGE,
-    )
-
-
-def _profile_region() -> str | None:
-    import boto3
-
-    region: str | None = boto3.session.Session().region_name
-    return region
 
 
 def region_environment(region: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """`tether submit | jobs | status | cancel | logs`: the job API from the command line.
 
 Each command talks to the API found by `api_client.resolve_api_url` (`--local`, `TETHER_API_URL`
-or the deployed stack's outputs), signed with the user's AWS credentials. `--json` prints the
+or the deployed stack's outputs, in the region of `--region` or the one rule of
+`aws_context.resolve_region`), signed with the user's AWS credentials, or with `--local` the
+local stack's own key (no AWS account needed). `--json` prints the
 API's own document (for `logs`, one JSON object per segment line) for scripts.
 
 What a host wrote (log segments, timeline messages, exit reasons, checkpoint paths) is printed
@@ -24,7 +26,15 @@ from rich.text import Text
 from functions.domain.job import JobState
 from functions.domain.jobspec import JobSpec
 from tether_cli import code_ship, output, submit_plan
-from tether_cli.api_client import IDEMPOTENCY_KEY_PATTERN, ApiReply, TetherApi, resolve_api_url
+from tether_cli.api_client import (
+    IDEMPOTENCY_KEY_PATTERN,
+    ApiReply,
+    TetherApi,
+    resolve_api_url,
+    target_flags,
+)
+from tether_cli.aws_context import region_argument
+from tether_cli.env_flags import ENV_FLAG_HELP, with_env_flags
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
 from tether_cli.terminal_text import visible
 from tether_cli.validate import load_job, summary
@@ -42,8 +52,8 @@ DEFAULT_FOLLOW_INTERVAL_S = 5.0
 
 
 def connect(args: argparse.Namespace) -> TetherApi:
-    """The API client for a command's `--local` choice, signed with the default credentials."""
-    return TetherApi(resolve_api_url(local=args.local))
+    """The API client for a command's `--local` / `--region` choice (api_client says as whom)."""
+    return TetherApi(resolve_api_url(local=args.local, region=getattr(args, "region", None)))
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -69,6 +79,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="reuse a key to make re-running this command safe (default: a new random key)",
     )
     submit_plan.add_arguments(submit)
+    submit.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help=ENV_FLAG_HELP
+    )
     submit.set_defaults(handler=run_submit)
 
     jobs = _add(subparsers, "jobs", "list jobs, newest first", "List jobs, newest first.")
@@ -130,6 +143,12 @@ def _add(
     parser.add_argument(
         "--local", action="store_true", help="talk to `tether local up` instead of AWS"
     )
+    parser.add_argument(
+        "--region",
+        type=region_argument,
+        help="the AWS region of the deployed stack (default: AWS_REGION, else "
+        "AWS_DEFAULT_REGION, else your AWS config's profile)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     return parser
 
@@ -178,7 +197,8 @@ def _seconds(text: str) -> float:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    job = load_job(args.job)  # exit 2 with every problem before anything is sent
+    # exit 2 with every problem (the spec's, then --env's) before anything is sent
+    job = with_env_flags(load_job(args.job), args.env)
     key = args.idempotency_key or f"cli-{uuid.uuid4()}"
     where = code_ship.code_dir(job, args.job, args.code)
     # Ctrl-C says what it leaves behind; the price, the question, the upload and the request
@@ -214,7 +234,10 @@ def _print_submitted(
         "      the control plane ranks live Vast offers by full cost (`tether plan` shows the "
         "ranking now) and rents the best; `tether status` shows the host it chose"
     )
-    console.print(f"next: tether status {view['job_id']}   ·   tether logs -f {view['job_id']}")
+    flags = target_flags(args)
+    console.print(
+        f"next: tether status {view['job_id']}{flags}   ·   tether logs -f {view['job_id']}{flags}"
+    )
     console.print(f"note: {HOST_VISIBILITY}")
     return EXIT_OK
 
@@ -418,7 +441,7 @@ def run_cancel(args: argparse.Namespace) -> int:
         return EXIT_OK
     output.stdout_console().print(
         f"cancel requested: {view['job_id']} is {view['state']}; its host is being destroyed "
-        f"(`tether status {view['job_id']}` shows when it has ended)"
+        f"(`tether status {view['job_id']}{target_flags(args)}` shows when it has ended)"
     )
     return EXIT_OK
 

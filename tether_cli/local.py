@@ -284,7 +284,9 @@ def run_up(args: argparse.Namespace) -> int:
             ) as control,
         ):
             state = write_local_state(
-                stack.api_url, control={"control_url": control.url, "control_token": token}
+                stack.api_url,
+                aws_url=stack.aws.endpoint_url,
+                control={"control_url": control.url, "control_token": token},
             )
             watcher: threading.Thread | None = None
             try:

@@ -6,6 +6,10 @@ a user secret's name is an upper-case environment-variable name (`HF_TOKEN`), th
 lists under `secrets:` and the variable the training command gets. User secrets are SSM Parameter
 Store SecureStrings under `/tether/secrets/` (standard tier: free at rest; docs/deploy.md).
 The value comes from a hidden prompt or stdin, never an argument; `list` prints names only.
+
+Where: the user's AWS account in the region of the one rule (`aws_context.resolve_region`), or,
+with `--local`, the local stack's SSM (its moto, found through the state file `tether local up`
+writes), under the same parameter names, with the local stack's own key: no AWS account needed.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import getpass
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from functions.domain.jobspec import RESERVED_ENV_PREFIXES
@@ -24,7 +29,8 @@ from functions.domain.secrets import (
     secret_name_problem,
 )
 from functions.domain.secrets import SECRET_PREFIX as SECRET_PREFIX
-from tether_cli import output
+from tether_cli import aws_context, output
+from tether_cli.api_client import local_aws_url
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 
 
@@ -55,32 +61,60 @@ def read_secret_value(
     return value
 
 
-def _ssm(region: str) -> Any:
-    import boto3
+@dataclass(frozen=True)
+class SecretPlace:
+    """The SSM that holds the user's secrets, and how to say where it is."""
 
-    return boto3.client("ssm", region_name=region)
+    ssm: Any  # a boto3 SSM client
+    where: str  # "in eu-west-1", "in the local stack"
+    region: str | None = None  # AWS's, for naming an unknown region
+    region_source: str = ""
+    local: bool = False
 
 
-def _calling(action: str, call: Callable[[], Any]) -> Any:
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+def secret_place(args: argparse.Namespace) -> SecretPlace:
+    """The local stack's SSM with `--local`; else the user's, in the resolved region."""
+    if getattr(args, "local", False):
+        return SecretPlace(
+            aws_context.local_client("ssm", local_aws_url()), "in the local stack", local=True
+        )
+    access = aws_context.aws_access(getattr(args, "region", None))
+    return SecretPlace(
+        access.client("ssm"),
+        f"in {access.region}",
+        region=access.region,
+        region_source=access.region_source,
+    )
+
+
+def _calling(place: SecretPlace, action: str, call: Callable[[], Any]) -> Any:
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
     try:
         return call()
-    except NoCredentialsError:
-        raise CliError("no AWS credentials found: configure them first", EXIT_FAILURE) from None
     except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if error.get("Code") == "ParameterNotFound":
+        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
             raise CliError(f"cannot {action}: no such secret", EXIT_FAILURE) from None
-        raise CliError(f"cannot {action}: {error.get('Message', str(exc))}", EXIT_FAILURE) from None
+        raise aws_context.aws_failure(
+            exc, action=action, region=place.region, region_source=place.region_source
+        ) from None
     except BotoCoreError as exc:
-        raise CliError(f"cannot {action}: {exc}", EXIT_FAILURE) from None
+        if place.local and isinstance(exc, EndpointConnectionError):
+            raise CliError(
+                f"cannot {action}: no local stack is running (its state file is stale): "
+                + aws_context.LOCAL_UP_HINT,
+                EXIT_FAILURE,
+            ) from None
+        raise aws_context.aws_failure(
+            exc, action=action, region=place.region, region_source=place.region_source
+        ) from None
 
 
-def set_secret(name: str, value: str, region: str) -> int:
+def set_secret(place: SecretPlace, name: str, value: str) -> int:
     reply = _calling(
+        place,
         f"store {name}",
-        lambda: _ssm(region).put_parameter(
+        lambda: place.ssm.put_parameter(
             Name=parameter_name(name),
             Value=value,
             Type="SecureString",
@@ -93,15 +127,15 @@ def set_secret(name: str, value: str, region: str) -> int:
     return version
 
 
-def list_secrets(region: str) -> list[str]:
+def list_secrets(place: SecretPlace) -> list[str]:
     found: list[str] = []
     token: str | None = None
-    client = _ssm(region)
     while True:
         extra = {"NextToken": token} if token else {}
         reply = _calling(
+            place,
             "list secrets",
-            lambda extra=extra: client.get_parameters_by_path(  # type: ignore[misc]
+            lambda extra=extra: place.ssm.get_parameters_by_path(  # type: ignore[misc]
                 Path=SECRET_PREFIX.rstrip("/"), WithDecryption=False, **extra
             ),
         )
@@ -114,22 +148,23 @@ def list_secrets(region: str) -> list[str]:
             return sorted(found)
 
 
-def delete_secret(name: str, region: str) -> None:
-    _calling(f"delete {name}", lambda: _ssm(region).delete_parameter(Name=parameter_name(name)))
+def delete_secret(place: SecretPlace, name: str) -> None:
+    _calling(place, f"delete {name}", lambda: place.ssm.delete_parameter(Name=parameter_name(name)))
 
 
-def run_set(args: argparse.Namespace, region: str) -> int:
+def run_set(args: argparse.Namespace) -> int:
     name = check_name(args.name)
-    version = set_secret(name, read_secret_value(name), region)
+    place = secret_place(args)  # before the prompt: no value typed for nowhere to store it
+    version = set_secret(place, name, read_secret_value(name))
     if args.json:
         output.print_json({"secret": name, "version": version})
     else:
-        output.stdout_console().print(f"stored secret {name} in {region} (version {version})")
+        output.stdout_console().print(f"stored secret {name} {place.where} (version {version})")
     return EXIT_OK
 
 
-def run_list(args: argparse.Namespace, region: str) -> int:
-    found = list_secrets(region)
+def run_list(args: argparse.Namespace) -> int:
+    found = list_secrets(secret_place(args))
     if args.json:
         output.print_json({"secrets": found})
     else:
@@ -137,15 +172,17 @@ def run_list(args: argparse.Namespace, region: str) -> int:
         for name in found:
             console.print(name)
         if not found:
-            console.print("no secrets stored (store one with `tether secrets set NAME`)")
+            flag = " --local" if getattr(args, "local", False) else ""
+            console.print(f"no secrets stored (store one with `tether secrets set NAME{flag}`)")
     return EXIT_OK
 
 
-def run_delete(args: argparse.Namespace, region: str) -> int:
+def run_delete(args: argparse.Namespace) -> int:
     name = check_name(args.name)
-    delete_secret(name, region)
+    place = secret_place(args)
+    delete_secret(place, name)
     if args.json:
         output.print_json({"deleted": name})
     else:
-        output.stdout_console().print(f"deleted secret {name} in {region}")
+        output.stdout_console().print(f"deleted secret {name} {place.where}")
     return EXIT_OK

@@ -164,7 +164,9 @@ def _build(recipe: Recipe, target: Path) -> None:
     shutil.rmtree(target, ignore_errors=True)
     _run([sys.executable, "-m", "venv", str(target)], f"creating the {recipe.name} venv")
     python = target / "bin" / "python"
-    pip = [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    # -I: neither PYTHONPATH nor the working directory (a clone's root holds `tether.egg-info`
+    # after `pip install .`) may add distributions that `pip check` then finds unmet.
+    pip = [str(python), "-I", "-m", "pip", "--disable-pip-version-check", "--no-input"]
     _run([*pip, "uninstall", "--yes", "--quiet", "setuptools", "wheel"], "removing setuptools")
     site = Path(_output([str(python), "-c", _PURELIB]))
     for name in _linked(recipe):

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from tether_cli.main import main
 from tether_local import stack as local_stack
 
 API_URL = "http://127.0.0.1:50123/"
+AWS_URL = "http://127.0.0.1:50127"  # the stack's moto, for `tether secrets … --local`
 
 
 class FakeStack:
@@ -29,6 +31,7 @@ class FakeStack:
 
     def __init__(self, config: Any, state_path: Path, seen: dict[str, Any]) -> None:
         self.api_url = API_URL
+        self.aws = SimpleNamespace(endpoint_url=AWS_URL)
         self.s3_url = "http://127.0.0.1:50124/"
         self.vast_url = "http://127.0.0.1:50125/"
         self.cloudflare_url = "http://127.0.0.1:50126/"
@@ -77,8 +80,9 @@ def test_local_up_writes_the_state_file_while_serving_and_removes_it_on_exit(
     assert main(["local", "up", "--port", "0"]) == 0
 
     assert seen["state"]["api_url"] == API_URL
+    assert seen["state"]["aws_url"] == AWS_URL  # for `tether secrets set NAME --local`
     # and the control endpoint `tether local kill-host` and `tether ssh --local` call
-    assert set(seen["state"]) == {"api_url", "control_url", "control_token"}
+    assert set(seen["state"]) == {"api_url", "aws_url", "control_url", "control_token"}
     assert seen["resolved"] == API_URL  # what `tether jobs --local` would call
     assert not state_path.exists() and seen["closed_with_file"] is False
     out = capsys.readouterr().out
