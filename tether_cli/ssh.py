@@ -246,10 +246,13 @@ def run_vast(args: argparse.Namespace) -> int:
 
 
 def local_shell(view: Mapping[str, Any]) -> tuple[list[str], str, dict[str, str]]:
-    """(argv, working directory, environment) of a shell on a local host from its view."""
+    """(argv, working directory, environment) of a shell on a local host from its view: the
+    directory on this machine, and argv entering the host's own view of its disk where it has
+    one (`tether_local.hosts.disk_view`), so the host's paths in its environment hold."""
     env = {str(k): str(v) for k, v in (view.get("env") or {}).items()}
     shell = shutil.which("bash", path=env.get("PATH")) or shutil.which("bash") or "/bin/sh"
-    return [shell], str(view["cwd"]), env
+    enter = [str(part) for part in view.get("enter") or []]
+    return [*enter, shell], str(view.get("cwd_on_disk") or view["cwd"]), env
 
 
 def local_shell_line(argv: list[str], cwd: str, env: Mapping[str, str]) -> str:

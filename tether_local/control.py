@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from functions.domain import agent_env
+from tether_local.hosts import disk_view
 from tether_local.hosts.local_hosts import LocalHost, LocalHosts, marked_processes
 from tether_local.http import ApiFront
 from tether_local.stack import LocalStack
@@ -199,9 +200,11 @@ def shell_view(host: LocalHost, hosts: LocalHosts) -> dict[str, Any]:
             for k, v in hosts.process_env(host).items()
             if not k.startswith(_AGENT_SECRET_PREFIXES)
         }
-        work_dir = Path(env.get(agent_env.WORK_DIR, str(host.disk)))
-        cwd = str(work_dir if work_dir.is_dir() else host.disk)
+        work_dir = env.get(agent_env.WORK_DIR) or str(disk_view.seen_root(host.disk))
+        on_disk = disk_view.on_disk(work_dir, host.disk).is_dir()
+        cwd = work_dir if on_disk else str(disk_view.seen_root(host.disk))
         source = "the agent (no training process runs)"
+    agent = host.process.pid if host.process is not None else None
     return {
         "job_id": host.job_id,
         "instance_id": host.instance_id,
@@ -209,7 +212,10 @@ def shell_view(host: LocalHost, hosts: LocalHosts) -> dict[str, Any]:
         "state": host.state,
         "disk": str(host.disk),
         "log_file": str(host.log_file),
-        "cwd": cwd,
+        "cwd": cwd,  # as the host's processes see it
+        "cwd_on_disk": str(disk_view.on_disk(cwd, host.disk)),  # the same, from this machine
+        # how a command gets into the host's view of its disk (`disk_view`)
+        "enter": disk_view.entering(agent, cwd) if agent is not None else [],
         "env": env,
         "env_from": source,
     }

@@ -104,6 +104,18 @@ def command_seeing(command: Sequence[str], disk: Path, cwd: Path | None = None) 
     return _wrapped(command, disk, cwd if cwd is not None else SEEN_ROOT)
 
 
+def entering(pid: int, cwd: str | Path) -> list[str]:
+    """The prefix that runs a command inside the host of process `pid` (its mount namespace,
+    so the host's paths mean what they mean to its processes), started in `cwd` (a path as the
+    host sees it); empty without namespaces."""
+    nsenter = shutil.which("nsenter")
+    if not available() or nsenter is None:
+        return []
+    # (not nsenter's --wd, which opens the directory before it enters: this machine's path)
+    return [nsenter, f"--target={pid}", "--user", "--mount", "--preserve-credentials", "--",
+            "/bin/sh", "-c", 'cd -- "$0" && exec "$@"', str(cwd)]  # fmt: skip
+
+
 def on_disk(seen: str | Path, disk: Path) -> Path:
     """Where a path a host's process sees (below `seen_root(disk)`) is on this machine."""
     path = Path(seen)

@@ -21,6 +21,7 @@ import pytest
 from tests.e2e.cli.test_local_up import Terminal
 from tests.e2e.conftest import SIGNED, example_code, tiny_spec
 from tests.paths import ROOT
+from tether_local.hosts import disk_view
 from tether_local.hosts.local_hosts import marked_processes
 
 pytestmark = pytest.mark.slow
@@ -91,9 +92,12 @@ def test_ssh_local_and_kill_host_from_another_terminal(tmp_path: Path) -> None:
         instance_id = int(str(view["instance_id"]))
         disk = root / "hosts" / str(instance_id) / "disk"
         assert view["env_from"] == "the training process"
-        assert Path(shell[0]).is_relative_to(disk)  # where the job's code runs, on the disk
+        # where the job's code runs, on the disk, as the host sees it (`disk_view`)
+        seen = disk_view.seen_root(disk)
+        assert Path(shell[0]).is_relative_to(seen)
+        assert disk_view.on_disk(shell[0], disk).is_dir()
         assert shell[1] == f"{job_id} 1"
-        assert Path(shell[2]).is_relative_to(disk)
+        assert Path(shell[2]).is_relative_to(seen)
         marker = dict(view["env"])["TETHER_LOCAL_HOST"]  # type: ignore[call-overload]
         stack_id = str(marker).split(":")[0]
 
