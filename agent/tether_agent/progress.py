@@ -159,7 +159,7 @@ def never_uploaded_checkpoints(
                 if depth < max_depth:
                     folders.append((entry.path, f"{name}/", depth + 1))
                 continue
-            if not _is_checkpoint_file(entry, step, nested=depth > 0):
+            if step is None or not _is_checkpoint_file(entry, step, nested=depth > 0):
                 continue
             if depth:
                 misplaced.append(name)
@@ -243,9 +243,12 @@ def _marking(marker: str) -> str:
 
 def unmarked_fix(checkpoint_dir: Path, marker: str) -> str:
     """What to do about unmarked checkpoints, in one sentence a user can act on."""
+    example = sibling_marker_name("step_50.pt", marker)
     return (
-        f"the agent uploads a checkpoint only once it has {_marking(marker)}: write it under "
-        f"{checkpoint_dir} when the save is complete (tether_hooks: the Hugging "
+        f"the agent uploads a checkpoint only once the marker file {marker!r} is in its folder, "
+        f"or, for a single-file checkpoint, next to it as <file>.{marker.lstrip('.') or marker} "
+        f"({example} for step_50.pt): write it under {checkpoint_dir} when the save is "
+        "complete (tether_hooks: the Hugging "
         "Face callback, or checkpoint_saved(path) after your own save of a folder or a file; "
         "agent/README.md)"
     )
