@@ -84,9 +84,9 @@ _SHARD_PART = re.compile(r"rank|\d-of-\d", re.IGNORECASE)
 # this long with no marker is not being marked (a large save still being written is not named).
 UNMARKED_SETTLED_S = 120.0
 # The walk below the checkpoint dir is bounded, so a dataset kept there costs little at each
-# heartbeat: folders this deep at most (`lightning_logs/version_0/checkpoints/epoch=0-step=10.
-# ckpt` is a file in a folder three deep), this many directory entries read in all, and at most
-# `FOLDER_MAX_ENTRIES` of any one folder.
+# heartbeat: folders read at most this deep (`lightning_logs/version_0/checkpoints/` is three
+# deep; a checkpoint folder one deeper is still found, by looking its files up), this many
+# directory entries read or looked up in all, and at most `FOLDER_MAX_ENTRIES` of any one folder.
 SCAN_MAX_DEPTH = 6
 SCAN_MAX_ENTRIES = 4096
 FOLDER_MAX_ENTRIES = 1024
@@ -120,12 +120,12 @@ def never_uploaded_checkpoints(
     `COMPLETE_LOOKING_FILES`, or a single file whose name ends in a step with a suffix of
     `CHECKPOINT_FILE_SUFFIXES` (in the checkpoint dir) or `NESTED_CHECKPOINT_FILE_SUFFIXES`
     (below it, a `.pt`/`.pth` only with `_CHECKPOINT_WORD` in its name). In the checkpoint
-    dir, one without its marker (in its folder, or its sibling
-    marker `sibling_marker_name`) and unchanged for `settled_s` is unmarked; below it, every
-    one is misplaced. A checkpoint's insides are never looked into, nor those of a marked or
-    complete-looking folder without a step (`final/`, a saved model); parts of a sharded save
-    (`_SHARD_PART`) are no checkpoints. Breadth-first, folders at most `max_depth` deep, at most
-    `max_entries` directory entries read in all (`FOLDER_MAX_ENTRIES` of any one folder)."""
+    dir, one without its marker (in its folder, or its sibling marker `sibling_marker_name`)
+    and unchanged for `settled_s` is unmarked; below it, every one is misplaced. A checkpoint's
+    insides are never looked into, nor those of a marked or complete-looking folder without a
+    step (`final/`, a saved model); parts of a sharded save (`_SHARD_PART`) are no checkpoints.
+    Breadth-first: folders read at most `max_depth` deep, at most `max_entries` directory
+    entries read or looked up in all (`FOLDER_MAX_ENTRIES` of any one folder)."""
     now = time.time() if now is None else now
     budget = [max_entries]
     unmarked: list[tuple[int, str]] = []
