@@ -32,7 +32,7 @@ from tether_agent.job_code import CodeUnavailable
 from tether_agent.job_storage import JobStorage
 from tether_agent.logs import LogShipper, OutputTail, TeeLog, scrub
 from tether_agent.outputs import upload_outputs
-from tether_agent.progress import MisplacedReporter, ResumeWatch, current_step
+from tether_agent.progress import NeverUploadedReporter, ResumeWatch, current_step
 from tether_agent.protocol import (
     MAX_EXIT_OUTPUT,
     MAX_EXIT_OUTPUT_LINES,
@@ -121,8 +121,8 @@ class Agent:
         self._signalled: int | None = None  # the last SIGTERM/SIGINT received, in any phase
         self._interrupted = False  # one reached the training before it exited: not `finished`
         self._wake = threading.Event()
-        self.misplaced = MisplacedReporter(
-            settings.checkpoint_dir, settings.marker, self._say_misplaced
+        self.never_uploaded = NeverUploadedReporter(
+            settings.checkpoint_dir, settings.marker, self._say_never_uploaded
         )
         # The job's user secrets (`secrets_inbox.py`): the training command's env only.
         self.user_secrets = SecretsInbox(settings.secret_names)
@@ -177,6 +177,7 @@ class Agent:
         s = self.settings
         step = self._step()
         self.resume.observe(step)
+        never_uploaded = self.never_uploaded.scan(MAX_MISPLACED)  # one walk for both lists
         return HeartbeatRequest(
             job_id=s.job_id,
             generation=s.generation,
@@ -185,8 +186,8 @@ class Agent:
             last_checkpoint=self.uploader.last,
             restored_checkpoint=self.restored.ref if self.restored else None,
             restore=self.restore_report,
-            misplaced_checkpoints=self._misplaced(),
-            unmarked_checkpoints=self._unmarked(),
+            misplaced_checkpoints=[p[:MAX_MISPLACED_PATH] for p in never_uploaded.misplaced],
+            unmarked_checkpoints=[p[:MAX_MISPLACED_PATH] for p in never_uploaded.unmarked],
             resumed=self.resume.report(),
             outputs=self.outputs,
             gpu=self.gpu.current(),
@@ -200,15 +201,7 @@ class Agent:
             wants_secrets=self.user_secrets.wanted,
         )
 
-    def _misplaced(self) -> list[str]:
-        """Checkpoints saved one level below the checkpoint dir (never uploaded)."""
-        return [path[:MAX_MISPLACED_PATH] for path in self.misplaced.found(MAX_MISPLACED)]
-
-    def _unmarked(self) -> list[str]:
-        """Checkpoints in the checkpoint dir that look complete but carry no marker."""
-        return [name[:MAX_MISPLACED_PATH] for name in self.misplaced.unmarked(MAX_MISPLACED)]
-
-    def _say_misplaced(self, message: str) -> None:
+    def _say_never_uploaded(self, message: str) -> None:
         log.warning(message)
         self.log_shipper.note(message)
 

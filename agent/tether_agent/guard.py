@@ -14,6 +14,11 @@ included. Nothing is left running. Meanwhile it keeps the output pipe drained in
 training log (`--log`), through its copy of the pipe's read end (`--drain-fd`): otherwise the
 training's next print would fail on a pipe with no reader and it could die before it saves.
 
+A launcher may start its workers out of the group: torchrun puts each worker in a session of
+its own, and forwards a SIGTERM to them itself, but dies of a SIGKILL without passing it on. So
+every SIGKILL also goes to each process below the command (`descendants`, read from /proc just
+before), wherever its group.
+
 Linux's `PR_SET_PDEATHSIG` was not enough on its own: it signals only the direct child (a
 `bash -c` that runs a pipeline leaves its children running), fires when the forking *thread*
 exits rather than the agent, and does not exist elsewhere. Polling the parent costs nothing.
@@ -34,6 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
 POLL_S = 0.5  # how often the guard checks that its agent is alive
@@ -87,6 +93,43 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def descendants(pid: int) -> list[int]:
+    """The live processes below `pid` (its children, theirs, …), read from /proc; [] without
+    /proc. Those in another session or group than `pid` (torchrun's workers) are among them."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":  # a zombie is dead already
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found.extend(below)
+        todo.extend(below)
+    return found
+
+
+def kill_tree(group: int, below: list[int]) -> None:
+    """SIGKILL each process of `below` (`descendants` taken just before: once their parent
+    dies, those out of the group can no longer be found), then the process group `group` (last:
+    it may hold the caller)."""
+    for pid in below:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.killpg(group, signal.SIGKILL)
+
+
 def guard(
     command: Sequence[str],
     *,
@@ -125,7 +168,8 @@ def guard(
         if code is not None
         else f"training ignored SIGTERM for {grace_s:g}s: SIGKILL"
     )
-    os.killpg(0, signal.SIGKILL)  # workers it left behind, and the guard itself
+    # Workers it left behind, in the group or out of it (torchrun's), and the guard itself.
+    kill_tree(os.getpgid(0), descendants(os.getpid()))
     return exit_status(code) if code is not None else 128 + signal.SIGKILL  # not reached
 
 

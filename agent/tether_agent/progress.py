@@ -12,9 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
+import stat
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tether_agent.checkpoints import local_step, sibling_marker_name
@@ -53,27 +57,6 @@ def is_marked(entry: Path, marker: str, siblings: set[str] | None = None) -> boo
     return (entry.parent / sibling).is_file()
 
 
-def misplaced_checkpoints(checkpoint_dir: Path, marker: str, limit: int) -> list[str]:
-    """Checkpoints saved one level too deep, as paths relative to the checkpoint dir: `X/Y`
-    where Y's name ends in a step and holds the marker or Hugging Face's `trainer_state.json`,
-    and X is not a marked checkpoint itself (a Trainer whose `output_dir` is a folder below the
-    checkpoint dir). The agent uploads only the checkpoint dir's own children, so these would
-    never leave the host. Hidden entries are skipped, and at most 1024 entries of each folder
-    are looked at, so a dataset kept in the checkpoint dir costs little."""
-    found: list[str] = []
-    for parent in _entries(checkpoint_dir):
-        if not parent.is_dir() or (parent / marker).exists():
-            continue
-        for entry in _entries(parent):
-            if local_step(entry.name) is None or not entry.is_dir():
-                continue
-            if any((entry / name).is_file() for name in (marker, "trainer_state.json")):
-                found.append(f"{parent.name}/{entry.name}")
-                if len(found) >= limit:
-                    return found
-    return found
-
-
 # What each framework writes into a checkpoint it has finished (the last file of its save, or
 # one only a whole save has): a folder with one of these looks complete even without a marker.
 COMPLETE_LOOKING_FILES = (
@@ -88,11 +71,137 @@ COMPLETE_LOOKING_FILES = (
 # A single file whose name ends in a step with one of these suffixes: Lightning's
 # `epoch=0-step=50.ckpt`, a `torch.save` to `step_50.pt`.
 CHECKPOINT_FILE_SUFFIXES = (".ckpt", ".pt", ".pth", ".safetensors", ".bin")
-
+# Below the top, only the suffixes of `torch.save` and Lightning, and a `.pt`/`.pth` only when
+# its name says checkpoint (`step_50.pt`, `ckpt_50.pt`, `model_epoch3.pth`): numbered `.bin`,
+# `.safetensors` or `tokens_0001.pt` files there are more often a dataset than checkpoints.
+NESTED_CHECKPOINT_FILE_SUFFIXES = (".ckpt", ".pt", ".pth")
+_CHECKPOINT_WORD = re.compile(r"ckpt|checkpoint|step|epoch|iter", re.IGNORECASE)
+# One part of a sharded save (DeepSpeed's `mp_rank_00_model_states.pt`, Hugging Face's
+# `model-00001-of-00004.safetensors`): its number is a rank or a shard, not a step.
+_SHARD_PART = re.compile(r"rank|\d-of-\d", re.IGNORECASE)
 
 # A script that marks its checkpoints writes the marker right after the save; one unchanged for
 # this long with no marker is not being marked (a large save still being written is not named).
 UNMARKED_SETTLED_S = 120.0
+# The walk below the checkpoint dir is bounded, so a dataset kept there costs little at each
+# heartbeat: folders read at most this deep (`lightning_logs/version_0/checkpoints/` is three
+# deep; a checkpoint folder one deeper is still found, by looking its files up), this many
+# directory entries read or looked up in all, and at most `FOLDER_MAX_ENTRIES` of any one folder.
+SCAN_MAX_DEPTH = 6
+SCAN_MAX_ENTRIES = 4096
+FOLDER_MAX_ENTRIES = 1024
+
+
+@dataclass(frozen=True)
+class NeverUploaded:
+    """Checkpoints the agent will never upload, as paths relative to the checkpoint dir:
+    `unmarked`, in the checkpoint dir itself, complete-looking with no marker (newest step
+    first); `misplaced`, anywhere below it, marked or complete-looking (shallowest first, by
+    name), since only the checkpoint dir's own entries are uploaded."""
+
+    unmarked: list[str]
+    misplaced: list[str]
+
+
+def never_uploaded_checkpoints(
+    checkpoint_dir: Path,
+    marker: str,
+    limit: int,
+    *,
+    settled_s: float = UNMARKED_SETTLED_S,
+    now: float | None = None,
+    max_depth: int = SCAN_MAX_DEPTH,
+    max_entries: int = SCAN_MAX_ENTRIES,
+) -> NeverUploaded:
+    """One bounded walk of the checkpoint dir for both kinds of `NeverUploaded`, at most `limit`
+    of each. Hidden entries are left out; symlinks are neither reported nor followed.
+
+    A checkpoint is a folder whose name ends in a step and holds the marker or a file of
+    `COMPLETE_LOOKING_FILES`, or a single file whose name ends in a step with a suffix of
+    `CHECKPOINT_FILE_SUFFIXES` (in the checkpoint dir) or `NESTED_CHECKPOINT_FILE_SUFFIXES`
+    (below it, a `.pt`/`.pth` only with `_CHECKPOINT_WORD` in its name). In the checkpoint
+    dir, one without its marker (in its folder, or its sibling marker `sibling_marker_name`)
+    and unchanged for `settled_s` is unmarked; below it, every one is misplaced. A checkpoint's
+    insides are never looked into, nor those of a marked or complete-looking folder without a
+    step (`final/`, a saved model); parts of a sharded save (`_SHARD_PART`) are no checkpoints.
+    Breadth-first: folders read at most `max_depth` deep, at most `max_entries` directory
+    entries read or looked up in all (`FOLDER_MAX_ENTRIES` of any one folder)."""
+    now = time.time() if now is None else now
+    budget = [max_entries]
+    unmarked: list[tuple[int, str]] = []
+    misplaced: list[str] = []
+    folders: deque[tuple[str, str, int]] = deque([(str(checkpoint_dir), "", 0)])
+    while folders:
+        path, relative, depth = folders.popleft()
+        if len(misplaced) >= limit and depth > 0:
+            break  # the checkpoint dir's own entries were all looked at: unmarked is complete
+        entries = _listing(path, budget)
+        names = {entry.name for entry in entries}
+        if depth > 0 and (marker in names or any(n in names for n in COMPLETE_LOOKING_FILES)):
+            continue  # a marked folder or a saved model without a step: what it holds is its own
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            name, step = f"{relative}{entry.name}", local_step(entry.name)
+            if entry.is_dir(follow_symlinks=False):
+                if step is not None:  # a checkpoint, or a folder such as `version_0`, `run1`
+                    marked, looks_complete = _checkpoint_files(entry.path, marker, budget)
+                    if depth and (marked or looks_complete):
+                        misplaced.append(name)
+                        continue
+                    if looks_complete and not marked:  # in the checkpoint dir itself
+                        inside = [e.path for e in _listing(entry.path, budget)]
+                        if now - _newest_mtime(inside) >= settled_s:
+                            unmarked.append((step, name))
+                        continue  # settled or still being written: nothing in it to look at
+                    if marked:
+                        continue  # uploaded; what it holds is its own
+                if depth < max_depth:
+                    folders.append((entry.path, f"{name}/", depth + 1))
+                continue
+            if step is None or not _is_checkpoint_file(entry, step, nested=depth > 0):
+                continue
+            if depth:
+                misplaced.append(name)
+            elif sibling_marker_name(entry.name, marker) not in names and (
+                now - _newest_mtime([entry.path]) >= settled_s
+            ):
+                unmarked.append((step, name))
+    return NeverUploaded(
+        unmarked=[name for _, name in sorted(unmarked, reverse=True)[:limit]],
+        misplaced=misplaced[:limit],
+    )
+
+
+def _checkpoint_files(folder: str, marker: str, budget: list[int]) -> tuple[bool, bool]:
+    """Whether `folder` holds the marker, and whether it holds a file of
+    `COMPLETE_LOOKING_FILES`, found by looking each name up (each lowers `budget[0]`): cheaper
+    than reading a folder that may hold thousands of files."""
+    found = []
+    for name in (marker, *COMPLETE_LOOKING_FILES):
+        if budget[0] <= 0:
+            return False, False
+        budget[0] -= 1
+        try:
+            found.append(stat.S_ISREG((Path(folder) / name).lstat().st_mode))
+        except OSError:
+            found.append(False)
+    return found[0], any(found[1:])
+
+
+def _is_checkpoint_file(entry: os.DirEntry[str], step: int | None, *, nested: bool) -> bool:
+    """A single file saved as a checkpoint: its name ends in a step, with a suffix of
+    `CHECKPOINT_FILE_SUFFIXES` (`NESTED_CHECKPOINT_FILE_SUFFIXES` and `_CHECKPOINT_WORD`
+    below the checkpoint dir), and it is no part of a sharded save."""
+    suffix = Path(entry.name).suffix
+    if step is None or _SHARD_PART.search(entry.name):
+        return False
+    if nested and (
+        suffix not in NESTED_CHECKPOINT_FILE_SUFFIXES
+        or (suffix != ".ckpt" and not _CHECKPOINT_WORD.search(entry.name))
+    ):
+        return False
+    return suffix in CHECKPOINT_FILE_SUFFIXES and entry.is_file(follow_symlinks=False)
 
 
 def unmarked_checkpoints(
@@ -103,42 +212,33 @@ def unmarked_checkpoints(
     settled_s: float = UNMARKED_SETTLED_S,
     now: float | None = None,
 ) -> list[str]:
-    """Checkpoints in the checkpoint dir itself that look complete but carry no marker, so the
-    agent never uploads them, as names relative to it: a folder whose name ends in a step and
-    holds a file of `COMPLETE_LOOKING_FILES`, or a single checkpoint file without its sibling
-    marker (`sibling_marker_name`), unchanged for `settled_s`. Newest step first; at most 1024
-    entries of each folder are looked at."""
-    now = time.time() if now is None else now
-    found: list[tuple[int, str]] = []
-    for entry in _entries(checkpoint_dir):
-        is_file = entry.is_file()
-        step = local_step(entry.name)
-        if step is None:
-            continue
-        if is_file:
-            looks_complete = entry.suffix in CHECKPOINT_FILE_SUFFIXES and not is_marked(
-                entry, marker
-            )
-            files = [entry]
-        else:
-            files = _entries(entry)
-            names = {f.name for f in files}
-            looks_complete = not (entry / marker).exists() and any(
-                n in names for n in COMPLETE_LOOKING_FILES
-            )
-        if looks_complete and now - _newest_mtime(files) >= settled_s:
-            found.append((step, entry.name))
-    return [name for _, name in sorted(found, reverse=True)[:limit]]
+    """The unmarked ones of `never_uploaded_checkpoints`."""
+    found = never_uploaded_checkpoints(checkpoint_dir, marker, limit, settled_s=settled_s, now=now)
+    return found.unmarked
 
 
-def _newest_mtime(paths: list[Path]) -> float:
+def misplaced_checkpoints(checkpoint_dir: Path, marker: str, limit: int) -> list[str]:
+    """The misplaced ones of `never_uploaded_checkpoints`."""
+    return never_uploaded_checkpoints(checkpoint_dir, marker, limit).misplaced
+
+
+def _newest_mtime(paths: list[str]) -> float:
     newest = 0.0
     for path in paths:
         try:
-            newest = max(newest, path.stat().st_mtime)
+            newest = max(newest, Path(path).lstat().st_mtime)
         except OSError:
             continue
     return newest
+
+
+def _marking(marker: str) -> str:
+    """How a checkpoint is marked, in a clause."""
+    return (
+        f"the marker file {marker!r} in its folder, or, for a single-file checkpoint, next to "
+        f"it as <file>.{marker.lstrip('.') or marker} "
+        f"({sibling_marker_name('step_50.pt', marker)} for step_50.pt)"
+    )
 
 
 def unmarked_fix(checkpoint_dir: Path, marker: str) -> str:
@@ -154,46 +254,60 @@ def unmarked_fix(checkpoint_dir: Path, marker: str) -> str:
     )
 
 
-class MisplacedReporter:
-    """Says each newly found misplaced or unmarked checkpoint once (`say`), and lists them."""
+def misplaced_fix(checkpoint_dir: Path, marker: str) -> str:
+    """What to do about checkpoints saved below the checkpoint dir: where each framework saves
+    directly in it, and how each save is marked, in one sentence."""
+    return (
+        f"save each checkpoint directly in {checkpoint_dir} (Hugging Face: "
+        f"output_dir={checkpoint_dir}; accelerate: save_state({checkpoint_dir}/step_<step>); "
+        f"Lightning: ModelCheckpoint(dirpath={checkpoint_dir}); torch.save: "
+        f"{checkpoint_dir}/step_<step>.pt) and mark it complete with {_marking(marker)} "
+        "(the hooks mark Trainer's and accelerate's saves there; after any other save, "
+        "tether_hooks.checkpoint_saved(path); agent/README.md)"
+    )
+
+
+class NeverUploadedReporter:
+    """Walks the checkpoint dir once per `scan` for checkpoints that are never uploaded
+    (`never_uploaded_checkpoints`) and says each newly found one once (`say`), with the fix."""
 
     def __init__(self, checkpoint_dir: Path, marker: str, say: Callable[[str], None]) -> None:
         self.checkpoint_dir, self.marker, self.say = checkpoint_dir, marker, say
-        self._said: set[str] = set()
+        self._said_misplaced: set[str] = set()
         self._said_unmarked: set[str] = set()
 
-    def unmarked(self, limit: int) -> list[str]:
-        found = unmarked_checkpoints(self.checkpoint_dir, self.marker, limit=limit)
-        new = [name for name in found if name not in self._said_unmarked]
+    def scan(self, limit: int) -> NeverUploaded:
+        found = never_uploaded_checkpoints(self.checkpoint_dir, self.marker, limit)
+        new = [name for name in found.unmarked if name not in self._said_unmarked]
         if new:
             self._said_unmarked.update(new)
             self.say(
                 f"checkpoints that look complete but are not marked, never uploaded: "
                 f"{', '.join(new)}; {unmarked_fix(self.checkpoint_dir, self.marker)}"
             )
-        return found
-
-    def found(self, limit: int) -> list[str]:
-        found = misplaced_checkpoints(self.checkpoint_dir, self.marker, limit=limit)
-        new = [path for path in found if path not in self._said]
+        new = [path for path in found.misplaced if path not in self._said_misplaced]
         if new:
-            self._said.update(new)
+            self._said_misplaced.update(new)
             self.say(
                 f"checkpoints found below the checkpoint dir, never uploaded: {', '.join(new)}; "
-                f"save each checkpoint directly in {self.checkpoint_dir} (Hugging Face: "
-                f"output_dir={self.checkpoint_dir})"
+                f"{misplaced_fix(self.checkpoint_dir, self.marker)}"
             )
         return found
 
 
-def _entries(directory: Path) -> list[Path]:
-    """At most 1024 non-hidden entries of `directory`, sorted by name (symlinks left out)."""
+def _listing(directory: str, budget: list[int]) -> list[os.DirEntry[str]]:
+    """At most `FOLDER_MAX_ENTRIES` entries of `directory`, sorted by name, less symlinks; and
+    no more than `budget[0]`, which is lowered by the entries read."""
+    wanted = min(FOLDER_MAX_ENTRIES, budget[0])
+    if wanted <= 0:
+        return []
     try:
         with os.scandir(directory) as it:
-            kept = (e for e in it if not e.name.startswith(".") and not e.is_symlink())
-            return sorted(Path(e.path) for e in itertools.islice(kept, 1024))
+            read = list(itertools.islice(it, wanted))
     except OSError:
         return []
+    budget[0] -= len(read)
+    return sorted((e for e in read if not e.is_symlink()), key=lambda e: e.name)
 
 
 def read_progress_file(path: Path) -> int | None:

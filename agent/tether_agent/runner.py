@@ -3,7 +3,8 @@ rotated log file, signals forwarded to the whole group.
 
 With `orphan_grace_s` the command runs under the guard (`guard.py`), the leader of its group:
 if the agent dies, the guard stops the training (SIGTERM, the grace, SIGKILL) and nothing of it is
-left running."""
+left running. A SIGKILL reaches every process below the command, also those a launcher started
+out of the group (torchrun's workers, each in a session of its own)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
+
+from tether_agent.guard import descendants, kill_tree
 
 log = logging.getLogger(__name__)
 GUARD = Path(__file__).with_name("guard.py")
@@ -163,9 +166,10 @@ class TrainingProcess:
         """SIGTERM the group, wait `grace_s`, then SIGKILL it; returns the exit status."""
         self.signal(signal.SIGTERM)
         code = self.wait(grace_s)
+        assert self._process is not None
         if code is None:
             log.warning("training ignored SIGTERM for %.0fs: SIGKILL", grace_s)
-            self.signal(signal.SIGKILL)
+            kill_tree(self._process.pid, descendants(self._process.pid))
             code = self.wait(30)
         # Workers the group leader left behind must not survive it.
         self._killpg(signal.SIGKILL)

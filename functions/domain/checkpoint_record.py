@@ -123,11 +123,16 @@ def restore_event(request: HeartbeatRequest, now: float) -> TimelineEvent | None
 
 
 def misplaced_event(
-    previous: Heartbeat | None, request: HeartbeatRequest, now: float
+    previous: Heartbeat | None,
+    request: HeartbeatRequest,
+    checkpoint: CheckpointSettings,
+    now: float,
 ) -> TimelineEvent | None:
-    """The timeline event for checkpoints the agent found one level below the checkpoint dir
-    (never uploaded: e.g. a Trainer's `output_dir` set to a folder below it), when a heartbeat
-    names one its generation's previous heartbeat did not; None otherwise."""
+    """The timeline event for checkpoints the agent found anywhere below the checkpoint dir
+    (never uploaded: a Trainer's `output_dir` set to a folder below it, Lightning's
+    `lightning_logs/version_0/checkpoints/`), with where each framework saves instead and how
+    the save is marked, when a heartbeat names one its generation's previous heartbeat did not;
+    None otherwise."""
     if not _names_new(
         previous.misplaced_checkpoints if previous else [], request.misplaced_checkpoints
     ):
@@ -139,7 +144,13 @@ def misplaced_event(
         kind="checkpoints_misplaced",
         message=(
             f"g{request.generation} checkpoints below the checkpoint dir are never uploaded: "
-            f"{paths}; save them directly in the checkpoint dir (Hugging Face: output_dir)"
+            f"{paths}; save each directly in {checkpoint.dir} (Hugging Face: output_dir; "
+            "accelerate: save_state into a step_<step> folder there; Lightning: "
+            "ModelCheckpoint(dirpath); torch.save: step_<step>.pt there) and mark it with "
+            f"the marker file {checkpoint.marker!r} in its folder, or next to a single-file "
+            f"checkpoint as <file>.{checkpoint.marker.lstrip('.') or checkpoint.marker} (the "
+            "hooks mark Trainer's and accelerate's saves; otherwise "
+            "tether_hooks.checkpoint_saved(path); agent/README.md)"
         )[:MAX_EVENT_MESSAGE],
         data={"generation": request.generation, "paths": list(request.misplaced_checkpoints)},
     )

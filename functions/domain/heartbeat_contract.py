@@ -112,7 +112,7 @@ class RestoreReport(_Wire):
     )
 
 
-# Checkpoints the agent found one level below the checkpoint dir (never uploaded), at most
+# Checkpoints the agent found below the checkpoint dir, or unmarked in it (never uploaded), at most
 # this many, each path relative to the checkpoint dir and cut to this length.
 MAX_MISPLACED = 4
 MAX_MISPLACED_PATH = 300
@@ -152,8 +152,9 @@ class HeartbeatRequest(_Wire):
     misplaced_checkpoints: list[MisplacedPath] = Field(
         default_factory=list,
         max_length=MAX_MISPLACED,
-        description="Marked (or Hugging Face) checkpoints found one level below the checkpoint "
-        "dir, which the agent never uploads: e.g. output_dir set to a folder below it.",
+        description="Checkpoints (marked, or looking complete) found anywhere below the "
+        "checkpoint dir, which the agent never uploads: e.g. output_dir set to a folder below it, "
+        "Lightning's lightning_logs/version_0/checkpoints.",
     )
     unmarked_checkpoints: list[MisplacedPath] = Field(
         default_factory=list,

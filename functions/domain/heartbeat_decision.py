@@ -328,7 +328,7 @@ def decide_heartbeat(
     )
     events = (
         _restore_event(generation, request, now),
-        misplaced_event(generation.heartbeat, request, now),
+        misplaced_event(generation.heartbeat, request, job.spec.checkpoint, now),
         unmarked_event(generation.heartbeat, request, job.spec.checkpoint, now),
         _resumed_event(facts, resumed, now),
         failure_event(generation.heartbeat, request, now),

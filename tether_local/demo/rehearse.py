@@ -43,8 +43,8 @@ from tether_agent.code_archive import extract_safely
 from tether_agent.job_code import CodeUnavailable
 from tether_agent.progress import (
     marked_checkpoints,
-    misplaced_checkpoints,
-    unmarked_checkpoints,
+    misplaced_fix,
+    never_uploaded_checkpoints,
     unmarked_fix,
 )
 from tether_agent.training_env import training_env as agent_training_env
@@ -276,18 +276,17 @@ def reference_run(
         )
     marked = marked_checkpoints(checkpoints, marker)  # folders and single files, as the agent
     if not marked:
-        unmarked = unmarked_checkpoints(checkpoints, marker, limit=4, settled_s=0)  # it exited
-        misplaced = misplaced_checkpoints(checkpoints, marker, limit=4)
+        never = never_uploaded_checkpoints(checkpoints, marker, limit=4, settled_s=0)  # it exited
         found = ""
-        if unmarked:
+        if never.unmarked:
             found += (
-                f"; it saved {', '.join(unmarked)} without marking them: "
+                f"; it saved {', '.join(never.unmarked)} without marking them: "
                 f"{unmarked_fix(Path(spec.checkpoint.dir), marker)}"
             )
-        if misplaced:
+        if never.misplaced:
             found += (
-                f"; it saved {', '.join(misplaced)} one level too deep: save each checkpoint "
-                f"directly in $TETHER_CHECKPOINT_DIR (Hugging Face: output_dir)"
+                f"; it saved {', '.join(never.misplaced)} below $TETHER_CHECKPOINT_DIR, where "
+                f"nothing is uploaded: {misplaced_fix(Path(spec.checkpoint.dir), marker)}"
             )
         raise DemoError(
             f"the uninterrupted run marked no checkpoint under $TETHER_CHECKPOINT_DIR "

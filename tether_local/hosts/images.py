@@ -19,7 +19,9 @@ host, stack and test worker (built under a lock, like the agent's venv in
 
 How a recipe fills the stand-in, offline:
 - each distribution it names is linked in from this interpreter's site-packages file by file:
-  exactly the files its RECORD lists inside site-packages (console scripts are not linked);
+  exactly the files its RECORD lists inside site-packages; its console scripts (`torchrun`,
+  `accelerate`) are written into the stand-in's bin for its own interpreter, as pip writes
+  them, so a job's `torchrun --nproc_per_node=2 train.py` runs as in the image;
 - each local project is built into a wheel (cached under `build/local-images/wheels/`, by source
   hash; building needs the package index once for setuptools, as the agent wheel does) and
   installed with pip `--no-deps --no-index`;
@@ -48,7 +50,7 @@ from infra.synth import BUILD, source_hash
 
 IMAGES = BUILD / "local-images"
 _PURELIB = "import sysconfig; print(sysconfig.get_path('purelib'))"
-_FORMAT = 1  # bump to rebuild every cached stand-in after a change to how they are built
+_FORMAT = 2  # bump to rebuild every cached stand-in after a change to how they are built
 
 
 class ImageError(RuntimeError):
@@ -171,6 +173,7 @@ def _build(recipe: Recipe, target: Path) -> None:
     site = Path(_output([str(python), "-c", _PURELIB]))
     for name in _linked(recipe):
         _link_distribution(name, site, recipe.extra)
+        _write_console_scripts(name, python, recipe.extra)
     for project in recipe.projects:
         _run(
             [*pip, "install", "--quiet", "--no-deps", "--no-index", str(_project_wheel(project))],
@@ -228,6 +231,27 @@ def _link_distribution(name: str, site: Path, extra: str) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if not dest.exists():
             dest.symlink_to(source)
+
+
+def _write_console_scripts(name: str, python: Path, extra: str) -> None:
+    """The distribution's `console_scripts` entry points as executables next to `python`,
+    in the form pip gives them (the module imported, its function's return the exit status)."""
+    for entry in _distribution(name, extra).entry_points:
+        if entry.group != "console_scripts" or not re.fullmatch(r"[\w.-]+", entry.name):
+            continue
+        module, _, function = entry.value.partition(":")
+        function = function.split("[")[0].strip()
+        script = python.parent / entry.name
+        if not function or script.exists():
+            continue
+        script.write_text(
+            f"#!{python}\n"
+            "import sys\n"
+            f"from {module} import {function.split('.')[0]}\n"
+            "if __name__ == '__main__':\n"
+            f"    sys.exit({function}())\n"
+        )
+        script.chmod(0o755)
 
 
 def _project_wheel(project: Path) -> Path:

@@ -216,7 +216,12 @@ def test_misplaced_checkpoints_go_on_the_timeline_once_per_new_path(api) -> None
     assert sorted(by_path) == ["out/checkpoint-10", "out/checkpoint-5"]
     assert by_path["out/checkpoint-5"].message == (
         "g1 checkpoints below the checkpoint dir are never uploaded: out/checkpoint-5; "
-        "save them directly in the checkpoint dir (Hugging Face: output_dir)"
+        "save each directly in /workspace/checkpoints (Hugging Face: output_dir; accelerate: "
+        "save_state into a step_<step> folder there; Lightning: ModelCheckpoint(dirpath); "
+        "torch.save: step_<step>.pt there) and mark it with the marker file '.tether-complete' "
+        "in its folder, or next to a single-file checkpoint as <file>.tether-complete (the "
+        "hooks mark Trainer's and accelerate's saves; otherwise "
+        "tether_hooks.checkpoint_saved(path); agent/README.md)"
     )
     assert api.store.get_generation(job_id, 1).heartbeat.misplaced_checkpoints == []
 

@@ -125,6 +125,23 @@ def test_the_pytorch_image_holds_torch_and_the_example_requirements_satisfied_of
     assert "Successfully installed" not in done.stdout
 
 
+def test_the_pytorch_image_has_torchrun_on_its_path_for_its_own_interpreter() -> None:
+    """A real PyTorch image has pip's console scripts (`torchrun`) in its bin: a job's
+    `torchrun --nproc_per_node=2 train.py` finds it first on PATH and runs the image's torch."""
+    image = stand_in("pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
+    torchrun = image.bin / "torchrun"
+    assert torchrun.read_text().splitlines()[0] == f"#!{image.python}"
+    done = subprocess.run(
+        ["torchrun", "--help"],
+        env={"PATH": f"{image.bin}:/usr/bin:/bin", "HOME": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--nproc-per-node" in done.stdout or "--nproc_per_node" in done.stdout
+
+
 def test_a_recipe_whose_extra_is_not_installed_names_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
