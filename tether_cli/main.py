@@ -47,6 +47,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from tether_cli import demo, deploy, download, jobs, local, output, plan, rehearse, ssh, validate
+from tether_cli.aws_context import aws_failure
 
 if _LOADING_IN_MAIN_THREAD:
     signal.signal(signal.SIGINT, _SIGINT_BEFORE)
@@ -101,7 +102,12 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except Exception as exc:  # the commands' modules load the AWS SDK, which reads its config
+        failure = aws_failure(exc)
+        output.error(failure.message)
+        return failure.exit_code
     try:
         args = parser.parse_args(argv)
         handler: Handler | None = getattr(args, "handler", None)
