@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -35,6 +35,7 @@ from tether_cli.api_client import (
 )
 from tether_cli.aws_context import region_argument
 from tether_cli.env_flags import ENV_FLAG_HELP, with_env_flags
+from tether_cli.job_status import ago, status_lines
 from tether_cli.output import EXIT_FAILURE, EXIT_OK, CliError
 from tether_cli.terminal_text import visible
 from tether_cli.validate import load_job, summary
@@ -46,7 +47,6 @@ HOST_VISIBILITY = (
     "data."
 )
 
-TIMELINE_SHOWN = 12
 LOG_PAGE = 50
 DEFAULT_FOLLOW_INTERVAL_S = 5.0
 
@@ -302,134 +302,6 @@ def run_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def outputs_line(view: dict[str, Any]) -> str:
-    """Where the job's result stands: recorded (and how to fetch it), awaited, or not asked for."""
-    recorded = view.get("outputs")
-    if recorded:
-        return (
-            f"outputs   {recorded['files']} files, {output.size(int(recorded['bytes']))} "
-            f"(generation {recorded['generation']}): tether download {view['job_id']} --outputs"
-        )
-    wanted = ((view.get("spec") or {}).get("outputs") or {}).get("dir")
-    if wanted:
-        return f"outputs   none recorded yet ({wanted} is uploaded when training ends)"
-    return "outputs   not kept (the spec names no outputs dir)"
-
-
-def status_lines(view: dict[str, Any], now: float) -> list[str]:
-    """`tether status` for people: one fact per line, then the timeline; each line with its
-    control characters shown (a line break in a host's message too: a line is one fact)."""
-    lines = [f"job       {view['job_id']} ({view.get('name')})"]
-    state = str(view["state"])
-    reason = view.get("state_reason") or view.get("stop_reason")
-    lines.append(f"state     {state}" + (f": {reason}" if reason else ""))
-    spend = view.get("spend") or {}
-    spent, budget = float(spend.get("spent_usd") or 0), float(spend.get("budget_usd") or 0)
-    used = f" ({spent / budget:.0%})" if budget else ""
-    lines.append(
-        f"spend     {output.usd(spent)} of {output.usd(budget)}{used}, "
-        f"{output.usd(float(spend.get('remaining_usd') or 0))} left"
-    )
-    upper = spend.get("upper_bound_usd")
-    if isinstance(upper, int | float) and upper > spent:
-        read_at = spend.get("charges_read_at")
-        since = f"last read {ago(read_at, now)}" if read_at else "never read"
-        lines.append(
-            f"          at most {output.usd(float(upper))}: traffic is an upper bound, "
-            f"Vast's charges unread ({since})"
-        )
-    host = view.get("host")
-    if host:
-        parts = [f"generation {host.get('generation')}"]
-        if host.get("instance_id") is not None:
-            parts.append(f"Vast instance {host['instance_id']}")
-        if host.get("machine_id") is not None:
-            parts.append(f"machine {host['machine_id']}")
-        if host.get("usd_per_hour"):
-            parts.append(f"{output.usd(float(host['usd_per_hour']))}/h")
-        if host.get("lease_expires_at"):
-            parts.append(f"lease {until(host['lease_expires_at'], now)}")
-        lines.append(f"host      {', '.join(parts)} ({host.get('status')})")
-    else:
-        lines.append("host      none yet")
-    checkpoint = view.get("last_checkpoint")
-    lines.append(
-        f"checkpoint step {checkpoint['step']} (generation {checkpoint['generation']})"
-        if checkpoint
-        else "checkpoint none uploaded yet"
-    )
-    lines.append(outputs_line(view))
-    lines.append(f"health    {health_line(host, now)}")
-    lines.append(f"restarts  {view.get('restarts', 0)}")
-    lines += error_lines(view.get("error"))
-    events = view.get("timeline") or []
-    if events:
-        lines.append("timeline")
-        shown = events[-TIMELINE_SHOWN:]
-        if len(events) > len(shown):
-            lines.append(f"  … {len(events) - len(shown)} earlier events (--json shows all)")
-        for event in shown:
-            message = event.get("message") or ""
-            lines.append(f"  {clock(event['at'])}  {event['kind']:<20} {message}")
-    return [visible(line, keep_newlines=False) for line in lines]
-
-
-def error_lines(error: Any) -> list[str]:
-    """Why the newest failed generation failed, as its agent said it: the exit code, then the
-    last lines of the training output (each its own line, its control characters shown)."""
-    if not isinstance(error, dict) or not error.get("output"):
-        return []
-    code = error.get("exit_code")
-    head = f"exited with code {code}" if code is not None else "could not start training"
-    lines = [f"error:    generation {error.get('generation')} {head}:"]
-    lines += [f"          {line}" for line in str(error["output"]).rstrip("\n").split("\n")]
-    return lines
-
-
-def health_line(host: dict[str, Any] | None, now: float) -> str:
-    beat = (host or {}).get("last_heartbeat")
-    if not beat:
-        return "no heartbeat yet"
-    parts = [str(beat.get("phase"))]
-    if beat.get("step") is not None:
-        parts.append(f"step {beat['step']}")
-    parts.append(f"heartbeat {ago(beat.get('at'), now)}")
-    gpu = beat.get("gpu") or {}
-    if not gpu.get("available", True):
-        parts.append("no GPU probe")
-    elif not gpu.get("responsive", True):
-        parts.append(f"GPU unresponsive for {gpu.get('unresponsive_s', 0):.0f} s")
-    elif gpu.get("utilization_pct") is not None:
-        parts.append(f"GPU {gpu['utilization_pct']:.0f} %")
-    if beat.get("exit_code") is not None:
-        parts.append(f"exit code {beat['exit_code']}")
-    return ", ".join(parts)
-
-
-def ago(at: Any, now: float) -> str:
-    if not isinstance(at, int | float) or at <= 0:
-        return "-"
-    seconds = max(0.0, now - float(at))
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min ago"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.0f} h ago"
-    return f"{seconds / 86400:.0f} d ago"
-
-
-def until(at: float, now: float) -> str:
-    left = at - now
-    if left <= 0:
-        return f"expired {ago(at, now)}"
-    return f"until {clock(at)} ({left / 60:.0f} min)"
-
-
-def clock(at: float) -> str:
-    return datetime.fromtimestamp(float(at), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
 # --- cancel -----------------------------------------------------------------------------------
 
 
@@ -450,17 +322,39 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 
 def run_logs(args: argparse.Namespace) -> int:
+    at_line_start = True
     with connect(args) as api:
-        segments = log_segments(api, args.job_id, follow=args.follow, interval_s=args.interval)
-        for segment, text in segments:
-            if args.json:
-                record = {k: segment[k] for k in ("name", "generation", "sequence")}
-                # ensure_ascii: every control character (C0, DEL, C1) is a \u escape.
-                sys.stdout.write(json.dumps({**record, "text": text}) + "\n")
+        pieces = log_segments(api, args.job_id, follow=args.follow, interval_s=args.interval)
+        for piece in pieces:
+            if isinstance(piece, LogGap):
+                if args.json:
+                    record = {"generation": piece.generation, "missing": True}
+                    sys.stdout.write(json.dumps({**record, "reason": piece.reason}) + "\n")
+                else:  # in its place among the segments, on a line of its own
+                    note = f"[tether] generation {piece.generation}: no log — {piece.reason}\n"
+                    sys.stdout.write(
+                        ("" if at_line_start else "\n") + visible(note, keep_newlines=True)
+                    )
+                    at_line_start = True
             else:
-                sys.stdout.write(visible(text, keep_newlines=True))
+                segment, text = piece
+                if args.json:
+                    record = {k: segment[k] for k in ("name", "generation", "sequence")}
+                    # ensure_ascii: every control character (C0, DEL, C1) is a \u escape.
+                    sys.stdout.write(json.dumps({**record, "text": text}) + "\n")
+                elif text:
+                    sys.stdout.write(visible(text, keep_newlines=True))
+                    at_line_start = text.endswith("\n")
             sys.stdout.flush()
     return EXIT_OK
+
+
+@dataclass(frozen=True)
+class LogGap:
+    """A generation that is over with no log segment, and why (the API's `missing`)."""
+
+    generation: int
+    reason: str
 
 
 def log_segments(
@@ -470,16 +364,26 @@ def log_segments(
     follow: bool,
     interval_s: float,
     sleep: Callable[[float], None] = time.sleep,
-) -> Iterator[tuple[dict[str, Any], str]]:
-    """Every segment's text, in order; with `follow`, new ones too until the job has ended and
-    a listing after that finds nothing new (the agent uploads its last segment before it
-    reports the end)."""
+) -> Iterator[tuple[dict[str, Any], str] | LogGap]:
+    """Every segment's text, in order, and in its place each generation that has no log
+    (`LogGap`, once each); with `follow`, new ones too until the job has ended and a listing
+    after that finds nothing new (the agent uploads its last segment before it reports the
+    end)."""
     cursor: str | None = None
     refused_at: str | None = None
+    said_missing: set[int] = set()
     while True:
         page = api.job_logs(job_id, after=cursor, limit=LOG_PAGE)
+        gaps = sorted(
+            (int(m["generation"]), str(m.get("reason") or "no reason given"))
+            for m in page.get("missing") or []
+            if int(m["generation"]) not in said_missing
+        )
         refetch = False
         for segment in page.get("segments") or []:
+            while gaps and gaps[0][0] < int(segment["generation"]):
+                said_missing.add(gaps[0][0])
+                yield LogGap(*gaps.pop(0))
             data = api.fetch(segment["url"])
             if data is None:  # the URL expired while we were busy: list again from here
                 if refused_at == segment["name"]:  # a fresh URL failed too: not an expiry
@@ -491,6 +395,10 @@ def log_segments(
                 break
             cursor = segment["name"]
             yield segment, data.decode("utf-8", errors="replace")
+        if not refetch:
+            for generation, reason in gaps:
+                said_missing.add(generation)
+                yield LogGap(generation, reason)
         if refetch or page.get("more"):
             continue
         if not follow or (page.get("ended") and not page.get("segments")):

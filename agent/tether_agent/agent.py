@@ -32,7 +32,7 @@ from tether_agent.job_code import CodeUnavailable
 from tether_agent.job_storage import JobStorage
 from tether_agent.logs import LogShipper, OutputTail, TeeLog, scrub
 from tether_agent.outputs import upload_outputs
-from tether_agent.progress import NeverUploadedReporter, ResumeWatch, current_step
+from tether_agent.progress import NeverUploadedReporter, ResumeWatch, current_step, total_steps
 from tether_agent.protocol import (
     MAX_EXIT_OUTPUT,
     MAX_EXIT_OUTPUT_LINES,
@@ -183,6 +183,7 @@ class Agent:
             generation=s.generation,
             phase=self.phase,
             step=step,
+            total_steps=total_steps(s.checkpoint_dir, s.marker, self.progress_file),
             last_checkpoint=self.uploader.last,
             restored_checkpoint=self.restored.ref if self.restored else None,
             restore=self.restore_report,

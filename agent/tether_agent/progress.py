@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tether_agent.checkpoints import local_step, sibling_marker_name
-from tether_agent.protocol import ResumeReport
+from tether_agent.protocol import MAX_STEP, ResumeReport
 
 
 def marked_checkpoints(checkpoint_dir: Path, marker: str) -> list[tuple[int, Path]]:
@@ -350,6 +350,41 @@ def current_step(checkpoint_dir: Path, marker: str, progress_file: Path | None) 
     ]
     known = [s for s in steps if s is not None]
     return max(known) if known else None
+
+
+def _whole_steps(value: object) -> int | None:
+    """A step count the heartbeat carries: a whole number from 1 to `MAX_STEP`, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_STEP:
+        return value
+    return None
+
+
+def total_steps(checkpoint_dir: Path, marker: str, progress_file: Path | None) -> int | None:
+    """The steps the script will train in all, as it says on disk: `total_steps` in a JSON
+    progress file (`{"step": n, "total_steps": m}`), else Hugging Face's `max_steps` in
+    `trainer_state.json` (in the checkpoint dir or its newest marked checkpoint); None when
+    neither says. `tether status` counts step N of M with it when the spec gives no
+    `total_steps`."""
+    if progress_file is not None:
+        try:
+            value = json.loads(progress_file.read_text())
+        except (OSError, ValueError):
+            value = None
+        if isinstance(value, dict) and _whole_steps(value.get("total_steps")) is not None:
+            return _whole_steps(value.get("total_steps"))
+    marked = marked_checkpoints(checkpoint_dir, marker)
+    newest = marked[-1][1] if marked else None
+    for candidate in (
+        checkpoint_dir / "trainer_state.json",
+        *([newest / "trainer_state.json"] if newest else []),
+    ):
+        try:
+            found = _whole_steps(json.loads(candidate.read_text()).get("max_steps"))
+        except (OSError, ValueError, AttributeError):
+            continue
+        if found is not None:
+            return found
+    return None
 
 
 class ResumeWatch:

@@ -144,6 +144,13 @@ class HeartbeatRequest(_Wire):
     generation: int = Field(ge=1, le=MAX_GENERATION)
     phase: Phase
     step: int | None = Field(default=None, ge=0, le=MAX_STEP)
+    total_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_STEP,
+        description="The steps the script will train in all, as it says on disk: the progress "
+        "file's `total_steps`, else the Trainer's `max_steps` in `trainer_state.json`.",
+    )
     last_checkpoint: CheckpointRef | None = None
     restored_checkpoint: CheckpointRef | None = None
     restore: RestoreReport | None = Field(

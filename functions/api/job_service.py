@@ -37,6 +37,13 @@ from functions.domain.job import (
     with_known_spend,
 )
 from functions.domain.job_events import submission_event, transition_event
+from functions.domain.job_status import (
+    current_reason,
+    host_state,
+    last_error,
+    last_transition,
+    progress,
+)
 from functions.domain.pace import measures_json
 from functions.domain.submission import JobSubmission
 from functions.settings import JobsApiSettings
@@ -263,11 +270,14 @@ def job_summary(job: Job) -> dict[str, Any]:
     }
 
 
-def _generation_view(gen: Generation) -> dict[str, Any]:
+def _generation_view(gen: Generation, job: Job, now: float) -> dict[str, Any]:
     # Never the token hash or the storage credentials.
+    host = host_state(gen, job.spec.policy.heartbeat_timeout_s, now)
     return {
         "generation": gen.generation,
-        "status": gen.status,
+        "status": gen.status,  # the record's; `state` is what the host is doing
+        "state": host.state,
+        "state_since": host.since,
         "instance_id": gen.instance_id,
         "machine_id": gen.machine_id,
         "offer_id": gen.offer_id,
@@ -301,9 +311,15 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
         (o for o in recorded_outputs if o is not None), key=lambda o: o.generation, default=None
     )
     current = view.current
+    transition = last_transition(job, current)
+    error = last_error(job, view.generations)
     return {
         **job_summary(job),
-        "state_reason": job.state_reason or None,
+        # Only while it is the state of affairs (`job_status.current_reason`).
+        "state_reason": current_reason(job),
+        "last_transition": transition.model_dump(mode="json"),
+        "progress": progress(job, current, view.generations).model_dump(mode="json"),
+        "last_error": error.model_dump(mode="json") if error else None,
         "stop_reason": job.stop_reason,
         "submitted_by": job.submitted_by,
         "restarts": job.restarts,
@@ -316,7 +332,7 @@ def job_detail(view: JobView, now: float) -> dict[str, Any]:
             "fraction_used": round(job.spent_usd / job.budget_usd, 4) if job.budget_usd else None,
             **_spend_bound(job, current),
         },
-        "host": _generation_view(current) if current else None,
+        "host": _generation_view(current, job, now) if current else None,
         "last_checkpoint": (
             last_checkpoint.model_dump(mode="json", exclude_none=True) if last_checkpoint else None
         ),

@@ -7,8 +7,11 @@ Each generation's agent writes its segments under its own prefix,
 generation by generation. A page lists the segments after the cursor `after` (a segment name,
 e.g. `g0002-000017.log`), with a URL each that works for a few minutes; `next` is the cursor for
 the following page, and `ended` tells a follower that the job has reached a terminal state, so
-once a page comes back empty nothing more will come. Each generation's prefix is read with a
-read-only key of its own (cached), so the API never holds a key to the job's checkpoints.
+once a page comes back empty nothing more will come. `missing` names each generation listed
+whole that is over (replaced, or the job ended) and uploaded no segment at all, with why
+(`functions/domain/log_gaps.py`): no generation is skipped silently. Each generation's prefix is
+read with a read-only key of its own (cached), so the API never holds a key to the job's
+checkpoints.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from functions.adapters.store import JobStore
 from functions.api.job_service import JOB_ID_SHAPE
 from functions.domain.errors import DomainError, FieldError, Invalid, LogsUnavailable, NotFound
 from functions.domain.job import TERMINAL_STATES
+from functions.domain.log_gaps import missing_log_reason
 from functions.domain.storage_layout import (
     SEGMENT_NAME,
     log_segment_key,
@@ -61,6 +65,8 @@ def list_logs(deps: LogsDeps, job_id: str, *, after: str | None, limit: int) -> 
     cursor = parse_segment_name(after) if after else None
     first = cursor[0] if cursor else 1
     segments: list[dict[str, Any]] = []
+    missing: list[dict[str, Any]] = []
+    ended = job.state in TERMINAL_STATES
     more = False
     try:
         bucket = deps.bucket()
@@ -89,6 +95,10 @@ def list_logs(deps: LogsDeps, job_id: str, *, after: str | None, limit: int) -> 
             if len(found) >= room:
                 more = True
                 break
+            over = generation < job.current_generation or ended
+            if not found and start is None and over:  # listed whole: it never uploaded any
+                record = deps.store.get_generation(job_id, generation)
+                missing.append({"generation": generation, "reason": missing_log_reason(record)})
     except DomainError:
         raise
     except Exception as exc:
@@ -97,8 +107,10 @@ def list_logs(deps: LogsDeps, job_id: str, *, after: str | None, limit: int) -> 
         "job_id": job_id,
         "state": job.state.value,
         "generation": job.current_generation,
-        "ended": job.state in TERMINAL_STATES,
+        "ended": ended,
         "segments": segments,
+        # Generations over with no segment at all, each with why (`log_gaps`).
+        "missing": missing,
         "next": segments[-1]["name"] if segments else after,
         "more": more,
     }

@@ -183,6 +183,7 @@ def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
         agent_time=request.agent_time,
         phase=request.phase,
         step=request.step,
+        total_steps=request.total_steps,
         gpu=request.gpu,
         last_checkpoint=request.last_checkpoint,
         restored_checkpoint=request.restored_checkpoint,

@@ -203,6 +203,7 @@ class Heartbeat(BaseModel):
     agent_time: float
     phase: Phase
     step: int | None = None
+    total_steps: int | None = None  # as the script says (`job_status.progress`)
     gpu: GpuProbe
     last_checkpoint: CheckpointRef | None = None
     restored_checkpoint: CheckpointRef | None = None

@@ -16,7 +16,7 @@ Hugging Face Trainer::
 Plain PyTorch loop::
 
     import tether_hooks
-    tether_hooks.report_step(step)                      # every step (cheap)
+    tether_hooks.report_step(step, total_steps=n)       # every step (cheap); n: optional
     tether_hooks.checkpoint_saved(saved_dir_or_file)    # after each complete save
 
 The agent exports `TETHER_CHECKPOINT_DIR`, `TETHER_MARKER` and `TETHER_PROGRESS_FILE`
@@ -42,6 +42,7 @@ from typing import Any
 DEFAULT_MARKER = ".tether-complete"
 _MIN_PROGRESS_INTERVAL_S = 1.0
 _last_progress_write = 0.0
+_total_steps: int | None = None  # the last total the script gave `report_step`
 _stop_requested = threading.Event()
 
 
@@ -77,9 +78,12 @@ def checkpoint_saved(path: str | os.PathLike[str], step: int | None = None) -> N
         report_step(step, force=True)
 
 
-def report_step(step: int, force: bool = False) -> None:
-    """Record the current training step (rate-limited to about once a second)."""
-    global _last_progress_write
+def report_step(step: int, force: bool = False, total_steps: int | None = None) -> None:
+    """Record the current training step (rate-limited to about once a second) and, once the
+    script has given it, the steps it will train in all (`tether status` shows step N of M)."""
+    global _last_progress_write, _total_steps
+    if isinstance(total_steps, int) and total_steps > 0:
+        _total_steps = total_steps
     target = os.environ.get("TETHER_PROGRESS_FILE")
     now = time.monotonic()
     if not target or (not force and now - _last_progress_write < _MIN_PROGRESS_INTERVAL_S):
@@ -88,7 +92,10 @@ def report_step(step: int, force: bool = False) -> None:
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"step": int(step)}))
+    record: dict[str, int] = {"step": int(step)}
+    if _total_steps is not None:
+        record["total_steps"] = _total_steps
+    tmp.write_text(json.dumps(record))
     tmp.replace(path)
 
 
@@ -249,7 +256,7 @@ def _make_callback() -> type:
             return control
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            report_step(state.global_step)
+            report_step(state.global_step, total_steps=getattr(state, "max_steps", None))
             if _stop_requested.is_set():
                 control.should_save = True
                 control.should_training_stop = True

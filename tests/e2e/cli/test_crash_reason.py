@@ -50,5 +50,5 @@ def test_a_deterministic_crash_ends_failed_after_two_rents_and_says_why(
     out, err = capsys.readouterr()
     assert code == 0, err
     lines = out.splitlines()
-    start = lines.index("error:    generation 2 exited with code 1:")
+    start = lines.index("error     generation 2: training exited with code 1: boom: NameError nme")
     assert lines[start + 1] == "          boom: NameError nme"

@@ -1,13 +1,13 @@
 """A failed generation says why (`exit_output` in its heartbeat): once on the timeline with the
-exit code, in `GET /jobs/{id}` as `error`, and in `tether status` as its error lines, with the
-host's control characters shown, never obeyed."""
+exit code, in `GET /jobs/{id}` as `error` and `last_error`, and in `tether status` as its error
+lines, with the host's control characters shown, never obeyed."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.integration.api.helpers import TOKEN, auth, heartbeat_body, running_job
-from tether_cli.jobs import status_lines
+from tether_cli.job_status import status_lines
 
 URL = "/agent/heartbeat"
 TAIL = "Traceback (most recent call last):\n\x1b]0;owned\x07boom: NameError nme\n"
@@ -35,7 +35,14 @@ def test_a_crash_goes_on_the_timeline_once_and_into_status_escaped(api):
     ]
     assert view["error"] == {"generation": 1, "exit_code": 1, "output": TAIL}
     lines = status_lines(view, api.clock.now)
-    start = lines.index("error:    generation 1 exited with code 1:")
+    assert view["last_error"] == {
+        "generation": 1,
+        "text": "training exited with code 1: \x1b]0;owned\x07boom: NameError nme",
+    }
+    # The last error in one line, then the output's last lines.
+    start = lines.index(
+        "error     generation 1: training exited with code 1: \\x1b]0;owned\\x07boom: NameError nme"
+    )
     assert lines[start + 1 : start + 3] == [
         "          Traceback (most recent call last):",
         "          \\x1b]0;owned\\x07boom: NameError nme",

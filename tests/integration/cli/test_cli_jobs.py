@@ -27,7 +27,8 @@ from functions.adapters.r2 import ObjectInfo
 from functions.adapters.store import JobStore
 from functions.adapters.table import create_table
 from functions.api import job_service, jobs, logs
-from functions.domain.job import JobState, TimelineEvent
+from functions.domain.heartbeat_contract import GpuProbe
+from functions.domain.job import Generation, Heartbeat, JobState, TimelineEvent
 from functions.settings import (
     CLOUDFLARE_SECRET_ARN_ENV,
     METRICS_NAMESPACE_ENV,
@@ -367,6 +368,74 @@ def test_logs_follow_tails_across_a_replacement_until_the_job_ends(backend, caps
     assert code == 0
     assert out == "g1: step 1\ng1: step 2\ng2: restored step 2\ng2: done\n"
     assert polls == [2.0, 2.0, 2.0]  # the last listing after the end found nothing new
+
+
+def ended_generation(store: JobStore, job_id: str, n: int, **fields: Any) -> None:
+    """Generation `n` as the lifecycle leaves it once its host is destroyed."""
+    values: dict[str, Any] = {
+        "job_id": job_id, "generation": n, "token_hash": "x", "is_current": False,
+        "status": "superseded", "ended_at": 1.8e9, "created_at": 1.8e9 - 600,
+    }  # fmt: skip
+    store.put_generation(Generation(**(values | fields)))
+
+
+BEAT = Heartbeat(at=1.8e9, agent_time=1.8e9, phase="restoring", gpu=GpuProbe(available=True))
+
+
+def test_logs_name_each_generation_without_a_log_in_its_place(backend, capsys) -> None:
+    job_id = submit(capsys)
+    backend.bucket.put(job_id, 1, 0, "g1 first\n")
+    backend.bucket.put(job_id, 4, 0, "g4 first")  # no line break at its end
+    ended_generation(backend.store, job_id, 1, heartbeat=BEAT)
+    ended_generation(backend.store, job_id, 2, heartbeat=BEAT, replaced_for="dead")
+    ended_generation(backend.store, job_id, 3)  # destroyed before its agent reported
+    code, out, _ = run(capsys, "logs", job_id)
+    assert code == 0
+    assert out == (
+        "g1 first\n"
+        "[tether] generation 2: no log — its host stopped answering before the first upload\n"
+        "[tether] generation 3: no log — its host was destroyed before its agent reported\n"
+        "g4 first"
+    )
+    # The current generation of a job still running may upload yet: not named.
+    backend.bucket.on_put(job_id, 5)  # generation 5 rented, nothing uploaded yet
+    code, out, _ = run(capsys, "logs", job_id, "--json")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [(r["generation"], r.get("missing", False)) for r in records] == [
+        (1, False), (2, True), (3, True), (4, False),
+    ]  # fmt: skip
+    assert records[1]["reason"] == "its host stopped answering before the first upload"
+    # Once the job has ended, its last generation without a log is named too.
+    finish_job(backend.store, job_id)
+    code, out, _ = run(capsys, "logs", job_id)
+    assert out.endswith(
+        "g4 first\n[tether] generation 5: no log — no record of its host was found\n"
+    )
+
+
+def test_logs_follow_names_a_missing_generation_once(backend, capsys, monkeypatch) -> None:
+    job_id = submit(capsys)
+    backend.bucket.put(job_id, 1, 0, "g1: step 1\n")
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 1:  # generation 2 came and went without a log; 3 is current
+            ended_generation(backend.store, job_id, 2, heartbeat=BEAT)
+            backend.bucket.on_put(job_id, 3)
+        elif len(polls) == 3:
+            backend.bucket.put(job_id, 3, 0, "g3: restored\n")
+            finish_job(backend.store, job_id)
+
+    real = cli_jobs.log_segments
+    monkeypatch.setattr(cli_jobs, "log_segments", lambda *a, **k: real(*a, **{**k, "sleep": sleep}))
+    code, out, _ = run(capsys, "logs", job_id, "--follow", "--interval", "1")
+    assert code == 0
+    assert out == (
+        "g1: step 1\n"
+        "[tether] generation 2: no log — its host was destroyed before the first upload\n"
+        "g3: restored\n"
+    )
 
 
 def test_logs_of_an_unknown_job_and_a_bad_cursor(backend, capsys) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether_cli.jobs import status_lines
+from tether_cli.job_status import status_lines
 
 NOW = 1.9e9
 

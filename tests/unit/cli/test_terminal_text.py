@@ -12,7 +12,7 @@ import pytest
 from tests.paths import ROOT
 from tether_cli import output
 from tether_cli.demo import timeline_printer
-from tether_cli.jobs import status_lines
+from tether_cli.job_status import status_lines
 from tether_cli.main import main
 from tether_cli.terminal_text import json_visible, visible
 

@@ -12,7 +12,7 @@ import pytest
 
 from tether_cli import output
 from tether_cli.demo import timeline_printer
-from tether_cli.jobs import outputs_line, status_lines
+from tether_cli.job_status import outputs_line, status_lines
 from tether_cli.main import main
 
 ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:tether/vast-api-key-AbCdEf"
