@@ -18,9 +18,10 @@ TIMELINE_SHOWN = 12
 INDENT = " " * 10
 
 
-def status_lines(view: dict[str, Any], now: float) -> list[str]:
+def status_lines(view: dict[str, Any], now: float, flags: str = "") -> list[str]:
     """`tether status`: one fact per line, then the timeline; each line with its control
-    characters shown (a line break in a host's message too: a line is one fact)."""
+    characters shown (a line break in a host's message too: a line is one fact). `flags`
+    (" --local", " --region R") go on the commands it suggests, as the user ran it."""
     lines = [f"job       {view['job_id']} ({view.get('name')})"]
     lines.append(state_line(view, now))
     lines += progress_lines(view.get("progress"), now)
@@ -48,7 +49,7 @@ def status_lines(view: dict[str, Any], now: float) -> list[str]:
         if checkpoint
         else "checkpoint none uploaded yet"
     )
-    lines.append(outputs_line(view))
+    lines.append(outputs_line(view, flags))
     lines.append(f"health    {health_line(host, now)}")
     lines.append(f"restarts  {view.get('restarts', 0)}")
     lines += error_lines(view)
@@ -177,13 +178,14 @@ def host_state_words(host: dict[str, Any], now: float) -> str:
     return str(state)
 
 
-def outputs_line(view: dict[str, Any]) -> str:
+def outputs_line(view: dict[str, Any], flags: str = "") -> str:
     """Where the job's result stands: recorded (and how to fetch it), awaited, or not asked for."""
     recorded = view.get("outputs")
     if recorded:
         return (
             f"outputs   {recorded['files']} files, {output.size(int(recorded['bytes']))} "
-            f"(generation {recorded['generation']}): tether download {view['job_id']} --outputs"
+            f"(generation {recorded['generation']}): "
+            f"tether download {view['job_id']} --outputs{flags}"
         )
     wanted = ((view.get("spec") or {}).get("outputs") or {}).get("dir")
     if wanted:

@@ -297,7 +297,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(view)
         return EXIT_OK
-    for line in status_lines(view, time.time()):
+    for line in status_lines(view, time.time(), target_flags(args)):
         output.stdout_console().print(line)
     return EXIT_OK
 

@@ -139,3 +139,9 @@ def test_the_last_error_is_one_line() -> None:
 )  # fmt: skip
 def test_durations(seconds: float | None, shown: str) -> None:
     assert duration(seconds) == shown
+
+
+def test_the_fetch_command_keeps_the_flags_the_status_ran_with() -> None:
+    recorded = {"files": 2, "bytes": 10240, "generation": 1}
+    shown = line(status_lines(view(outputs=recorded), NOW, " --local"), "outputs")
+    assert shown.endswith("tether download tiny-cpu-1234abcd --outputs --local")
