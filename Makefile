@@ -48,13 +48,13 @@ $(DEMO_STAMP): $(INSTALL_INPUTS)
 
 $(DEV_STAMP): $(INSTALL_INPUTS)
 	$(venv_ready)
-	$(call install,the local stack and the development tools,dev,about 1 min)
+	$(call install,the local stack and the development tools,dev,about 1.5 min)
 	@touch $@ $(DEMO_STAMP)
 
 $(STAMP): $(INSTALL_INPUTS)
 	$(venv_ready)
 	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet '$(TORCH_PIN)' --index-url $(TORCH_INDEX))
-	$(call install,the tools and the Hugging Face stack with torch,dev$(COMMA)hf,about 1.5 min)
+	$(call install,the tools and the Hugging Face stack with torch,dev$(COMMA)hf,about 3 min)
 	@touch $@ $(DEV_STAMP) $(DEMO_STAMP)
 
 # Only what the demo needs: the local stack's extra and the agent (the tiny job's image,
