@@ -288,8 +288,9 @@ def price_everything(
         "custom_metrics": cost.metric_usd_per_month(idle_metrics, free=True),
         **fixed,
     }
-    # The alarms and the dashboard bill all month too; the issue's $1 goal was set on the items
-    # above (usage, custom metrics, secrets), so they are priced beside, not inside, it.
+    # The alarms and the dashboard bill all month too. The goal (≤ $1 at list price) holds for
+    # a stack with its alarms and without the dashboard (`tether deploy --no-dashboard`: the
+    # same alarms, the template tests hold them equal); with it, $3 more.
     watch_list = cost.observability_usd_per_month(template or {}, free=False)
     watch_free = cost.observability_usd_per_month(template or {}, free=True)
     # Within the free tier: what a job-hour costs while the idle month leaves free units over.
@@ -338,6 +339,8 @@ def price_everything(
             "dashboards": cost.dashboards(template or {}),
             "alarms_and_dashboard_list_price": watch_list,
             "alarms_and_dashboard_with_free_tier": watch_free,
+            "usd_list_price_with_alarms": sum(idle_list.values()) + watch_list["alarms"],
+            "usd_with_free_tier_with_alarms": sum(idle_free.values()) + watch_free["alarms"],
             "usd_list_price_with_alarms_and_dashboard": sum(idle_list.values())
             + sum(watch_list.values()),
             "usd_with_free_tier_with_alarms_and_dashboard": sum(idle_free.values())
@@ -414,6 +417,17 @@ def print_results(r: dict[str, Any]) -> None:
         f"{sum(idle['alarms_and_dashboard_with_free_tier'].values()):.2f}; idle month with them: "
         f"{idle['usd_list_price_with_alarms_and_dashboard']:.3f} list price, "
         f"{idle['usd_with_free_tier_with_alarms_and_dashboard']:.3f} with the free tier"
+    )
+    print(
+        f"idle_month.usd_list_price_with_alarms_no_dashboard: "
+        f"{idle['usd_list_price_with_alarms']:.3f} (goal ≤ {GOAL_IDLE_MONTH_USD:g}; "
+        "tether deploy --no-dashboard)"
+    )
+    print(
+        f"idle_month.usd_list_price_with_alarms_and_dashboard: "
+        f"{idle['usd_list_price_with_alarms_and_dashboard']:.3f} (the dashboard "
+        f"${prices.CLOUDWATCH_DASHBOARD_MONTH.usd:g} a month beyond an account's "
+        f"{prices.CLOUDWATCH_DASHBOARD_MONTH.free_per_month:g} free)"
     )
     print(f"job_hour.usd_one_job_with_busy_metrics: {jh['usd_with_busy_metrics_one_job']:.6f}")
     print(

@@ -124,6 +124,30 @@ MONITOR_CONCURRENCY_CONTEXT = "monitorConcurrency"
 LIFECYCLE_CONCURRENCY_CONTEXT = "lifecycleConcurrency"
 HEARTBEAT_CONCURRENCY_CONTEXT = "heartbeatConcurrency"
 JOBS_CONCURRENCY_CONTEXT = "jobsConcurrency"
+# CDK context (`-c dashboard=false`, or TETHER_DASHBOARD=false for `tether deploy
+# --no-dashboard`): leave the CloudWatch dashboard out ($3 a month beyond an account's 3 free
+# ones; the alarms stay). The stack output says which a plain redeploy keeps.
+DASHBOARD_CONTEXT = "dashboard"
+DASHBOARD_ENV = "TETHER_DASHBOARD"
+OUTPUT_DASHBOARD = "Dashboard"  # "on" or "off"
+
+
+def dashboard_wanted(value: object) -> bool:
+    """The `dashboard` context (default on): true/on/1 or false/off/0; anything else fails the
+    synth, naming it."""
+    if value is None or isinstance(value, bool):
+        return value is not False
+    text = str(value).strip().lower()
+    if text in ("true", "on", "1", "yes"):
+        return True
+    if text in ("false", "off", "0", "no"):
+        return False
+    raise ValueError(
+        f"context {DASHBOARD_CONTEXT}={value!r}: give true or false "
+        f"(e.g. -c {DASHBOARD_CONTEXT}=false)"
+    )
+
+
 # Synth-time settings read from the environment: variable → CDK context.
 MONITOR_CONCURRENCY_ENV = "TETHER_MONITOR_CONCURRENCY"
 LIFECYCLE_CONCURRENCY_ENV = "TETHER_LIFECYCLE_CONCURRENCY"
@@ -131,6 +155,7 @@ HEARTBEAT_CONCURRENCY_ENV = "TETHER_HEARTBEAT_CONCURRENCY"
 JOBS_CONCURRENCY_ENV = "TETHER_JOBS_CONCURRENCY"
 SYNTH_CONTEXT_ENV = {
     MONITOR_SHARDS_ENV: MONITOR_SHARDS_CONTEXT,
+    DASHBOARD_ENV: DASHBOARD_CONTEXT,
     MONITOR_CONCURRENCY_ENV: MONITOR_CONCURRENCY_CONTEXT,
     LIFECYCLE_CONCURRENCY_ENV: LIFECYCLE_CONCURRENCY_CONTEXT,
     HEARTBEAT_CONCURRENCY_ENV: HEARTBEAT_CONCURRENCY_CONTEXT,

@@ -95,6 +95,7 @@ class TetherStack(Stack):
             monitor_logs=self.monitor.function.log_group,
             lifecycle_logs=self.lifecycle.task_function.log_group,
             monitor_shards=self.monitor.shards,
+            dashboard=names.dashboard_wanted(self.node.try_get_context(names.DASHBOARD_CONTEXT)),
         )
         for output_id, value, description in (
             (names.OUTPUT_API_URL, self.api.url, "Base URL of the tether API"),
@@ -123,6 +124,11 @@ class TetherStack(Stack):
                 names.OUTPUT_MONITOR_SHARDS,
                 str(self.monitor.shards),
                 "Monitor schedules the fleet is split across (docs/deploy.md)",
+            ),
+            (
+                names.OUTPUT_DASHBOARD,
+                "on" if self.observability.dashboard is not None else "off",
+                "The CloudWatch dashboard (`tether deploy --no-dashboard` leaves it out)",
             ),
             *(
                 (output_id, str(number), f"Reserved concurrency of the {what} function")

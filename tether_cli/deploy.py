@@ -115,6 +115,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="split the fleet across N monitor schedules (1 to 16; default: what the deployed "
         "stack has, else 1; see docs/deploy.md#monitor-shards-large-fleets)",
     )
+    deploy.add_argument(
+        "--dashboard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--no-dashboard leaves the CloudWatch dashboard out ($3 a month beyond an "
+        "account's 3 free dashboards; the alarms stay); default: what the deployed stack has, "
+        "else a dashboard (see docs/observability.md)",
+    )
     for setting in CONCURRENCY_SETTINGS:
         deploy.add_argument(
             setting.flag,
@@ -238,16 +246,22 @@ def _email(text: str) -> str:
 
 
 def synth(
-    root: Path, monitor_shards: int | None = None, concurrency: Mapping[str, int] | None = None
+    root: Path,
+    monitor_shards: int | None = None,
+    concurrency: Mapping[str, int] | None = None,
+    dashboard: bool | None = None,
 ) -> Path:
     """Synthesize the clone at `root` into `root/cdk.out` (its own infra, functions and agent:
     `python -m` puts the working directory first on the import path), with `monitor_shards`
     monitor schedules if given (a synth-time setting: `TETHER_MONITOR_SHARDS`) and the reserved
-    concurrency in `concurrency` (environment variable → number)."""
+    concurrency in `concurrency` (environment variable → number), and with or without the
+    dashboard (`TETHER_DASHBOARD`) if given."""
     out = root / "cdk.out"
-    settings = dict(concurrency or {})
+    settings: dict[str, int | str] = dict(concurrency or {})
     if monitor_shards is not None:
         settings[names.MONITOR_SHARDS_ENV] = monitor_shards
+    if dashboard is not None:
+        settings[names.DASHBOARD_ENV] = "true" if dashboard else "false"
     env = {**os.environ, **{k: str(v) for k, v in settings.items()}} if settings else None
     command = [sys.executable, "-m", "infra.synth", "--out", str(out)]
     code = run_command(command, cwd=root, env=env)
@@ -297,6 +311,26 @@ def monitor_shards(
             except argparse.ArgumentTypeError as exc:
                 raise CliError(f"{source}: {value!r} {exc}", EXIT_USAGE) from None
     return 1, "the default"
+
+
+def dashboard_setting(
+    given: bool | None, environ: Mapping[str, str], deployed: Mapping[str, str]
+) -> tuple[bool, str]:
+    """Whether to deploy the dashboard, and why: `--dashboard`/`--no-dashboard`, else
+    `TETHER_DASHBOARD`, else what the deployed stack has (a synth-time setting, like the shard
+    count: a plain redeploy keeps a dashboard left out), else on."""
+    if given is not None:
+        return given, "--dashboard" if given else "--no-dashboard"
+    for value, source in (
+        (environ.get(names.DASHBOARD_ENV), names.DASHBOARD_ENV),
+        (deployed.get(names.OUTPUT_DASHBOARD), "the deployed stack"),
+    ):
+        if value:
+            try:
+                return names.dashboard_wanted(value), source
+            except ValueError:
+                raise CliError(f"{source}: {value!r} is not true or false", EXIT_USAGE) from None
+    return True, "the default"
 
 
 @dataclass(frozen=True)
@@ -403,7 +437,9 @@ def run_deploy(args: argparse.Namespace) -> int:
     concurrency, concurrency_from = reserved_concurrency(args, os.environ, deployed)
     for line in concurrency_from:
         output.stderr_console().print(line)
-    assembly = synth(root, shards, concurrency)
+    dashboard, dashboard_from = dashboard_setting(args.dashboard, os.environ, deployed)
+    output.stderr_console().print(f"dashboard: {'on' if dashboard else 'off'} ({dashboard_from})")
+    assembly = synth(root, shards, concurrency, dashboard)
     command = cdk(npx, "deploy", "--app", str(assembly), names.STACK_NAME)
     command += ["--require-approval", "never"]
     command += deploy_parameters(args)

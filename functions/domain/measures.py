@@ -49,6 +49,10 @@ JOBS_FAILED_METRIC = "JobsFailed"  # lifecycle: a job failed for good
 # lifecycle: a rent Vast refuses (or would refuse) for its arguments, whatever the offer
 RENTS_REFUSED_METRIC = "RentsRefused"
 JOBS_SUBMITTED_METRIC = "JobsSubmitted"  # jobs API
+# monitor: what a person should know of this run, one count read by one alarm (each metric an
+# alarm reads is billed, $0.10 a month): orphans destroyed + dead verdicts held + stops past
+# their last attempt. Each part keeps its own metric and line on the dashboard.
+MONITOR_FINDINGS_METRIC = "MonitorFindings"
 # Log lines the dashboard queries with Logs Insights instead of a metric per value (each
 # metric name × dimension value is billed as one metric; a log field costs nothing more).
 MONITOR_RUN_MESSAGE = "monitor run"  # fields: `verdicts` ({health: count}), …

@@ -1,10 +1,10 @@
 """What the lifecycle counts: `JobsFailed` (a job failed for good: the JobFailed alarm) and
-`RentsRefused` (a rent Vast refuses for its arguments whatever the offer: the RentRefused alarm,
-since every job sending that request shape fails until tether changes). The other outcomes that
-matter to the dashboard (`rented`, `lost_race`, `no_capacity`, `destroyed`) are the `outcome`
-field of the handler's "lifecycle step" log line, which the dashboard queries: a metric per
-outcome (or one metric with an `outcome` dimension, billed the same per value) would cost $0.30
-a metric-month each for counts nobody alarms on."""
+`RentsRefused` (a rent Vast refuses for its arguments whatever the offer: a dashboard line; the
+state machine's Fail step then fails the job, so the JobFailed alarm reports it). The other
+outcomes that matter to the dashboard (`rented`, `lost_race`, `no_capacity`, `destroyed`) are
+the `outcome` field of the handler's "lifecycle step" log line, which the dashboard queries: a
+metric per outcome (or one metric with an `outcome` dimension, billed the same per value) would
+cost $0.30 a metric-month each for counts nobody alarms on."""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ run (no active job, no labelled instance, nothing went wrong) emits nothing:
 
 - counters (held dead verdicts, transitions started, retried or past their last attempt,
   credentials renewed, hosts blamed, orphans destroyed, errors, Vast records skipped or fields
-  dropped, a failed Vast list) only when non-zero; their alarms treat missing data as OK;
+  dropped, a failed Vast list, and `MonitorFindings`: orphans, held verdicts and stops given up
+  together, what the one MonitorFinding alarm reads) only when non-zero; their alarms treat
+  missing data as OK;
 - gauges only while there is something to measure: the active jobs, the jobs whose evaluation
   did not complete (`JobsUnsupervised`: its alarm takes the Minimum over every run of ten
   minutes, so its zeros are sent while any job is active), the spend of active jobs, the
@@ -34,6 +36,7 @@ from functions.domain.measures import (
     INSTANCES_METRIC,
     JOBS_METRIC,
     MONITOR_ERRORS_METRIC,
+    MONITOR_FINDINGS_METRIC,
     ORPHANS_METRIC,
     RECOVERIES_METRIC,
     RECOVERY_CAUSES,
@@ -52,8 +55,15 @@ FIELDS_DROPPED_METRIC = "VastFieldsDropped"
 VAST_LIST_FAILED_METRIC = "VastListFailed"
 
 
+def findings(report: MonitorReport) -> int:
+    """What the MonitorFinding alarm reads: orphans destroyed, dead verdicts held and stops past
+    their last attempt, together."""
+    return report.orphans_destroyed + report.held + report.transitions_exhausted
+
+
 def _counters(report: MonitorReport) -> dict[str, int]:
     return {
+        MONITOR_FINDINGS_METRIC: findings(report),
         HELD_METRIC: report.held,
         VAST_LIST_FAILED_METRIC: int(report.instances is None),
         "TransitionsStarted": report.transitions_started,

@@ -1,4 +1,4 @@
-"""What a user watches: one CloudWatch dashboard, the alarms, and where they notify.
+"""What a user watches: one CloudWatch dashboard (optional), the alarms, and where they notify.
 
 Metrics are Powertools EMF metrics in the `Tether` namespace with the service as their only
 dimension (bounded: every name × dimension combination is a billed custom metric), plus the
@@ -9,9 +9,20 @@ AWS-managed `aws/sns` key (its key policy cannot grant CloudWatch), and a custom
 costs $1 a month, idle or not. Job notifications (rented, ended, failed) go to the lifecycle's
 topic. The `AlarmEmail` stack parameter, when set, subscribes an address to both.
 
-Each alarm is a row of `ALARM_RULES` (metric, statistic, threshold, periods, description, its
+Each concern is a row of `ALARM_RULES` (metric, statistic, threshold, periods, description, its
 line on the dashboard), as the health rules are a table (`functions/domain/health.py`): the
 construct builds the alarms, their notifications and their dashboard lines from the rows.
+
+What they cost, idle or not, at list price (aws.amazon.com/cloudwatch/pricing; the bench's
+`bench/lib/prices.py`): $0.10 a month per metric an alarm reads (a metric-math alarm pays for
+each metric in its expression, so folding alarms into math saves nothing; a composite alarm
+costs $0.50 on top of its children), and $3 a month for the dashboard beyond an account's 3 free
+ones. So one alarm per concern: a row whose failure another alarm already reports names that
+alarm in `caught_by` and keeps only its dashboard line (the monitor sends one `MonitorFindings`
+count for the findings a person should know of; a refused rent fails its job), and an alarm
+reads fewer metrics than its line where it can (`alarm_signals`). One shard: 7 alarm metrics,
+$0.70 a month. The dashboard is left out with `tether deploy --no-dashboard`
+(CDK context `dashboard=false`).
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ RECOVERY_CAUSES = measures.RECOVERY_CAUSES  # per cause: the monitor run's log l
 JOBS_FAILED_METRIC = measures.JOBS_FAILED_METRIC  # lifecycle: a job failed for good
 RENTS_REFUSED_METRIC = measures.RENTS_REFUSED_METRIC  # lifecycle: a rent's arguments refused
 JOBS_SUBMITTED_METRIC = measures.JOBS_SUBMITTED_METRIC  # jobs API
+MONITOR_FINDINGS_METRIC = measures.MONITOR_FINDINGS_METRIC  # monitor: the MonitorFinding alarm
 # Measures (definitions in functions/domain/measures.py, the one spelling of their names):
 BUDGET_FRACTION_METRIC = measures.BUDGET_FRACTION_METRIC  # monitor: max spent/budget, active jobs
 INSTANCES_METRIC = measures.INSTANCES_METRIC  # monitor: labelled instances on Vast (all bill)
@@ -146,7 +158,10 @@ class Signal(StrEnum):
     the construct builds (it needs the function and the state machine). The value is its label."""
 
     MONITOR_RUNS_SUCCEEDED = "monitor runs that succeeded"
-    LIFECYCLE_FAILURES = "lifecycle executions failed, timed out or aborted"
+    # Not ABORTED: tether never stops an execution (an abort is a person's act); the monitor
+    # starts the next attempt after an aborted one as after a failed one, and a transition past
+    # its last attempt is a finding (stop) or a failed job (provision, replace) all the same.
+    LIFECYCLE_FAILURES = "lifecycle executions failed or timed out"
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,8 @@ class AlarmRule:
     first. `per_shard`: sharded, the highest of the shards' own figures (`highest_of_shards`).
     `graph_label` (None: not graphed, only in the alarms' status widget): its line's label on
     the dashboard, read at `graph_statistic` (default: the alarm's); the dashboard's layout
-    places the line (`Observability.lines`).
+    places the line (`Observability.lines`). `caught_by`: the name of the alarm that already
+    reports this failure (then the row has no alarm of its own, only its line).
     """
 
     name: str  # the construct id, so the start of the alarm's logical id
@@ -175,6 +191,7 @@ class AlarmRule:
     notify_ok: bool = False  # also notify its return to OK
     graph_label: str | None = None
     graph_statistic: Statistic | None = None
+    caught_by: str | None = None
 
     def threshold_for(self, shards: int) -> float:
         return self.threshold + (shards - 1) * self.threshold_per_extra_shard
@@ -200,7 +217,7 @@ ALARM_RULES: tuple[AlarmRule, ...] = (
     ),
     AlarmRule(
         "LifecycleFailing",
-        "A lifecycle execution failed, timed out or was aborted: the job's timeline says which "
+        "A lifecycle execution failed or timed out: the job's timeline says which "
         "step and why; the monitor starts the transition's next attempt, and destroys a stuck "
         "stop's or replace's hosts.",
         Signal.LIFECYCLE_FAILURES,
@@ -223,6 +240,7 @@ ALARM_RULES: tuple[AlarmRule, ...] = (
         ORPHANS_METRIC,
         threshold=1,
         graph_label="orphans destroyed",
+        caught_by="MonitorFinding",
     ),
     AlarmRule(
         "HeartbeatsLostTogether",
@@ -234,12 +252,28 @@ ALARM_RULES: tuple[AlarmRule, ...] = (
         threshold=1,
         statistic="Maximum",
         graph_label="dead verdicts held",
+        caught_by="MonitorFinding",
     ),
     AlarmRule(
         "TransitionGaveUp",
         "A job's stop failed on every attempt: it stays STOPPING (the monitor keeps destroying "
         "its hosts). Its timeline says why each attempt failed.",
         TRANSITIONS_EXHAUSTED_METRIC,
+        threshold=1,
+        statistic="Maximum",
+        graph_label="stops past their last attempt",
+        caught_by="MonitorFinding",
+    ),
+    AlarmRule(
+        "MonitorFinding",
+        "The monitor found what a person should know of (each has its line on the dashboard, "
+        "and the monitor's 'monitor run' log line counts it): an orphan destroyed "
+        "(orphans_destroyed: a labelled instance of no live job generation, billing for "
+        "nothing), dead verdicts held because heartbeats were lost together (held: the API, "
+        "its throttle or the network; hosts stop themselves when their lease runs out), or a "
+        "stop past its last attempt (transitions_exhausted: the job stays STOPPING, the monitor "
+        "keeps destroying its hosts).",
+        MONITOR_FINDINGS_METRIC,
         threshold=1,
         statistic="Maximum",
     ),
@@ -258,8 +292,8 @@ ALARM_RULES: tuple[AlarmRule, ...] = (
     ),
     AlarmRule(
         "JobFailed",
-        "A job failed for good (no host could be rented, or provisioning kept failing). "
-        "`tether status JOB` shows why.",
+        "A job failed for good (no host could be rented, Vast refused the rent's arguments, or "
+        "provisioning kept failing). `tether status JOB` shows why.",
         JOBS_FAILED_METRIC,
         threshold=1,
         graph_label="jobs failed",
@@ -274,6 +308,7 @@ ALARM_RULES: tuple[AlarmRule, ...] = (
         RENTS_REFUSED_METRIC,
         threshold=1,
         graph_label="rents refused",
+        caught_by="JobFailed",  # the state machine's Fail step fails the job: JobsFailed
     ),
 )
 
@@ -292,6 +327,7 @@ class Observability(Construct):
         monitor_logs: logs.ILogGroup,
         lifecycle_logs: logs.ILogGroup,
         monitor_shards: int = 1,
+        dashboard: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         self.alarm_topic = sns.Topic(
@@ -317,20 +353,37 @@ class Observability(Construct):
                 label=Signal.MONITOR_RUNS_SUCCEEDED.value,
             ),
             Signal.LIFECYCLE_FAILURES: cloudwatch.MathExpression(
-                expression="FILL(failed, 0) + FILL(timedout, 0) + FILL(aborted, 0)",
+                expression="FILL(failed, 0) + FILL(timedout, 0)",
                 using_metrics={
                     "failed": state_machine.metric_failed(period=PERIOD),
                     "timedout": state_machine.metric_timed_out(period=PERIOD),
-                    "aborted": state_machine.metric_aborted(period=PERIOD),
                 },
                 period=PERIOD,
                 label=Signal.LIFECYCLE_FAILURES.value,
             ),
         }
 
-        def reading(rule: AlarmRule, statistic: str, label: str | None) -> cloudwatch.IMetric:
+        # What the alarm reads where it can read fewer metrics than the line graphs (each metric
+        # an alarm reads is billed). One shard: Lambda sends `Errors` with every invocation, 1 or
+        # 0 (invocation metrics are "binary indicators of the outcome", AWS Lambda's metrics
+        # docs), so its Minimum over a period is 0 when some run succeeded, 1 when every run
+        # failed, and missing when none ran (breaching). Sharded, the alarm counts runs.
+        alarm_signals = dict(signals)
+        if monitor_shards == 1:
+            alarm_signals[Signal.MONITOR_RUNS_SUCCEEDED] = cloudwatch.MathExpression(
+                expression="1 - errors",
+                using_metrics={
+                    "errors": monitor_function.metric_errors(period=PERIOD, statistic="Minimum")
+                },
+                period=PERIOD,
+                label="a monitor run succeeded (1) or none did (0)",
+            )
+
+        def reading(
+            rule: AlarmRule, statistic: str, label: str | None, *, alarm: bool = False
+        ) -> cloudwatch.IMetric:
             if rule.metric in signals:
-                return signals[rule.metric]
+                return (alarm_signals if alarm else signals)[rule.metric]
             if rule.per_shard:
                 return highest_of_shards(rule.metric, statistic, monitor_shards, label)
             return tether_metric(rule.metric, statistic, label)
@@ -339,11 +392,16 @@ class Observability(Construct):
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         self.lines: dict[str, cloudwatch.IMetric] = {}  # alarm name → its dashboard line
         for rule in ALARM_RULES:
+            if rule.graph_label is not None:
+                statistic = rule.graph_statistic or rule.statistic
+                self.lines[rule.name] = reading(rule, statistic, rule.graph_label)
+            if rule.caught_by is not None:
+                continue
             alarm = cloudwatch.Alarm(
                 self,
                 rule.name,
                 alarm_description=rule.description,
-                metric=reading(rule, rule.statistic, None),
+                metric=reading(rule, rule.statistic, None, alarm=True),
                 threshold=rule.threshold_for(monitor_shards),
                 comparison_operator=rule.comparison,
                 evaluation_periods=rule.periods,
@@ -353,28 +411,43 @@ class Observability(Construct):
             if rule.notify_ok:
                 alarm.add_ok_action(action)
             self.alarms[rule.name] = alarm
-            if rule.graph_label is not None:
-                statistic = rule.graph_statistic or rule.statistic
-                self.lines[rule.name] = reading(rule, statistic, rule.graph_label)
 
-        self.dashboard = cloudwatch.Dashboard(
+        self.dashboard: cloudwatch.Dashboard | None = None
+        if dashboard:
+            self.dashboard = self._dashboard(
+                http_api, state_machine, monitor_function, api_functions, monitor_logs,
+                lifecycle_logs, monitor_shards,
+            )  # fmt: skip
+
+    def _dashboard(
+        self,
+        http_api: apigwv2.HttpApi,
+        state_machine: sfn.StateMachine,
+        monitor_function: lambda_.IFunction,
+        api_functions: Mapping[str, lambda_.IFunction],
+        monitor_logs: logs.ILogGroup,
+        lifecycle_logs: logs.ILogGroup,
+        monitor_shards: int,
+    ) -> cloudwatch.Dashboard:
+        dashboard = cloudwatch.Dashboard(
             self,
             DASHBOARD_ID,
             dashboard_name=f"{Stack.of(self).stack_name}-tether",
             default_interval=Duration.hours(24),
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             *self._spend_row(monitor_shards), *self._health_row(monitor_logs, lifecycle_logs),
             *self._recovery_row(),
         )  # fmt: skip
-        self.dashboard.add_widgets(
-            *self._control_plane_row(http_api, monitor_function, api_functions)
+        dashboard.add_widgets(
+            *self._control_plane_row(http_api, state_machine, monitor_function, api_functions)
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.AlarmStatusWidget(
                 title="Alarms", alarms=list(self.alarms.values()), width=24, height=3
             )
         )
+        return dashboard
 
     # --- notifications ----------------------------------------------------------------------
 
@@ -493,6 +566,7 @@ class Observability(Construct):
     def _control_plane_row(
         self,
         http_api: apigwv2.HttpApi,
+        state_machine: sfn.StateMachine,
         monitor_function: lambda_.IFunction,
         api_functions: Mapping[str, lambda_.IFunction],
     ) -> list[cloudwatch.IWidget]:
@@ -505,12 +579,16 @@ class Observability(Construct):
                     self.lines["JobsUnsupervised"],
                     self.lines["HeartbeatsLostTogether"],
                     self.lines["OrphanFound"],
+                    self.lines["TransitionGaveUp"],
                 ],
                 width=8,
             ),
             cloudwatch.GraphWidget(
                 title="Lifecycle failures",
-                left=[self.lines["LifecycleFailing"]],
+                left=[
+                    self.lines["LifecycleFailing"],
+                    state_machine.metric_aborted(period=PERIOD, label="executions aborted"),
+                ],
                 right=[monitor_function.metric_throttles(period=PERIOD, label="monitor throttles")],
                 width=8,
             ),

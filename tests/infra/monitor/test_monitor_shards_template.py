@@ -62,6 +62,8 @@ def test_one_failing_shard_is_not_hidden_by_the_others(sharded: dict[str, Any]) 
     assert shards == {str(k) for k in range(SHARDS)}
     # Fewer good runs than every shard but one makes: one shard's runs all failed.
     assert alarm(sharded, "MonitorNotRunning")["Threshold"] == (SHARDS - 1) * RUNS_PER_PERIOD + 1
+    counted = metric_stats(alarm(sharded, "MonitorNotRunning"))
+    assert sorted(m["MetricName"] for m in counted.values()) == ["Errors", "Invocations"]
 
 
 @pytest.mark.parametrize("value", ["0", "17", "four", "2.5"])

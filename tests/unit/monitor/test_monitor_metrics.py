@@ -1,5 +1,6 @@
 """The monitor handler turns its run's report into the EMF metrics the dashboard and the
-SpendNearBudget alarm read: names, units and the one `service` dimension as they query them."""
+SpendNearBudget and MonitorFinding alarms read: names, units and the one `service` dimension as
+they query them."""
 
 from __future__ import annotations
 
@@ -110,8 +111,8 @@ def test_records_vast_sent_that_could_not_be_read_are_counted(monkeypatch, capsy
 
 
 def test_unsupervised_jobs_and_held_verdicts_reach_the_alarms(monkeypatch, capsys) -> None:
-    """The metrics the HeartbeatsLostTogether and JobsUnsupervised alarms read, by the names
-    the stack's alarms query."""
+    """The metrics the dashboard's held-verdicts line and the JobsUnsupervised alarm read, by
+    the names the stack queries."""
     report = MonitorReport(jobs=5, supervised=3, unsupervised=2, held=4)
     emitted = run_handler(monkeypatch, capsys, report)
     assert emitted[obs.UNSUPERVISED_METRIC] == ([2], "Count")
@@ -146,7 +147,7 @@ def test_later_attempts_and_a_stop_past_its_last_attempt_are_counted(monkeypatch
     emitted = run_handler(monkeypatch, capsys, report)
     assert emitted["TransitionsStarted"] == ([1], "Count")
     assert emitted["TransitionsRetried"] == ([2], "Count")
-    assert emitted[obs.TRANSITIONS_EXHAUSTED_METRIC] == ([1], "Count")  # TransitionGaveUp
+    assert emitted[obs.TRANSITIONS_EXHAUSTED_METRIC] == ([1], "Count")  # a line
 
 
 def test_an_idle_run_emits_no_metric_at_all(monkeypatch, capsys) -> None:
@@ -216,3 +217,26 @@ def test_a_sharded_deployment_refuses_an_event_that_names_no_shard_of_it(
     jobs: the invocation fails, and the alarms see the error."""
     with pytest.raises(ValueError, match="shard"):
         run_handler(monkeypatch, capsys, MonitorReport(), event=event, shards=4)
+
+
+@pytest.mark.parametrize(
+    ("report", "findings"),
+    [
+        (MonitorReport(jobs=1, orphans_destroyed=2), 2),
+        (MonitorReport(jobs=5, held=3), 3),
+        (MonitorReport(jobs=1, transitions_exhausted=1), 1),
+        (MonitorReport(jobs=4, orphans_destroyed=1, held=3, transitions_exhausted=1), 5),
+    ],
+)
+def test_orphans_held_verdicts_and_stops_given_up_reach_the_one_finding_alarm(
+    monkeypatch, capsys, report: MonitorReport, findings: int
+) -> None:
+    """The MonitorFinding alarm reads one metric for the three (one alarm metric billed, not
+    three); each keeps its own counter for the dashboard."""
+    emitted = run_handler(monkeypatch, capsys, report)
+    assert emitted["MonitorFindings"] == ([findings], "Count")
+
+
+def test_a_run_with_nothing_to_report_sends_no_finding(monkeypatch, capsys) -> None:
+    report = MonitorReport(jobs=3, supervised=3, unsupervised=0, budget_used_max_fraction=0.95)
+    assert "MonitorFindings" not in run_handler(monkeypatch, capsys, report)
