@@ -8,9 +8,9 @@ is 0.54 and reading the bytes back for it about 0.1; BENCHMARKS.md): reading a r
 page faults on these VMs (a copy into a reused buffer: 0.07); and a range held in memory was
 hashed only once all of it had arrived. Hashing the file after its bytes were written also
 means the digest covers exactly what is on disk: a retry resumes a range where it stopped, so
-no byte is written twice. The bytes go to the file in writes of at most `WRITE_SLICE`: on a VM
-a larger write into new page-cache pages cost several times the kernel time (up to 3 CPU-s/GiB
-more than the whole of s5cmd's restore).
+no byte is written twice. The bytes go to the file in writes of at most `WRITE_SLICE`: on the
+development VM larger writes into new page-cache pages cost several times the kernel time (a
+128 MiB restore: 0.35–0.41 s of system time in 1 MiB writes, 0.05–0.08 s in 64 KiB ones).
 """
 
 from __future__ import annotations
