@@ -16,7 +16,9 @@ starts, before the restore phase). s5cmd is a new process per transfer (its Go b
 endpoint (rclone, and the R2 front unless `--direct`) runs in a process of its own. Prints per
 size the median pair ratio (agent / s5cmd throughput) and its spread, upload and restore, the
 agent's CPU seconds per GiB, the machine's load average while it ran, and the idle agent's CPU
-use (% of one core) while it watches and heartbeats at the default 15 s interval. Writes
+use (% of one core) while it watches and heartbeats at the default 15 s interval, and which
+read path the agent's restores took (`socket readinto`: each body read from the socket straight
+into the range's buffer; `read copy`: through `read(amt)` and a copy, a slower path). Writes
 `bench/results/agent_transfer.json`. Not a test: numbers depend on the machine.
 """
 
@@ -188,6 +190,8 @@ class Side:
     restore: list[float] = field(default_factory=list)
     cpu_up: float = 0.0
     cpu_restore: float = 0.0
+    # per restore: its ranged GETs by read path (`TransferStats.read_paths`); the agent's only
+    read_paths: list[dict[str, int]] = field(default_factory=list)
 
 
 class SizeRun:
@@ -232,6 +236,7 @@ class SizeRun:
         c2, t2 = cpu_s(), time.perf_counter()
         result = restore_latest(reader, uploaded, 2, dest, file_concurrency=4)
         t3, c3 = time.perf_counter(), cpu_s()
+        self.agent_side.read_paths.append(dict(reader.stats.read_paths))
         reader.close()
         assert result.restored is not None and result.restored.ref.step == self.step
         shutil.rmtree(dest)
@@ -263,11 +268,12 @@ class SizeRun:
         return self.s5_side.upload[-1]
 
     def _progress(self, name: str, side: Side) -> None:
-        """Each transfer as it ends (stderr): a long run shows where it is, and an interrupted
-        one leaves its pairs."""
+        """Each transfer as it ends (stderr), with the agent restore's read path: a long run
+        shows where it is, and an interrupted one leaves its pairs."""
+        paths = f" [{describe_read_paths(side.read_paths[-1])}]" if side.read_paths else ""
         print(f"    {self.nbytes / MIB:.0f} MiB step {self.step} {name}: upload "
-              f"{side.upload[-1]:.1f} MB/s restore {side.restore[-1]:.1f} MB/s",
-              file=sys.stderr, flush=True)  # fmt: skip
+              f"{side.upload[-1]:.1f} MB/s restore {side.restore[-1]:.1f} MB/s{paths} "
+              f"load {self.loads[-1]:.2f}", file=sys.stderr, flush=True)  # fmt: skip
 
     def close(self) -> None:
         self.uploader.close()
@@ -295,6 +301,7 @@ def transfer_bench(
         "agent_cpu_s_per_gib": {"upload": a.cpu_up / gib, "restore": a.cpu_restore / gib},
         "s5cmd_cpu_s_per_gib": {"upload": b.cpu_up / gib, "restore": b.cpu_restore / gib},
         "load_1min": quartiles(run.loads),
+        "agent_restore_read_paths": a.read_paths,
     }  # fmt: skip
 
 
@@ -347,6 +354,13 @@ def idle_bench(work: Path, seconds: float, *, direct: bool = False) -> float:
     return 100 * (c1 - c0) / (t1 - t0)
 
 
+def describe_read_paths(read_paths: dict[str, int]) -> str:
+    """`{"socket readinto": 9}` as "read path: socket readinto ×9"."""
+    if not read_paths:
+        return "read path: none (no ranged GET)"
+    return "read path: " + ", ".join(f"{path} ×{n}" for path, n in sorted(read_paths.items()))
+
+
 def _median(values: list[float]) -> float:
     return quartiles(values).median
 
@@ -368,7 +382,17 @@ def report(size: dict[str, Any]) -> list[str]:
         f"s5cmd upload {s5cpu['upload']:.2f} restore {s5cpu['restore']:.2f}",
         f"  load_1min: median {load.median:.2f} (min {load.min:.2f}, max {load.max:.2f}) "
         f"on {os.cpu_count()} cores",
+        f"  agent restore {describe_read_paths(_total(size['agent_restore_read_paths']))} "
+        f"(ranged GETs over {size['pairs']} restores)",
     ]
+
+
+def _total(per_restore: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for paths in per_restore:
+        for path, n in paths.items():
+            total[path] = total.get(path, 0) + n
+    return total
 
 
 def main() -> int:

@@ -12,6 +12,17 @@ dependencies' console scripts (`bin/`, whose first line names the Python that ra
 agent wheel is built with `SOURCE_DATE_EPOCH`, so its zip entries carry a fixed date rather than
 the checkout's file times.
 
+The bundle carries bytecode: Lambda's code folder (`/var/task`) is read-only, so without it every
+new environment compiles each module it imports (about a second for a handler) and can keep
+none. The `.pyc` files are compiled by a Python 3.12 (the runtime's minor version: another
+minor version's bytecode has another magic number and file name, `cpython-3NN.pyc`, and the
+runtime would ignore it), found as `TETHER_LAMBDA_PYTHON`, this interpreter, `python3.12` on the
+PATH or a pyenv 3.12; without one the bundled build fails (`BundleError`) rather than ship a
+bundle that compiles at every cold start. They are reproducible: `UNCHECKED_HASH` pyc files hold
+a hash of their source instead of its time (and the runtime does not re-read the source to check
+it; the folder cannot change), the files are compiled in sorted order by one process, and the
+path each records for tracebacks is `/var/task/…`, not the build folder's.
+
 Templates are cached under `build/synth/` by a hash of the `infra/` and `functions/` sources, so a
 test session synthesizes (5–15 s of Node) only when the code changed.
 
@@ -27,6 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +49,14 @@ AGENT = ROOT / "agent"
 REQUIREMENTS = FUNCTIONS / "requirements.txt"
 PLATFORM = "manylinux2014_aarch64"
 PYTHON_VERSION = "3.12"
+# Where Lambda unpacks the code: the path compiled into each .pyc for tracebacks.
+LAMBDA_TASK_ROOT = "/var/task"
+LAMBDA_PYTHON_ENV = "TETHER_LAMBDA_PYTHON"
 # Shipped by the Lambda Python runtime; pruned when a dependency (aws-xray-sdk) pulls them in.
 RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "python_dateutil")
 _SOURCE_SUFFIXES = {".py", ".json", ".txt", ".yaml", ".toml", ".sh", ".cfg"}
-# Part of every bundle's cache key: a build by an older recipe (with bin/ and RECORD) is not reused.
-BUNDLE_RECIPE = "r2"
+# Part of every bundle's cache key: a build by an older recipe (r2: no bytecode) is not reused.
+BUNDLE_RECIPE = "r3"
 # The agent wheel's zip timestamps: 1980-01-01, the earliest a zip file can hold.
 WHEEL_EPOCH = "315532800"
 
@@ -50,7 +65,58 @@ os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
 
 class BundleError(RuntimeError):
-    """The arm64 dependencies could not be installed (usually: no access to PyPI)."""
+    """The arm64 dependencies could not be installed (usually: no access to PyPI), or no Python
+    of the runtime's minor version was found to compile the bytecode."""
+
+
+@dataclass(frozen=True)
+class BundleTarget:
+    """What a bundle is built for: the wheels' platform (None: this machine's) and Python
+    version, and the interpreter that compiles its bytecode (None: find one of that version)."""
+
+    platform: str | None
+    python_version: str
+    compiler: str | None = None
+
+    @property
+    def key(self) -> str:
+        platform = self.platform or "host"
+        return f"{platform}-py{self.python_version.replace('.', '')}"
+
+
+LAMBDA_TARGET = BundleTarget(platform=PLATFORM, python_version=PYTHON_VERSION)
+
+
+def host_target() -> BundleTarget:
+    """This machine and interpreter: a bundle a benchmark can import here."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return BundleTarget(platform=None, python_version=version, compiler=sys.executable)
+
+
+def _python_version_of(python: str) -> str | None:
+    try:
+        result = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of `version` (\"3.12\"): `$TETHER_LAMBDA_PYTHON`, this one, `pythonX.Y`
+    on the PATH, or a pyenv installation; None if there is none."""
+    candidates = [os.environ.get(LAMBDA_PYTHON_ENV, ""), sys.executable]
+    candidates.append(shutil.which(f"python{version}") or "")
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += [
+        str(path) for path in sorted(pyenv_root.glob(f"versions/{version}*/bin/python{version}"))
+    ]
+    for candidate in candidates:
+        if candidate and _python_version_of(candidate) == version:
+            return candidate
+    return None
 
 
 def source_hash(*paths: Path) -> str:
@@ -95,21 +161,29 @@ def _publish(staging: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def build_dependencies(build: Path = BUILD, python: str = sys.executable) -> Path:
-    """`functions/requirements.txt` installed for arm64 / cp312 by `python`'s pip under `build`,
-    cached by the file's hash; without anything that depends on the building machine."""
-    target = build / "lambda-deps" / f"{source_hash(REQUIREMENTS)}-{BUNDLE_RECIPE}"
-    if (target / ".complete").exists():
-        return target
-    staging = _staging(target)
+def build_dependencies(
+    build: Path = BUILD, python: str = sys.executable, target: BundleTarget = LAMBDA_TARGET
+) -> Path:
+    """`functions/requirements.txt` installed for `target` (arm64 / cp312) by `python`'s pip
+    under `build`, cached by the file's hash; without anything that depends on the building
+    machine."""
+    installed = build / "lambda-deps" / f"{source_hash(REQUIREMENTS)}-{target.key}-{BUNDLE_RECIPE}"
+    if (installed / ".complete").exists():
+        return installed
+    staging = _staging(installed)
+    platform = (
+        ["--platform", target.platform, "--implementation", "cp",
+         "--python-version", target.python_version]
+        if target.platform is not None
+        else []
+    )  # fmt: skip
     _run(
         [
             python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-            "--platform", PLATFORM, "--implementation", "cp",
-            "--python-version", PYTHON_VERSION, "--only-binary=:all:",
+            *platform, "--only-binary=:all:",
             "--target", str(staging), "-r", str(REQUIREMENTS),
         ],
-        "pip install of the arm64 Lambda dependencies",
+        f"pip install of the Lambda dependencies for {target.key}",
     )  # fmt: skip
     for entry in staging.iterdir():
         name = entry.name.lower()
@@ -119,8 +193,8 @@ def build_dependencies(build: Path = BUILD, python: str = sys.executable) -> Pat
         shutil.rmtree(cache, ignore_errors=True)
     make_reproducible(staging)
     (staging / ".complete").write_text("ok\n")
-    _publish(staging, target)
-    return target
+    _publish(staging, installed)
+    return installed
 
 
 def make_reproducible(installed: Path) -> None:
@@ -131,6 +205,41 @@ def make_reproducible(installed: Path) -> None:
         record.unlink()
 
 
+# Compiles every .py under the tree in sorted order (compileall sorts each directory) in this one
+# process; the exit status says whether every file compiled.
+_COMPILE_SCRIPT = """
+import compileall, py_compile, sys
+tree, root = sys.argv[1], sys.argv[2]
+ok = compileall.compile_dir(
+    tree, quiet=1, force=True, workers=1, stripdir=tree, prependdir=root,
+    invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+)
+sys.exit(0 if ok else 1)
+"""
+
+
+def compile_bytecode(tree: Path, compiler: str) -> None:
+    """Write `__pycache__/*.cpython-3NN.pyc` next to every module under `tree`, reproducibly:
+    no timestamps (the source's hash instead), sorted order, paths as `/var/task/…`."""
+    _run(
+        [compiler, "-I", "-c", _COMPILE_SCRIPT, str(tree), LAMBDA_TASK_ROOT],
+        f"compiling the bundle's bytecode with {compiler}",
+    )
+
+
+def _compiler_for(target: BundleTarget) -> str:
+    if target.compiler is not None:
+        return target.compiler
+    found = find_python(target.python_version)
+    if found is None:
+        raise BundleError(
+            f"no Python {target.python_version} found to compile the bundle's bytecode (the "
+            f"Lambda runtime's version; another version's .pyc would be ignored): install one or "
+            f"set {LAMBDA_PYTHON_ENV} to its path"
+        )
+    return found
+
+
 def _copy_functions(dest: Path) -> None:
     shutil.copytree(
         FUNCTIONS,
@@ -139,23 +248,33 @@ def _copy_functions(dest: Path) -> None:
     )
 
 
-def build_lambda_asset(*, bundle: bool, build: Path = BUILD, python: str = sys.executable) -> Path:
-    """A directory with `functions/` (and, bundled, its arm64 dependencies) and nothing else."""
-    kind = f"bundled-{BUNDLE_RECIPE}" if bundle else "source"
-    target = build / "lambda-asset" / f"{kind}-{source_hash(FUNCTIONS)}"
-    if (target / ".complete").exists():
-        return target
-    staging = _staging(target)
+def build_lambda_asset(
+    *,
+    bundle: bool,
+    build: Path = BUILD,
+    python: str = sys.executable,
+    target: BundleTarget = LAMBDA_TARGET,
+) -> Path:
+    """A directory with `functions/` (and, bundled, its dependencies for `target` and the
+    bytecode of both) and nothing else."""
+    kind = f"bundled-{target.key}-{BUNDLE_RECIPE}" if bundle else "source"
+    asset = build / "lambda-asset" / f"{kind}-{source_hash(FUNCTIONS)}"
+    if (asset / ".complete").exists():
+        return asset
+    staging = _staging(asset)
     staging.mkdir(parents=True)
     if bundle:
-        deps = build_dependencies(build, python)
+        compiler = _compiler_for(target)
+        deps = build_dependencies(build, python, target)
         shutil.copytree(
             deps, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete")
         )
     _copy_functions(staging)
+    if bundle:
+        compile_bytecode(staging, compiler)
     (staging / ".complete").write_text("ok\n")
-    _publish(staging, target)
-    return target
+    _publish(staging, asset)
+    return asset
 
 
 def build_agent_wheel(*, bundle: bool) -> Path:
@@ -263,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         app, stack = build_app(bundle=not args.no_bundle, outdir=args.out)
     except BundleError as exc:
         print(
-            f"synth: {exc}\n(needs PyPI once; the result is cached under build/)", file=sys.stderr
+            f"synth: {exc}\n(the dependencies need PyPI once; the bundle is cached under build/)",
+            file=sys.stderr,
         )
         return 2
     report = Path(args.out) / "validation-report.json"

@@ -2,13 +2,15 @@
 through one reused buffer straight into the file, and the file's sha256 is computed in file
 order from the file itself as its bytes land, while the later ranges still download.
 
-Why so (a 128 MiB restore cost 2.5 CPU-s/GiB against s5cmd's 0.7; now 1.4, of which the sha256
+Why so (a 128 MiB restore cost 2.5 CPU-s/GiB against s5cmd's 0.7; then 1.4, of which the sha256
 is 0.54 and reading the bytes back for it about 0.1; BENCHMARKS.md): reading a range as one
 `bytes` object takes fresh memory for every range, and fresh memory costs about 0.9 CPU-s/GiB in
 page faults on these VMs (a copy into a reused buffer: 0.07); and a range held in memory was
 hashed only once all of it had arrived. Hashing the file after its bytes were written also
 means the digest covers exactly what is on disk: a retry resumes a range where it stopped, so
-no byte is written twice.
+no byte is written twice. The bytes go to the file in writes of at most `WRITE_SLICE`: on the
+development VM larger writes into new page-cache pages cost several times the kernel time (a
+128 MiB restore: 0.35–0.41 s of system time in 1 MiB writes, 0.05–0.08 s in 64 KiB ones).
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ from botocore.exceptions import IncompleteReadError
 from tether_agent.checkpoints import MIB
 
 CHUNK = MIB  # the reused buffer of each range thread, and of each file's hasher
+# The most one pwrite hands the page cache. On the development VM (Linux 6.18) writes of
+# 128 KiB–1 MiB into new page-cache pages cost the kernel 0.5–4 CPU-s/GiB, writes of 64 KiB
+# 0.2–0.4 (probably the larger page-cache folios a large write asks for, taken from memory the
+# hypervisor had reclaimed); a 128 MiB restore spent 0.35–0.41 s of system time with 1 MiB
+# writes, 0.05–0.08 s with 64 KiB (BENCHMARKS.md). The extra system calls (16 a MiB) cost
+# nothing measurable.
+WRITE_SLICE = 64 * 1024
+# How a range's body reaches the buffer (`body_reader`), as `TransferStats.read_paths` counts it.
+READ_PATH_DIRECT = "socket readinto"
+READ_PATH_COPY = "read copy"
 _buffers = threading.local()
 
 
@@ -87,22 +99,31 @@ class Landing:
             return self._landed[index]
 
 
-def body_reader(body: Any) -> Callable[[memoryview], int]:
-    """`readinto` for a botocore streaming body. The http.client response under urllib3 reads
-    from the socket straight into the caller's buffer; urllib3's own `readinto` (and
-    `read(amt)`) build new `bytes` for every call and copy them. Any other body (a stub in
-    tests, another HTTP stack) is read with `read(amt)`."""
+def body_reader(body: Any) -> tuple[str, Callable[[memoryview], int]]:
+    """`readinto` for a botocore streaming body, and which read path it is. The http.client
+    response under urllib3 reads from the socket straight into the caller's buffer
+    (`READ_PATH_DIRECT`); urllib3's own `readinto` (and `read(amt)`) build new `bytes` for every
+    call and copy them. Any other body (a stub in tests, another HTTP stack) is read with
+    `read(amt)` (`READ_PATH_COPY`)."""
     fp = getattr(getattr(body, "_raw_stream", None), "_fp", None)
     readinto = getattr(fp, "readinto", None)
     if callable(readinto):
-        return readinto  # type: ignore[no-any-return]
+        return READ_PATH_DIRECT, readinto
 
     def read_copy(view: memoryview) -> int:
         data: bytes = body.read(len(view))
         view[: len(data)] = data
         return len(data)
 
-    return read_copy
+    return READ_PATH_COPY, read_copy
+
+
+def write_at(fd: int, data: memoryview, offset: int) -> None:
+    """All of `data` into `fd` at `offset`, in writes of at most `WRITE_SLICE` bytes."""
+    written = 0
+    while written < len(data):  # pwrite to a regular file may in principle write less
+        piece = data[written : written + WRITE_SLICE]
+        written += os.pwrite(fd, piece, offset + written)
 
 
 def release(body: Any) -> None:
@@ -126,12 +147,12 @@ def stream_body(
     buf: bytearray,
     landed: Callable[[int], None],
     check: Callable[[], None],
-) -> None:
+) -> str:
     """Write `length` bytes of `body` to `fd` from `offset`, through `buf`; `landed(n)` after
-    each write, `check()` before each read (it raises to stop the range). A body that ends
-    early raises `IncompleteReadError`: a network failure, the caller retries from what
-    landed."""
-    readinto = body_reader(body)
+    each write, `check()` before each read (it raises to stop the range). Returns the read path
+    it took (`body_reader`). A body that ends early raises `IncompleteReadError`: a network
+    failure, the caller retries from what landed."""
+    read_path, readinto = body_reader(body)
     view = memoryview(buf)
     left = length
     try:
@@ -140,9 +161,7 @@ def stream_body(
             n = readinto(view[: min(left, len(view))])
             if not n:
                 raise IncompleteReadError(actual_bytes=length - left, expected_bytes=length)
-            written = 0
-            while written < n:  # pwrite to a regular file may in principle write less
-                written += os.pwrite(fd, view[written:n], offset + written)
+            write_at(fd, view[:n], offset)
             offset += n
             left -= n
             landed(n)
@@ -150,6 +169,7 @@ def stream_body(
         body.close()  # mid-body: the connection cannot be reused
         raise
     release(body)
+    return read_path
 
 
 def get_range(
@@ -162,9 +182,11 @@ def get_range(
     buf: bytearray,
     landed: Callable[[int], None],
     check: Callable[[], None],
+    read_path: Callable[[str], None] = lambda path: None,
 ) -> str | None:
     """GET what is left of `span` from `offset` (an empty span: the whole, empty, object) and
-    stream it into `fd`; why the reply cannot be used, if it cannot."""
+    stream it into `fd` (`read_path(path)` once it has, with the read path it took); why the
+    reply cannot be used, if it cannot."""
     start, end = span
     kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if end > start:
@@ -176,7 +198,7 @@ def get_range(
     if reply.get("ContentLength") != end - offset:
         body.close()
         return f"{reply.get('ContentLength')} bytes at {offset}, expected {end - offset}"
-    stream_body(body, fd, offset, end - offset, buf, landed, check)
+    read_path(stream_body(body, fd, offset, end - offset, buf, landed, check))
     return None
 
 

@@ -130,12 +130,19 @@ class RateLimiter:
 class TransferStats:
     bytes_uploaded: int = 0
     bytes_downloaded: int = 0
+    # Ranged GETs by how their bodies were read (`ranged_download.body_reader`): a benchmark
+    # says which path its restores took.
+    read_paths: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, *, up: int = 0, down: int = 0) -> None:
         with self._lock:
             self.bytes_uploaded += up
             self.bytes_downloaded += down
+
+    def add_read_path(self, path: str) -> None:
+        with self._lock:
+            self.read_paths[path] = self.read_paths.get(path, 0) + 1
 
 
 def _expired(creds: Credentials) -> bool:
@@ -531,7 +538,10 @@ class Storage:
 
         def get(client: Any, creds: Credentials) -> None:
             offset = span[0] + landing.landed(index)
-            problem = get_range(client, creds.bucket, key, span, offset, fd, buf, landed, check)
+            problem = get_range(
+                client, creds.bucket, key, span, offset, fd, buf, landed, check,
+                self.stats.add_read_path,
+            )  # fmt: skip
             if problem:
                 raise IntegrityError(f"{key}: {problem}")
 

@@ -16,6 +16,10 @@ the adapters' back-off and a `clock` for the handlers' "now". Installing hooks (
 drops every cached client and every `per_container` result, so a new moto endpoint or simulator
 takes effect at once. Nothing in production calls either; simulators live in `tether_local/`,
 never here.
+
+Each builder imports its adapter (and boto3, httpx) when it first builds one: a handler's cold
+start imports only the adapters it uses (the heartbeat: the table and the secrets, no HTTP
+client; `bench/cold_start.py` measures it).
 """
 
 from __future__ import annotations
@@ -28,27 +32,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import boto3
-import httpx
-
-from functions.adapters.artifacts import Artifacts
-from functions.adapters.cloudflare import (
-    CloudflareAccount,
-    CloudflareClient,
-    Permission,
-    TempCredentials,
-)
-from functions.adapters.code_bucket import CodeBucket
-from functions.adapters.notify import JobEvents
-from functions.adapters.r2 import ReadOnlyBucket
-from functions.adapters.secrets import SecretStore
-from functions.adapters.store import JobStore
-from functions.adapters.transitions import TransitionStarter
-from functions.adapters.vast import VastClient
-from functions.settings import ProviderSettings
-
 if TYPE_CHECKING:
     from functools import _lru_cache_wrapper
+
+    import httpx
+
+    from functions.adapters.artifacts import Artifacts
+    from functions.adapters.cloudflare import (
+        CloudflareAccount,
+        CloudflareClient,
+        Permission,
+        TempCredentials,
+    )
+    from functions.adapters.code_bucket import CodeBucket
+    from functions.adapters.notify import JobEvents
+    from functions.adapters.r2 import ReadOnlyBucket
+    from functions.adapters.secrets import SecretStore
+    from functions.adapters.store import JobStore
+    from functions.adapters.transitions import TransitionStarter
+    from functions.adapters.vast import VastClient
+    from functions.settings import ProviderSettings
 
 T = TypeVar("T")
 Provider = Literal["vast", "cloudflare"]
@@ -115,6 +118,8 @@ def _cached(key: tuple[str, ...], build: Callable[[], Any]) -> Any:
 
 
 def _http_client(provider: Provider) -> httpx.Client:
+    import httpx
+
     transport = _hooks.transport(provider) if _hooks.transport is not None else None
     return httpx.Client(transport=transport, timeout=20)
 
@@ -125,6 +130,8 @@ def secret_string(secret_arn: str) -> str:
     16, tests and benches that create one). A parameter or secret that does not exist raises."""
 
     def build() -> str:
+        import boto3
+
         if ":ssm:" in secret_arn and ":parameter/" in secret_arn:
             name = "/" + secret_arn.split(":parameter/", 1)[1]
             reply = boto3.client("ssm").get_parameter(Name=name, WithDecryption=True)
@@ -143,6 +150,8 @@ def vast_api_key(secret_arn: str) -> str:
 
 
 def cloudflare_account(secret_arn: str) -> CloudflareAccount:
+    from functions.adapters.cloudflare import CloudflareAccount
+
     raw = secret_string(secret_arn)
     try:
         data = json.loads(raw)
@@ -169,6 +178,8 @@ def vast(
     at most about their sum (a request started just before the deadline)."""
 
     def build() -> VastClient:
+        from functions.adapters.vast import VastClient
+
         kwargs: dict[str, Any] = {}
         if _hooks.sleep is not None:
             kwargs["sleep"] = _hooks.sleep
@@ -188,6 +199,8 @@ def vast(
 
 def cloudflare(secret_arn: str, base_url: str) -> tuple[CloudflareClient, CloudflareAccount]:
     def build() -> tuple[CloudflareClient, CloudflareAccount]:
+        from functions.adapters.cloudflare import CloudflareClient
+
         account = cloudflare_account(secret_arn)
         kwargs: dict[str, Any] = {}
         if _hooks.sleep is not None:
@@ -210,16 +223,22 @@ def cloudflare(secret_arn: str, base_url: str) -> tuple[CloudflareClient, Cloudf
 
 
 def store(table_name: str) -> JobStore:
+    from functions.adapters.store import JobStore
+
     built: JobStore = _cached(("store", table_name), lambda: JobStore(table_name))
     return built
 
 
 def secret_store() -> SecretStore:
+    from functions.adapters.secrets import SecretStore
+
     built: SecretStore = _cached(("secret_store",), SecretStore)
     return built
 
 
 def transitions(state_machine_arn: str) -> TransitionStarter:
+    from functions.adapters.transitions import TransitionStarter
+
     built: TransitionStarter = _cached(
         ("transitions", state_machine_arn), lambda: TransitionStarter(state_machine_arn)
     )
@@ -227,11 +246,15 @@ def transitions(state_machine_arn: str) -> TransitionStarter:
 
 
 def job_events(topic_arn: str | None) -> JobEvents:
+    from functions.adapters.notify import JobEvents
+
     built: JobEvents = _cached(("job_events", topic_arn or ""), lambda: JobEvents(topic_arn))
     return built
 
 
 def artifacts(bucket: str) -> Artifacts:
+    from functions.adapters.artifacts import Artifacts
+
     built: Artifacts = _cached(("artifacts", bucket), lambda: Artifacts(bucket))
     return built
 
@@ -241,6 +264,8 @@ def read_only_bucket(secret_arn: str, base_url: str, r2_endpoint: str | None) ->
     Cloudflare client, so its cached credentials survive between requests."""
 
     def build() -> ReadOnlyBucket:
+        from functions.adapters.r2 import ReadOnlyBucket
+
         client, account = cloudflare(secret_arn, base_url)
 
         def mint(prefix: str, ttl_s: int) -> TempCredentials:
@@ -261,6 +286,8 @@ def code_bucket(secret_arn: str, base_url: str, r2_endpoint: str | None) -> Code
     operation for exactly the keys it touches."""
 
     def build() -> CodeBucket:
+        from functions.adapters.code_bucket import CodeBucket
+
         client, account = cloudflare(secret_arn, base_url)
 
         def mint(

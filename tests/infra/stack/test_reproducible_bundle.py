@@ -11,7 +11,21 @@ import sys
 import zipfile
 from pathlib import Path
 
-from infra.synth import AGENT, build_lambda_asset, wheel
+import pytest
+
+from infra import names
+from infra.synth import (
+    AGENT,
+    PLATFORM,
+    BundleError,
+    BundleTarget,
+    build_lambda_asset,
+    wheel,
+)
+
+# CPython 3.12's bytecode magic number (3531) and a hash-based .pyc whose source is not checked.
+MAGIC_312 = bytes.fromhex("cb0d0d0a")
+UNCHECKED_HASH_FLAGS = (1).to_bytes(4, "little")
 
 
 def cdk_fingerprint(directory: Path) -> str:
@@ -32,7 +46,38 @@ def test_two_builds_by_different_pythons_in_different_folders_give_the_same_lamb
     assert not (first / "bin").exists()
     assert sorted(first.glob("*.dist-info/RECORD")) == []
     assert (first / "pydantic_core").is_dir() and (first / "functions" / "api").is_dir()
+    assert list(first.rglob("*.pyc")), "the bundle ships bytecode"
     assert cdk_fingerprint(first) == cdk_fingerprint(second)
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [names.HEARTBEAT_HANDLER, names.JOBS_HANDLER, names.LOGS_HANDLER, names.MONITOR_HANDLER,
+     names.LIFECYCLE_HANDLER],
+)  # fmt: skip
+def test_the_bundle_holds_the_runtimes_bytecode_of_each_handler(handler: str) -> None:
+    bundle = build_lambda_asset(bundle=True)
+    package, module = handler.rsplit(".", 1)[0].rsplit(".", 1)
+    source = bundle / package.replace(".", "/") / f"{module}.py"
+    pyc = source.parent / "__pycache__" / f"{module}.cpython-312.pyc"
+    data = pyc.read_bytes()
+    assert data[:4] == MAGIC_312
+    assert data[4:8] == UNCHECKED_HASH_FLAGS  # no timestamp: the same bytes from every build
+    relative = source.relative_to(bundle).as_posix()
+    assert f"/var/task/{relative}".encode() in data  # tracebacks name the deployed file
+    assert str(bundle).encode() not in data
+
+
+def test_the_dependencies_bytecode_is_in_the_bundle_too() -> None:
+    bundle = build_lambda_asset(bundle=True)
+    assert (bundle / "pydantic" / "__pycache__" / "main.cpython-312.pyc").is_file()
+    assert (bundle / "aws_lambda_powertools" / "__pycache__" / "__init__.cpython-312.pyc").is_file()
+
+
+def test_without_a_python_of_the_runtimes_version_the_bundled_build_fails(tmp_path: Path) -> None:
+    target = BundleTarget(platform=PLATFORM, python_version="3.99")
+    with pytest.raises(BundleError, match=r"no Python 3\.99"):
+        build_lambda_asset(bundle=True, build=tmp_path / "build", target=target)
 
 
 def test_the_agent_wheel_does_not_carry_the_checkouts_file_times(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from tether_agent.checkpoints import MIB
+from tether_agent.ranged_download import READ_PATH_COPY, READ_PATH_DIRECT
 from tether_agent.storage import IntegrityError, Storage
 
 from tests.integration.agent.conftest import make_storage
@@ -96,6 +97,38 @@ def test_ranges_from_one_reused_buffer_land_intact_at_their_offsets(
     assert dest.read_bytes() == data
     assert digest == hashlib.sha256(data).hexdigest()
     assert serial.stats.bytes_downloaded == SIZE
+    # botocore over urllib3: each body read from the socket straight into the buffer
+    assert serial.stats.read_paths == {READ_PATH_DIRECT: 3}
+
+
+class PlainBody:
+    """A body with only `read` and `close`, as another HTTP stack's would be."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def read(self, amt: int) -> bytes:
+        data: bytes = self._real.read(amt)
+        return data
+
+    def close(self) -> None:
+        self._real.close()
+
+
+def test_a_body_without_the_socket_beneath_is_read_by_copy_and_counted_so(
+    serial: Storage, tmp_path: Path
+) -> None:
+    data = pattern(SIZE)
+    serial.put_bytes(KEY, data)
+
+    def plain(kwargs: dict[str, Any], reply: dict[str, Any]) -> Any:
+        reply["Body"] = PlainBody(reply["Body"])
+        return reply
+
+    intercept(serial, plain)
+    digest = serial.download_file(KEY, tmp_path / "data.bin", SIZE)
+    assert digest == hashlib.sha256(data).hexdigest()
+    assert serial.stats.read_paths == {READ_PATH_COPY: 3}
 
 
 def test_the_digest_is_of_the_bytes_served_so_a_changed_range_shows(
