@@ -17,8 +17,9 @@ new environment compiles each module it imports (about a second for a handler) a
 none. The `.pyc` files are compiled by a Python 3.12 (the runtime's minor version: another
 minor version's bytecode has another magic number and file name, `cpython-3NN.pyc`, and the
 runtime would ignore it), found as `TETHER_LAMBDA_PYTHON`, this interpreter, `python3.12` on the
-PATH or a pyenv 3.12; without one the bundled build fails (`BundleError`) rather than ship a
-bundle that compiles at every cold start. They are reproducible: `UNCHECKED_HASH` pyc files hold
+PATH or a pyenv 3.12; without one the bundle ships without bytecode (its own asset, so the two
+never mix) and the build says so on stderr: a deploy from any machine works, and is only slower
+to start each new environment. They are reproducible: `UNCHECKED_HASH` pyc files hold
 a hash of their source instead of its time (and the runtime does not re-read the source to check
 it; the folder cannot change), the files are compiled in sorted order by one process, and the
 path each records for tracebacks is `/var/task/…`, not the build folder's.
@@ -227,15 +228,19 @@ def compile_bytecode(tree: Path, compiler: str) -> None:
     )
 
 
-def _compiler_for(target: BundleTarget) -> str:
+def _compiler_for(target: BundleTarget) -> str | None:
+    """The interpreter that compiles the bundle's bytecode, or None (said on stderr): the
+    bundle then ships without it."""
     if target.compiler is not None:
         return target.compiler
     found = find_python(target.python_version)
     if found is None:
-        raise BundleError(
-            f"no Python {target.python_version} found to compile the bundle's bytecode (the "
-            f"Lambda runtime's version; another version's .pyc would be ignored): install one or "
-            f"set {LAMBDA_PYTHON_ENV} to its path"
+        print(
+            f"note: no Python {target.python_version} found (the Lambda runtime's version; "
+            f"another version's bytecode would be ignored): the bundle ships without bytecode, "
+            f"so each new Lambda environment compiles what it imports (about 0.3 s more per cold "
+            f"start). Install one, or set {LAMBDA_PYTHON_ENV} to its path, and synthesize again",
+            file=sys.stderr,
         )
     return found
 
@@ -257,20 +262,22 @@ def build_lambda_asset(
 ) -> Path:
     """A directory with `functions/` (and, bundled, its dependencies for `target` and the
     bytecode of both) and nothing else."""
+    compiler = _compiler_for(target) if bundle else None
     kind = f"bundled-{target.key}-{BUNDLE_RECIPE}" if bundle else "source"
+    if bundle and compiler is None:
+        kind += "-no-bytecode"
     asset = build / "lambda-asset" / f"{kind}-{source_hash(FUNCTIONS)}"
     if (asset / ".complete").exists():
         return asset
     staging = _staging(asset)
     staging.mkdir(parents=True)
     if bundle:
-        compiler = _compiler_for(target)
         deps = build_dependencies(build, python, target)
         shutil.copytree(
             deps, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete")
         )
     _copy_functions(staging)
-    if bundle:
+    if compiler is not None:
         compile_bytecode(staging, compiler)
     (staging / ".complete").write_text("ok\n")
     _publish(staging, asset)
