@@ -31,12 +31,13 @@ subdirectory with the marker file written into it last, or as a single file with
 marker `<file name>.<marker without its leading dot>` written next to it last
 (`epoch=0-step=50.ckpt` and `epoch=0-step=50.ckpt.tether-complete`: `sibling_marker_name`). The
 step is the last number in the directory's name or the file's name without its suffix
-(`checkpoint-500`, `step_000500`, `epoch=0-step=50.ckpt`); a name without a number (Lightning's
-`last.ckpt`) is no checkpoint. The manifest records the name as saved (`name`, and `kind` for a
-file), and the restore writes the checkpoint back under it, so a script that parses its own
-folder name finds it; a manifest without a name (written before names were recorded) restores as
-a directory `checkpoint-<step>`. A recorded name is trusted only when it is one plain path
-component that carries the manifest's step (`name_problem`).
+(`checkpoint-500`, `step_000500`, `epoch=0-step=50.ckpt`), except that a `step=<n>` in the name
+wins (Lightning's `{step}`, followed by a metric or a `-v1` version: `local_step`); a name
+without a number (Lightning's `last.ckpt`) is no checkpoint. The manifest records the name as
+saved (`name`, and `kind` for a file), and the restore writes the checkpoint back under it, so a
+script that parses its own folder name finds it; a manifest without a name (written before names
+were recorded) restores as a directory `checkpoint-<step>`. A recorded name is trusted only when
+it is one plain path component that carries the manifest's step (`name_problem`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ MAX_NAME_BYTES = 255  # one path component on Linux
 _STEP_DIR = re.compile(rf"^(\d{{{STEP_DIGITS}}})$")
 _MANIFEST_KEY = re.compile(rf"^g([1-9]\d{{0,8}})/checkpoints/(\d{{{STEP_DIGITS}}})/manifest\.json$")
 _LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+_STEP_KEY = re.compile(r"(?<![A-Za-z0-9_])step=(\d+)")  # Lightning's `{step}` in a file name
 
 
 class ManifestFile(BaseModel):
@@ -247,9 +249,12 @@ def retention_victims(
 
 
 def local_step(name: str) -> int | None:
-    """The step of a local checkpoint: the last number in a directory's name, or in a file's
-    name without its suffix (`epoch=0-step=50.ckpt` → 50, `model.h5` → None)."""
-    match = _LAST_NUMBER.search(_without_suffix(name))
+    """The step of a local checkpoint: the number after `step=` when the name has one
+    (Lightning's `{step}`: `epoch=0-step=50-val_loss=0.12.ckpt` → 50, `epoch=0-step=50-v1.ckpt`
+    → 50), else the last number in a directory's name, or in a file's name without its suffix
+    (`checkpoint-500` → 500, `model.h5` → None)."""
+    stem = _without_suffix(name)
+    match = _STEP_KEY.search(stem) or _LAST_NUMBER.search(stem)
     return int(match.group(1)) if match else None
 
 

@@ -262,8 +262,8 @@ def misplaced_fix(checkpoint_dir: Path, marker: str) -> str:
         f"output_dir={checkpoint_dir}; accelerate: save_state({checkpoint_dir}/step_<step>); "
         f"Lightning: ModelCheckpoint(dirpath={checkpoint_dir}); torch.save: "
         f"{checkpoint_dir}/step_<step>.pt) and mark it complete with {_marking(marker)} "
-        "(the hooks mark Trainer's and accelerate's saves there; after any other save, "
-        "tether_hooks.checkpoint_saved(path); agent/README.md)"
+        "(the hooks mark Trainer's, accelerate's and Lightning's saves there; after any other "
+        "save, tether_hooks.checkpoint_saved(path); agent/README.md)"
     )
 
 

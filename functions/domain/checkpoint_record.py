@@ -149,7 +149,7 @@ def misplaced_event(
             "ModelCheckpoint(dirpath); torch.save: step_<step>.pt there) and mark it with "
             f"the marker file {checkpoint.marker!r} in its folder, or next to a single-file "
             f"checkpoint as <file>.{checkpoint.marker.lstrip('.') or checkpoint.marker} (the "
-            "hooks mark Trainer's and accelerate's saves; otherwise "
+            "hooks mark Trainer's, accelerate's and Lightning's saves; otherwise "
             "tether_hooks.checkpoint_saved(path); agent/README.md)"
         )[:MAX_EVENT_MESSAGE],
         data={"generation": request.generation, "paths": list(request.misplaced_checkpoints)},

@@ -13,9 +13,10 @@ host, stack and test worker (built under a lock, like the agent's venv in
 - `pytorch/pytorch:2.N.P-cudaX.Y-cudnnZ-runtime` (`examples/qlora-7b/job.yaml`): THIS
   interpreter's torch (a CPU build, whatever version the tag says) and the Hugging Face stack
   the example's `pip install -r requirements.txt` puts on top of the image (transformers, peft,
-  accelerate, bitsandbytes), with every dependency of theirs: the local stack has no package
-  index, so the stand-in holds them already and that pip run finds each pin satisfied. They
-  come from the `[hf]` install extra.
+  accelerate, bitsandbytes), and PyTorch Lightning (for scripts written for it: the auto hooks'
+  tests), with every dependency of theirs: the local stack has no package index, so the
+  stand-in holds them already and that pip run finds each pin satisfied. They come from the
+  `[hf]` install extra.
 
 How a recipe fills the stand-in, offline:
 - each distribution it names is linked in from this interpreter's site-packages file by file:
@@ -94,7 +95,7 @@ PYTHON_SLIM = Recipe("python-slim", "python:3.N[.P][-slim][-<debian release>]")
 PYTORCH_HF = Recipe(
     "pytorch-hf",
     "pytorch/pytorch:2.N.P-cudaX.Y-cudnnZ-runtime",
-    distributions=("torch", "transformers", "peft", "accelerate", "bitsandbytes"),
+    distributions=("torch", "transformers", "peft", "accelerate", "bitsandbytes", "lightning"),
     with_dependencies=True,
     extra="hf",
 )

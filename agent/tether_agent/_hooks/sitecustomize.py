@@ -1,6 +1,7 @@
 """Run by Python at the start of the training process: the agent puts this directory first on
 its PYTHONPATH. It installs tether's framework hooks (tether_autohooks: they act only once
-transformers' Trainer or accelerate's Accelerator is imported, and never import either), unless
+transformers' Trainer, accelerate's Accelerator or Lightning's Trainer or ModelCheckpoint is
+imported, and never import any of them), unless
 the job turns them off (`TETHER_AUTO_HOOKS=0`) or this is not a tether training process (no
 `TETHER_CHECKPOINT_DIR`). Then it runs the `sitecustomize` this one hides, if any (the image's
 or the venv's own, found further along sys.path), as Python would have."""

@@ -2,9 +2,10 @@
 
 Installed at the training process's start by this directory's `sitecustomize.py` (on a tether
 host only: `TETHER_CHECKPOINT_DIR` set, and not turned off with `TETHER_AUTO_HOOKS=0` in the
-job's `env`). `install()` adds one finder to `sys.meta_path`; it acts only when
-`transformers.trainer` or `accelerate.accelerator` is imported (it never imports them), and
-patches the class the module defines once that module has run:
+job's `env`). `install()` adds one finder to `sys.meta_path`; it acts only when a module named in
+`PATCHES` (transformers' trainer, accelerate's accelerator, Lightning's trainer and
+ModelCheckpoint) is imported (it never imports them), and patches the class the module defines
+once that module has run:
 
 - transformers' `Trainer`: each Trainer gets a `TetherCallback` (unless it has one), which marks
   each `checkpoint-<step>` the Trainer saves under the checkpoint dir, on the main process only;
@@ -16,8 +17,20 @@ patches the class the module defines once that module has run:
   checkpoint dir. Resuming stays the script's one line:
   `accelerator.load_state(os.environ["TETHER_RESUME_FROM"])` when set.
 
-Supported: transformers 4.36 up to (not including) 6, accelerate 0.20 up to 2 (tested with
-transformers 5.24 and accelerate 1.16). Standard library only.
+- PyTorch Lightning's `Trainer` (`lightning.pytorch` and `pytorch_lightning` alike):
+  `save_checkpoint` (what `ModelCheckpoint` saves with, and a script's own calls) removes the
+  file's old sibling marker before writing and, once every process is done, marks the file on
+  the main process when it lies in the checkpoint dir and its name carries a step
+  (`epoch=0-step=20.ckpt`; `last.ckpt` stays unmarked, the agent never uploads it). The marker
+  goes before the file when `ModelCheckpoint` deletes one (top-k), so none outlives its
+  checkpoint. Each training batch reports the step when a `ModelCheckpoint` saves into the
+  checkpoint dir. `trainer.fit(..., ckpt_path=None)` resumes from `$TETHER_RESUME_FROM` when
+  that is a file (a restored `.ckpt`), and so does `ckpt_path="last"` when the checkpoint dir
+  holds no `last*.ckpt` (on a replacement host it never does); any other `ckpt_path` is the
+  script's own choice. Checkpoints written by an asynchronous CheckpointIO are not marked.
+
+Supported: transformers 4.36 up to (not including) 6, accelerate 0.20 up to 2, Lightning 2.0 up
+to 3 (tested with transformers 5.24, accelerate 1.16 and lightning 2.6.6). Standard library only.
 """
 
 from __future__ import annotations
@@ -51,6 +64,15 @@ def under_checkpoint_dir(path: str | os.PathLike[str]) -> bool:
         return False
     inside = Path(os.path.realpath(path))
     return Path(os.path.realpath(root)) in inside.parents
+
+
+def saves_into_checkpoint_dir(directory: Any) -> bool:
+    """Whether `directory` (a ModelCheckpoint's dirpath) is $TETHER_CHECKPOINT_DIR or in it."""
+    root = os.environ.get("TETHER_CHECKPOINT_DIR")
+    if not root or not isinstance(directory, (str, os.PathLike)) or "://" in str(directory):
+        return False
+    inside = Path(os.path.realpath(directory))
+    return inside == Path(os.path.realpath(root)) or under_checkpoint_dir(inside)
 
 
 def step_of(name: str) -> int | None:
@@ -152,7 +174,138 @@ def patch_accelerator(module: ModuleType) -> None:
     setattr(accelerator_class, _PATCHED, True)
 
 
-PATCHES = {"transformers.trainer": patch_trainer, "accelerate.accelerator": patch_accelerator}
+_STEP_KEY = re.compile(r"(?<![A-Za-z0-9_])step=(\d+)")
+_LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+
+
+def file_step_of(name: str) -> int | None:
+    """The step the agent reads from a single-file checkpoint's name (tether_agent's
+    `checkpoints.local_step`, which a unit test holds this to): the number after `step=`, else
+    the last number of the name without a plain `.suffix`; None for `last.ckpt`."""
+    stem, dot, suffix = name.rpartition(".")
+    if not (dot and stem and re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,15}", suffix)):
+        stem = name
+    match = _STEP_KEY.search(stem) or _LAST_NUMBER.search(stem)
+    return int(match.group(1)) if match else None
+
+
+def lightning_checkpoint_file(path: Any) -> Path | None:
+    """`path` (a Lightning save target) as a file the agent uploads: in the checkpoint dir,
+    with a step in its name. None otherwise (elsewhere, a URL, `last.ckpt`)."""
+    if not isinstance(path, (str, os.PathLike)) or "://" in str(path):
+        return None
+    file = Path(path)
+    if not under_checkpoint_dir(file) or file_step_of(file.name) is None:
+        return None
+    return file
+
+
+def _drop_sibling_marker(file: Path) -> None:
+    import tether_hooks
+
+    tether_hooks.sibling_marker(file).unlink(missing_ok=True)
+
+
+def _writes_asynchronously(trainer: Any) -> bool:
+    checkpoint_io = getattr(getattr(trainer, "strategy", None), "checkpoint_io", None)
+    return any(c.__name__ == "AsyncCheckpointIO" for c in type(checkpoint_io).__mro__)
+
+
+def _restored_lightning_checkpoint(ckpt_path: Any) -> str | None:
+    """The restored file to resume `fit` from instead of `ckpt_path`: for None, and for "last"
+    when the checkpoint dir holds no `last*.ckpt` (Lightning would find nothing)."""
+    resume = os.environ.get("TETHER_RESUME_FROM")
+    if not resume or not Path(resume).is_file():
+        return None
+    if ckpt_path is None:
+        return resume
+    root = os.environ.get("TETHER_CHECKPOINT_DIR")
+    if ckpt_path == "last" and root and not any(Path(root).glob("last*.ckpt")):
+        return resume
+    return None
+
+
+def patch_lightning_trainer(module: ModuleType) -> None:
+    """Wrap `module.Trainer`'s save_checkpoint (mark the file) and fit (resume); once."""
+    trainer_class: Any = getattr(module, "Trainer", None)
+    if trainer_class is None or getattr(trainer_class, _PATCHED, False):
+        return
+    original_save = trainer_class.save_checkpoint
+    original_fit = trainer_class.fit
+
+    @functools.wraps(original_save)
+    def save_checkpoint(self: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
+        file = lightning_checkpoint_file(filepath)
+        if file is not None and self.is_global_zero:
+            _drop_sibling_marker(file)  # an overwrite: the old marker must not vouch for it
+        result = original_save(self, filepath, *args, **kwargs)  # ends with a barrier
+        if file is not None and self.is_global_zero and file.is_file():
+            if _writes_asynchronously(self):
+                print(f"[tether] not marking {file.name}: an asynchronous CheckpointIO may "
+                      "still be writing it", file=sys.stderr, flush=True)  # fmt: skip
+            else:
+                import tether_hooks
+
+                tether_hooks.checkpoint_saved(file, int(self.global_step))
+        return result
+
+    @functools.wraps(original_fit)
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        position = 4  # model, train_dataloaders, val_dataloaders, datamodule, ckpt_path
+        given = args[position] if len(args) > position else kwargs.get("ckpt_path")
+        restored = _restored_lightning_checkpoint(given)
+        if restored is not None:
+            print(f"[tether] resuming Lightning's fit from {restored}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            if len(args) > position:
+                args = (*args[:position], restored, *args[position + 1 :])
+            else:
+                kwargs["ckpt_path"] = restored
+        return original_fit(self, *args, **kwargs)
+
+    trainer_class.save_checkpoint = save_checkpoint
+    trainer_class.fit = fit
+    setattr(trainer_class, _PATCHED, True)
+
+
+def patch_model_checkpoint(module: ModuleType) -> None:
+    """Wrap `module.ModelCheckpoint`'s _remove_checkpoint (the marker goes first) and
+    on_train_batch_end (report the step); once."""
+    callback_class: Any = getattr(module, "ModelCheckpoint", None)
+    if callback_class is None or getattr(callback_class, _PATCHED, False):
+        return
+    original_remove = callback_class._remove_checkpoint
+    original_batch_end = callback_class.on_train_batch_end
+
+    @functools.wraps(original_remove)
+    def _remove_checkpoint(self: Any, trainer: Any, filepath: Any, *args: Any) -> Any:
+        file = lightning_checkpoint_file(filepath)
+        if file is not None and trainer.is_global_zero:
+            _drop_sibling_marker(file)
+        return original_remove(self, trainer, filepath, *args)
+
+    @functools.wraps(original_batch_end)
+    def on_train_batch_end(self: Any, trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original_batch_end(self, trainer, *args, **kwargs)
+        if trainer.is_global_zero and saves_into_checkpoint_dir(getattr(self, "dirpath", None)):
+            import tether_hooks
+
+            tether_hooks.report_step(int(trainer.global_step))
+        return result
+
+    callback_class._remove_checkpoint = _remove_checkpoint
+    callback_class.on_train_batch_end = on_train_batch_end
+    setattr(callback_class, _PATCHED, True)
+
+
+PATCHES = {
+    "transformers.trainer": patch_trainer,
+    "accelerate.accelerator": patch_accelerator,
+    "lightning.pytorch.trainer.trainer": patch_lightning_trainer,
+    "pytorch_lightning.trainer.trainer": patch_lightning_trainer,
+    "lightning.pytorch.callbacks.model_checkpoint": patch_model_checkpoint,
+    "pytorch_lightning.callbacks.model_checkpoint": patch_model_checkpoint,
+}
 
 
 class _PatchingLoader(importlib.abc.Loader):

@@ -67,7 +67,7 @@ def checkpoint_saved(path: str | os.PathLike[str], step: int | None = None) -> N
             os.fsync(f.fileno())
     if saved.is_file():
         directory = saved.parent
-        marker = directory / f"{saved.name}.{marker_name().lstrip('.') or marker_name()}"
+        marker = sibling_marker(saved)
     else:
         directory = saved
         marker = directory / marker_name()
@@ -76,6 +76,13 @@ def checkpoint_saved(path: str | os.PathLike[str], step: int | None = None) -> N
     tmp.replace(marker)  # atomic: the marker appears complete or not at all
     if step is not None:
         report_step(step, force=True)
+
+
+def sibling_marker(path: str | os.PathLike[str]) -> Path:
+    """The marker next to the single-file checkpoint `path` that says it is complete
+    (`epoch=0-step=50.ckpt` → `epoch=0-step=50.ckpt.tether-complete`)."""
+    saved = Path(path)
+    return saved.parent / f"{saved.name}.{marker_name().lstrip('.') or marker_name()}"
 
 
 def report_step(step: int, force: bool = False, total_steps: int | None = None) -> None:

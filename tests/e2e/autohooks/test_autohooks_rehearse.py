@@ -1,8 +1,8 @@
 """Scripts written in their frameworks' own documented style, with no tether import, rehearsed
 through `tether rehearse` with two lost hosts: the auto hooks (agent/tether_agent/_hooks/
-tether_autohooks.py) mark their checkpoints and (Trainer) resume from the restored one, so the
-final checkpoint is the uninterrupted run's. Without the hooks the rehearsal refuses both
-("marked no checkpoint")."""
+tether_autohooks.py) mark their checkpoints and (Trainer, Lightning) resume from the restored
+one, so the final checkpoint is the uninterrupted run's. Without the hooks the rehearsal refuses
+each ("marked no checkpoint")."""
 
 from __future__ import annotations
 
@@ -73,6 +73,18 @@ def test_an_unchanged_trainer_script_survives_two_lost_hosts(
     # Resumed, not restarted: each replacement began at a checkpoint past step 0.
     assert all(kill["resumed_step"] > 0 for kill in report["kills"]), report["kills"]
     assert _left_running("hf_trainer_train.py", running_before) == []
+
+
+def test_an_unchanged_lightning_script_survives_two_lost_hosts(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    running_before: set[int],
+) -> None:
+    report = _rehearse_twice_killed(tmp_path, capsys, "lightning_train.py")
+    assert report["not_compared"] == []
+    # Resumed, not restarted: `fit(ckpt_path="last")` found no last.ckpt on the new host.
+    assert all(kill["resumed_step"] > 0 for kill in report["kills"]), report["kills"]
+    assert _left_running("lightning_train.py", running_before) == []
 
 
 def test_an_accelerate_script_with_its_one_load_state_line_survives_two_lost_hosts(

@@ -220,7 +220,7 @@ def test_misplaced_checkpoints_go_on_the_timeline_once_per_new_path(api) -> None
         "save_state into a step_<step> folder there; Lightning: ModelCheckpoint(dirpath); "
         "torch.save: step_<step>.pt there) and mark it with the marker file '.tether-complete' "
         "in its folder, or next to a single-file checkpoint as <file>.tether-complete (the "
-        "hooks mark Trainer's and accelerate's saves; otherwise "
+        "hooks mark Trainer's, accelerate's and Lightning's saves; otherwise "
         "tether_hooks.checkpoint_saved(path); agent/README.md)"
     )
     assert api.store.get_generation(job_id, 1).heartbeat.misplaced_checkpoints == []

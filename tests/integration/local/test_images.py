@@ -101,9 +101,9 @@ def test_the_pytorch_image_holds_torch_and_the_example_requirements_satisfied_of
     assert image.recipe == PYTORCH_HF
     names = _distributions(image)
     assert isinstance(names, list)
-    assert {"torch", "transformers", "peft", "accelerate", "bitsandbytes", "safetensors"} <= set(
-        names
-    )
+    assert {
+        "torch", "transformers", "peft", "accelerate", "bitsandbytes", "safetensors", "lightning"
+    } <= set(names)  # fmt: skip
     assert _importable(image, ("torch", "peft", "boto3", "tether_agent", "pytest", "moto")) == {
         "torch": True,
         "peft": True,

@@ -265,3 +265,200 @@ def test_train_without_resume_arguments_resumes_from_the_restored_checkpoint(
     tmp_path: Path,
 ) -> None:
     assert _child(tmp_path, RESUMES) == {"first_run": 1, "resumed": 3, "scripts_own_choice": 1}
+
+
+LIGHTNING = _version("lightning")
+needs_lightning = pytest.mark.skipif(
+    LIGHTNING is None or not (2, 0) <= LIGHTNING < (3, 0),
+    reason="the Lightning hooks support lightning >= 2.0, < 3",
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "epoch=0-step=20.ckpt",
+        "epoch=3-step=20-val_loss=0.12.ckpt",
+        "epoch=0-step=20-v1.ckpt",
+        "step=20.ckpt",
+        "epoch=4.ckpt",
+        "last.ckpt",
+        "last-v1.ckpt",
+        "model.h5",
+        "ckpt.500",
+        "epoch=0-global_step=20-7.ckpt",
+    ],
+)
+def test_the_hooks_read_a_files_step_as_the_agent_does(autohooks: object, name: str) -> None:
+    """The hooks mark only files the agent uploads: they must read the same step from a name."""
+    from tether_agent.checkpoints import local_step
+
+    assert autohooks.file_step_of(name) == local_step(name)  # type: ignore[attr-defined]
+
+
+def test_fit_resumes_from_a_restored_file_for_none_and_for_a_last_that_finds_nothing(
+    autohooks: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    restored = autohooks._restored_lightning_checkpoint  # type: ignore[attr-defined]
+    ckpt = tmp_path / "ckpt"
+    assert restored(None) is None and restored("last") is None  # nothing restored
+    folder = ckpt / "checkpoint-20"
+    folder.mkdir()
+    monkeypatch.setenv("TETHER_RESUME_FROM", str(folder))
+    assert restored(None) is None  # a folder: another framework's checkpoint
+    file = ckpt / "epoch=1-step=20.ckpt"
+    file.write_bytes(b"ckpt")
+    monkeypatch.setenv("TETHER_RESUME_FROM", str(file))
+    assert restored(None) == str(file)
+    assert restored("last") == str(file)  # Lightning would find no last checkpoint
+    assert restored("best") is None and restored(str(tmp_path / "mine.ckpt")) is None
+    (ckpt / "last.ckpt").write_bytes(b"newer")
+    assert restored("last") is None  # Lightning's own last checkpoint is there: its choice
+    assert restored(None) == str(file)
+
+
+LIGHTNING_SAVES = """
+    import json, os, sys
+    from pathlib import Path
+    import torch
+    from PACKAGE import LightningModule, Trainer
+    from PACKAGE.callbacks import ModelCheckpoint
+    from PACKAGE.plugins import TorchCheckpointIO
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ckpt = Path(os.environ["TETHER_CHECKPOINT_DIR"])
+    stale_marker_during_write = []
+
+    class WatchedIO(TorchCheckpointIO):
+        def save_checkpoint(self, checkpoint, path, storage_options=None):
+            marker = Path(f"{path}.done")
+            stale_marker_during_write.append(marker.exists())
+            super().save_checkpoint(checkpoint, path, storage_options)
+
+    class Tiny(LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(2, 1)
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).sum()
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def trainer(callbacks, steps):
+        return Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False,
+                       enable_progress_bar=False, enable_model_summary=False,
+                       callbacks=callbacks, plugins=[WatchedIO()])
+
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=1)
+    keep_two = ModelCheckpoint(dirpath=ckpt, every_n_train_steps=2, save_top_k=2,
+                               monitor="step", mode="max", save_last=True)
+    run = trainer([keep_two], 6)
+    run.fit(Tiny(), data)
+    run.save_checkpoint(ckpt / "epoch=0-step=6.ckpt")  # again, over a marked file
+    run.save_checkpoint(Path(os.environ["HOME"]) / "step=6.ckpt")  # not in the checkpoint dir
+    print(json.dumps({
+        "files": sorted(p.name for p in ckpt.iterdir() if not p.name.startswith(".")),
+        "marker_step": json.loads((ckpt / "epoch=0-step=6.ckpt.done").read_text())["step"],
+        "progress": json.loads(Path(os.environ["TETHER_PROGRESS_FILE"]).read_text())["step"],
+        "stale_marker_during_write": stale_marker_during_write,
+        "elsewhere_marked": (Path(os.environ["HOME"]) / "step=6.ckpt.done").exists(),
+    }))
+"""
+
+
+@needs_lightning
+@pytest.mark.parametrize("package", ["lightning.pytorch", "pytorch_lightning"])
+def test_lightning_checkpoints_are_marked_and_no_marker_outlives_its_file(
+    tmp_path: Path, package: str
+) -> None:
+    progress = str(tmp_path / "progress.json")
+    code = LIGHTNING_SAVES.replace("PACKAGE", package)
+    got = _child(tmp_path, code, TETHER_PROGRESS_FILE=progress)
+    assert got == {
+        # top-2 by step: steps 2 and 4 were deleted, and their markers went first
+        "files": [
+            "epoch=0-step=4.ckpt",
+            "epoch=0-step=4.ckpt.done",
+            "epoch=0-step=6.ckpt",
+            "epoch=0-step=6.ckpt.done",
+            "last.ckpt",  # no step in its name: never uploaded, never marked
+        ],
+        "marker_step": 6,
+        "progress": 6,
+        # steps 2, 4, 6 and last.ckpt after each, then the two saves of the script's own
+        "stale_marker_during_write": [False] * 8,
+        "elsewhere_marked": False,
+    }
+
+
+@needs_lightning
+def test_lightning_checkpoints_are_not_marked_with_the_hooks_off(tmp_path: Path) -> None:
+    code = LIGHTNING_SAVES.replace("PACKAGE", "lightning.pytorch").replace(
+        '"marker_step": json.loads', '"marker_step": 0 and json.loads'
+    )
+    progress = str(tmp_path / "progress.json")
+    code = code.replace('"progress": json.loads', '"progress": 0 and json.loads')
+    got = _child(tmp_path, code, TETHER_AUTO_HOOKS="0", TETHER_PROGRESS_FILE=progress)
+    assert got["files"] == ["epoch=0-step=4.ckpt", "epoch=0-step=6.ckpt", "last.ckpt"]
+
+
+LIGHTNING_RESUMES = """
+    import json, os, shutil
+    from pathlib import Path
+    import torch
+    from lightning.pytorch import Callback, LightningModule, Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ckpt = Path(os.environ["TETHER_CHECKPOINT_DIR"])
+
+    class Tiny(LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(2, 1)
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).sum()
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class FirstStep(Callback):
+        first = None
+        def on_train_batch_end(self, trainer, *args):
+            self.first = self.first or trainer.global_step
+
+    def run(steps, *fit_args, **fit_kwargs):
+        first = FirstStep()
+        trainer = Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False,
+                          enable_progress_bar=False, enable_model_summary=False,
+                          callbacks=[ModelCheckpoint(dirpath=ckpt, every_n_train_steps=2,
+                                                     save_top_k=-1), first])
+        data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=1)
+        trainer.fit(Tiny(), data, *fit_args, **fit_kwargs)
+        return first.first
+
+    first_run = run(2)  # saves epoch=0-step=2.ckpt, then as if the host were replaced:
+    restored = Path(os.environ["HOME"]) / "restored" / "epoch=0-step=2.ckpt"
+    restored.parent.mkdir()
+    shutil.move(ckpt / "epoch=0-step=2.ckpt", restored)
+    os.environ["TETHER_RESUME_FROM"] = str(restored)
+    shutil.rmtree(ckpt); ckpt.mkdir()
+    print(json.dumps({
+        "first_run": first_run,
+        "none": run(4),
+        "last": run(4, ckpt_path="last"),
+        "last_positional": run(4, None, None, "last"),
+        "scripts_own_path": run(6, ckpt_path=str(ckpt / "epoch=0-step=4.ckpt")),
+    }))
+"""
+
+
+@needs_lightning
+def test_fit_resumes_from_the_restored_checkpoint_unless_given_another(tmp_path: Path) -> None:
+    assert _child(tmp_path, LIGHTNING_RESUMES) == {
+        "first_run": 1,
+        "none": 3,  # resumed at the restored step 2: its first step is 3
+        "last": 3,
+        "last_positional": 3,
+        "scripts_own_path": 5,  # the script's own file (saved at step 4 by the runs before)
+    }

@@ -92,14 +92,19 @@ def test_retention_keeps_exactly_the_newest_keep_last(keep_last: int, victims: l
     [
         ("checkpoint-500", 500),
         ("step_000500", 500),
-        ("epoch=0-step=50.ckpt", 50),  # Lightning's default name: the step is the last number
+        ("epoch=0-step=50.ckpt", 50),  # Lightning's default name
         ("step_50.pt", 50),
         ("ckpt.500", 500),  # a number after the dot is the step, not a suffix
         ("last.ckpt", None),  # Lightning's last: no step, no checkpoint
         ("model.h5", None),
+        # Lightning's `{step}` wins over a later number: a metric, a version for a name taken
+        ("epoch=3-step=20-val_loss=0.12.ckpt", 20),
+        ("epoch=0-step=20-v1.ckpt", 20),
+        ("step=20.ckpt", 20),
+        ("epoch=0-global_step=20-7.ckpt", 7),  # `global_step=` is not Lightning's `step=`
     ],
 )
-def test_the_step_of_a_local_checkpoint_is_the_last_number_before_its_suffix(
+def test_the_step_of_a_local_checkpoint_is_its_step_key_or_last_number_before_its_suffix(
     name: str, step: int | None
 ) -> None:
     assert local_step(name) == step

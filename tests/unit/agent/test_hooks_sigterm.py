@@ -49,7 +49,8 @@ def test_sigterm_saves_a_marked_checkpoint_at_the_current_step_and_stops(tmp_pat
     assert _marked(tmp_path / "ckpt") == ["checkpoint-5", "checkpoint-7"]
     saved = json.loads((tmp_path / "ckpt" / "checkpoint-7" / "trainer_state.json").read_text())
     assert saved["global_step"] == 7
-    assert json.loads((tmp_path / "progress.json").read_text()) == {"step": 7}
+    progress = json.loads((tmp_path / "progress.json").read_text())
+    assert progress == {"step": 7, "total_steps": 100}  # max_steps too: `tether status` N of M
     assert tether_hooks.stop_requested() is True
     assert tether_hooks.latest_checkpoint() == str(tmp_path / "ckpt" / "checkpoint-7")
 

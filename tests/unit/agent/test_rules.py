@@ -114,6 +114,7 @@ def test_hf_callback_marks_saved_checkpoint_and_reports_steps(
     monkeypatch.setenv("TETHER_CHECKPOINT_DIR", str(tmp_path))
     monkeypatch.setenv("TETHER_MARKER", ".done")
     monkeypatch.setenv("TETHER_PROGRESS_FILE", str(tmp_path / "progress.json"))
+    monkeypatch.setattr(tether_hooks, "_total_steps", None)  # no earlier Trainer's max_steps
     callback = tether_hooks.TetherCallback()
     args = SimpleNamespace(output_dir=str(tmp_path))
     state = SimpleNamespace(global_step=40, is_world_process_zero=True)

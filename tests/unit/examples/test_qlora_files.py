@@ -25,11 +25,12 @@ def _pins(lines: list[str]) -> dict[str, str]:
     return pins
 
 
-def test_the_requirements_pin_what_the_hf_extra_installs_but_torch() -> None:
+def test_the_requirements_pin_what_the_hf_extra_installs_but_torch_and_lightning() -> None:
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     hf = _pins(extra["hf"])
     required = _pins((EXAMPLE / "requirements.txt").read_text().splitlines())
     assert hf.pop("torch") == "2.13.0"  # the image brings its own torch: not a requirement
+    assert hf.pop("lightning") == "2.6.6"  # for Lightning scripts' tests, not the QLoRA example
     assert required == hf
     assert set(required) == {"transformers", "peft", "accelerate", "bitsandbytes"}
 

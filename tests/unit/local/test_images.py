@@ -49,6 +49,6 @@ def test_other_images_are_refused_naming_the_image_and_the_known_ones(image: str
 def test_the_recipes_say_what_their_images_carry() -> None:
     assert PYTHON_SLIM.distributions == () and PYTHON_SLIM.projects == ()
     assert PYTORCH_HF.distributions == (
-        "torch", "transformers", "peft", "accelerate", "bitsandbytes"
+        "torch", "transformers", "peft", "accelerate", "bitsandbytes", "lightning"
     )  # fmt: skip
     assert PYTORCH_HF.with_dependencies and PYTORCH_HF.extra == "hf"
