@@ -18,7 +18,8 @@ judged against an uninterrupted run of the same command (docs/rehearse.md).
    second, so the step the host was really at is known as a lower bound.
 3. The verdict: the job's result checkpoint (the highest verified one, as the demo's invariant 8
    picks it) compared with the reference's, file by file (sha256 of every file the manifest
-   lists against the same file of the reference); identical only when both end at the same step
+   lists against the same file of the reference; a `torch.save` file by the values it holds,
+   `torch_archive`); identical only when both end at the same step
    with the same files and bytes. The steps lost per kill come from the `resumed` facts
    (`functions.domain.recovery`: the last step known before the kill minus the step resumed at).
 """
@@ -61,6 +62,7 @@ from tether_local.demo.job import DEMO_POLICY, MONITOR_INTERVAL_S, TrainArgs
 from tether_local.demo.run import DemoError, DemoRun, MonitorClock, Scenario
 from tether_local.demo.submit import CodeShipper, PackedCode
 from tether_local.demo.timeline import Timeline, quiet
+from tether_local.demo.torch_archive import content_digest
 from tether_local.hosts import disk_view
 from tether_local.hosts.images import stand_in
 from tether_local.hosts.local_hosts import DEFAULT_WORK_DIR, SYSTEM_PATH
@@ -295,10 +297,10 @@ def reference_run(
         )
     step, saved = marked[-1]
     if saved.is_file():  # the manifest lists a single-file checkpoint under its name
-        files = {saved.name: _sha256(saved.read_bytes())}
+        files = {saved.name: file_digest(saved)}
     else:
         files = {
-            str(p.relative_to(saved)): _sha256(p.read_bytes())
+            str(p.relative_to(saved)): file_digest(p)
             for p in sorted(saved.rglob("*"))
             if p.is_file() and p.name != marker
         }
@@ -326,6 +328,17 @@ def _seconds_per_step(markers: Sequence[tuple[int, Path]]) -> float | None:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+TORCH_DIGEST = "torch-values:"
+
+
+def file_digest(path: Path) -> str:
+    """What a checkpoint file is compared by: the sha256 of its bytes, or, for a `torch.save`
+    file, the digest of the values it holds (`torch_archive.content_digest`: pickle writes equal
+    values as different bytes after a resume, by which strings it had already written)."""
+    values = content_digest(path)
+    return TORCH_DIGEST + values if values is not None else _sha256(path.read_bytes())
 
 
 # the rehearsal
@@ -549,7 +562,7 @@ def _compare_files(directory: Path, reference: Mapping[str, str], marker: str) -
     (but those in `NOT_COMPARED`)."""
     manifest = Manifest.model_validate_json((directory / MANIFEST_NAME).read_bytes())
     ours = {
-        e.path: _sha256((directory / e.path).read_bytes())
+        e.path: file_digest(directory / e.path)
         for e in manifest.files
         if PurePosixPath(e.path).name != marker and not_compared(e.path) is None
     }
@@ -557,11 +570,18 @@ def _compare_files(directory: Path, reference: Mapping[str, str], marker: str) -
     found = [f"{p}: only in the uninterrupted run" for p in sorted(set(reference) - set(ours))]
     found += [f"{p}: only in the rehearsal" for p in sorted(set(ours) - set(reference))]
     found += [
-        f"{p}: sha256 {ours[p][:12]}… differs from the uninterrupted run's {reference[p][:12]}…"
+        f"{p}: {_digest_said(ours[p])} differs from the uninterrupted run's "
+        f"{_digest_said(reference[p])}"
         for p in sorted(set(ours) & set(reference))
         if ours[p] != reference[p]
     ]
     return found
+
+
+def _digest_said(digest: str) -> str:
+    if digest.startswith(TORCH_DIGEST):
+        return f"torch.save values {digest.removeprefix(TORCH_DIGEST)[:12]}…"
+    return f"sha256 {digest[:12]}…"
 
 
 __all__ = [

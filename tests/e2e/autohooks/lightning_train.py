@@ -5,8 +5,10 @@ it: a `LightningModule`, a `ModelCheckpoint` saving every SAVE_EVERY steps into
 the fit resume from the checkpoint the agent restored (agent/README.md, "PyTorch Lightning").
 
 Tiny and deterministic on the CPU: a two-layer MLP on synthetic data drawn from a fixed seed,
-no shuffling, no logger. `STEP_SECONDS` (env) pauses after each step, so a rehearsal can kill
-the host mid-run.
+no shuffling, no logger. Adam with an `lr` hyperparameter, as most scripts have it: a resumed
+run's `.ckpt` then holds the same values in other bytes (pickle's sharing of the strings `step`
+and `lr`), which the rehearsal compares by value (tether_local/demo/torch_archive.py).
+`STEP_SECONDS` (env) pauses after each step, so a rehearsal can kill the host mid-run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ SEED = 2024
 
 
 class Regressor(L.LightningModule):
-    def __init__(self, hidden: int = 16, learning_rate: float = 0.01) -> None:
+    def __init__(self, hidden: int = 16, lr: float = 0.01) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(nn.Linear(8, hidden), nn.Tanh(), nn.Linear(hidden, 1))
@@ -36,9 +38,7 @@ class Regressor(L.LightningModule):
         return nn.functional.mse_loss(self.net(x), y)
 
     def configure_optimizers(self) -> Any:
-        optimizer = torch.optim.SGD(
-            self.parameters(), lr=self.hparams["learning_rate"], momentum=0.9
-        )
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams["lr"])
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)  # epochs
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
