@@ -57,7 +57,8 @@ def test_a_job_that_asks_for_ssh_is_rented_in_vasts_ssh_launch_mode(sup: Supervi
     rented = sup.vast.sim_instance(reachable.instance_id or 0)
     assert rented.runtype == "ssh_direc ssh_proxy" and rented.args == []
     assert rented.onstart.startswith("#!/bin/sh")  # Vast runs the script itself
-    assert sup.vast.instance(reachable.instance_id or 0)["image_runtype"] == "ssh_direc ssh_proxy"
+    record = sup.vast.instance(reachable.instance_id or 0)
+    assert record is not None and record["image_runtype"] == "ssh_direc ssh_proxy"
 
 
 def test_offer_gone_moves_on_to_the_next_offer(sup: Supervised) -> None:
