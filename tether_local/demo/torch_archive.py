@@ -131,9 +131,10 @@ def content_digest(path: Path) -> str | None:
                 if p.parent == root / "data"
             }
             structure = _Reader(archive.read(members[pickles[0]]), storages).load()
+        canonical = repr(_canonical(structure))
     except Exception:  # not an archive this reader understands: its bytes are compared instead
         return None
-    return hashlib.sha256(repr(_canonical(structure)).encode()).hexdigest()
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _sha256_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:

@@ -103,3 +103,12 @@ def test_nothing_a_file_names_is_imported_or_run(
     torch.save({"a": 1}, buffer)  # the reader takes torch's own layout too
     (tmp_path / "torch.pt").write_bytes(buffer.getvalue())
     assert content_digest(tmp_path / "torch.pt") is not None
+
+
+def test_a_structure_too_deep_to_read_falls_back_to_the_bytes(tmp_path: Path) -> None:
+    depth = 5000  # lists in lists: pickle reads it without recursion, the digest would recurse
+    nested = b"\x80\x02" + pickle.EMPTY_LIST * depth + pickle.APPEND * (depth - 1) + pickle.STOP
+    deep = tmp_path / "deep.pt"
+    with zipfile.ZipFile(deep, "w") as archive:
+        archive.writestr("deep/data.pkl", nested)
+    assert content_digest(deep) is None
