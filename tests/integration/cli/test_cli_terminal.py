@@ -302,6 +302,8 @@ def test_ctrl_c_while_the_commands_load_is_one_line(tmp_path: Path) -> None:
     machine): the process sends it to itself when `tether_cli.jobs` starts loading."""
     script = (
         "import os, signal, sys, time\n"
+        # as a terminal's foreground process has it (a runner may start tests with it ignored)
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "class Interrupting:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'tether_cli.jobs':\n"

@@ -90,7 +90,7 @@ def test_the_walkthrough_creates_the_venv_before_anything_runs_the_cdk_app() -> 
 
 def test_the_documented_make_deploy_passes_the_alarm_email_to_tether_deploy() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    recipe = makefile.split("\ndeploy: venv\n", 1)[1].splitlines()[0]
+    recipe = makefile.split("\ndeploy: $(DEMO_STAMP)\n", 1)[1].splitlines()[0]
     assert recipe == "\t$(VENV)/bin/tether deploy $(ARGS)"
     walk = (ROOT / "docs" / "deploy.md").read_text()
     args = re.search(r'make deploy ARGS="([^"]+)"', walk)
@@ -152,7 +152,9 @@ def test_deploy_checks_in_the_named_region_and_prints_the_outputs_verbatim(
 
     monkeypatch.setattr(deploy, "run_command", cdk)
     monkeypatch.setattr(
-        deploy, "synth", lambda root, shards=None, concurrency=None: root / "cdk.out"
+        deploy,
+        "synth",
+        lambda root, shards=None, concurrency=None, dashboard=None: root / "cdk.out",
     )
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     code, out, err = run(capsys, "deploy", "--alarm-email", "you@example.com", "--region", REGION)
