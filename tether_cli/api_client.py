@@ -22,11 +22,13 @@ Safe requests (GET, cancel, and a submit with its Idempotency-Key) are retried o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import random
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -84,10 +86,18 @@ def write_local_state(
     readable by this user only."""
     target = path or local_state_path()
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.touch(mode=0o600)
-    target.chmod(0o600)
     state = {"api_url": api_url, **({"aws_url": aws_url} if aws_url else {}), **(control or {})}
-    target.write_text(json.dumps(state) + "\n", encoding="utf-8")
+    # Written whole under another name, then renamed: a `--local` command reading at the same
+    # moment finds the old file or the new one, never an empty or half-written one.
+    fd, staged = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:  # mkstemp's mode: 0600
+            out.write(json.dumps(state) + "\n")
+        os.replace(staged, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(staged)
+        raise
     return target
 
 

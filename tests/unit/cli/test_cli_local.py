@@ -130,3 +130,39 @@ def test_a_stack_that_fails_to_start_leaves_no_state_file(
     assert main(["local", "up", "--port", "0"]) == 1
     assert not state_path.exists()
     assert "rclone not found" in capsys.readouterr().err
+
+
+def test_a_reader_never_finds_the_state_file_half_written(tmp_path: Path) -> None:
+    """`tether jobs --local` run while `local up` (re)writes its state finds a whole file: the
+    old one or the new one, never an empty or partial one (a reader's error there would send
+    the user away with "not a state file")."""
+    path = tmp_path / "local-stack.json"
+    api_client.write_local_state(API_URL, path, aws_url=AWS_URL)
+    environ = {api_client.LOCAL_STATE_ENV: str(path)}
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def read_all_along() -> None:
+        while not stop.is_set():
+            try:
+                found = api_client.read_local_state(environ)
+            except Exception as exc:  # the failure this test is for, whatever its type
+                errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            if found is None or found.get("api_url") != API_URL:
+                errors.append(f"read {found!r}")
+                return
+
+    reader = threading.Thread(target=read_all_along)
+    reader.start()
+    try:
+        for _ in range(2000):
+            api_client.write_local_state(API_URL, path, aws_url=AWS_URL)
+            if errors:
+                break
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+    assert errors == []
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["local-stack.json"]  # no staged file left
