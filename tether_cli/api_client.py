@@ -89,14 +89,15 @@ def write_local_state(
     state = {"api_url": api_url, **({"aws_url": aws_url} if aws_url else {}), **(control or {})}
     # Written whole under another name, then renamed: a `--local` command reading at the same
     # moment finds the old file or the new one, never an empty or half-written one.
-    fd, staged = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    fd, staged_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    staged = Path(staged_name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:  # mkstemp's mode: 0600
             out.write(json.dumps(state) + "\n")
-        os.replace(staged, target)
+        staged.replace(target)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(staged)
+            staged.unlink()
         raise
     return target
 
