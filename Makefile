@@ -79,7 +79,8 @@ format: $(DEV_STAMP)
 	$(VENV)/bin/ruff format .
 
 bench: $(DEV_STAMP)
-	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b $(if $(QUICK),--quick) || exit 1; done
+	@start=$$(date +%s); for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b $(if $(QUICK),--quick) || exit 1; done; \
+	$(PY) -m bench.lib.summary --since $$start $(if $(QUICK),--quick)
 
 # Mutation testing of the pure rules (functions/domain, the agent's checkpoint and restore
 # rules) with their unit tests; not in CI (tens of minutes). Prints survivors and the score;

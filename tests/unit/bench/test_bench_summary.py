@@ -1,0 +1,75 @@
+"""`make bench`'s summary: this run's figures beside their goals, a miss said as plainly as a hit,
+and nothing from an older run shown as this one's."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.lib import summary
+
+
+@pytest.fixture
+def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(summary, "RESULTS", tmp_path)
+    return tmp_path
+
+
+def write(results: Path, name: str, data: dict[str, Any], *, mtime: float | None = None) -> None:
+    path = results / f"{name}.json"
+    path.write_text(json.dumps(data))
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+def transfer(restore_median: float) -> dict[str, Any]:
+    ratio = {"median": restore_median, "q1": restore_median - 0.1, "q3": restore_median + 0.1}
+    return {
+        "goal": 0.95,
+        "sizes": [
+            {
+                "mib": 128.0,
+                "pairs": 5,
+                "upload_ratio": {"median": 1.02},
+                "restore_ratio": ratio,
+                "agent_cpu_s_per_gib": {"restore": 1.2},
+                "s5cmd_cpu_s_per_gib": {"restore": 0.9},
+                "agent_restore_read_paths": [{"socket readinto": 11}, {"socket readinto": 11}],
+                "load_1min": {"median": 1.3},
+            }
+        ],
+    }
+
+
+def test_a_missed_goal_is_printed_as_plainly_as_a_met_one(results: Path) -> None:
+    write(results, "agent_transfer_quick", transfer(0.83))
+    heartbeat = {"bytecode_s": {"median": 0.29}, "no_bytecode_s": {"median": 0.69}}
+    write(
+        results, "cold_start_quick", {"goal_heartbeat_s": 0.5, "handlers": {"heartbeat": heartbeat}}
+    )
+    text = "\n".join(summary.summarize(since=None, quick=True))
+    assert "0.83 (0.73–0.93)" in text and "NOT met" in text
+    assert "socket readinto ×22" in text  # the read path each restore took, summed
+    assert "the heartbeat's cold import ≤ 0.5 s: met" in text
+
+
+def test_a_result_older_than_the_run_is_not_shown_as_this_runs(results: Path) -> None:
+    write(results, "agent_transfer_quick", transfer(0.99), mtime=1_000.0)
+    text = "\n".join(summary.summarize(since=2_000.0, quick=True))
+    assert "0.99" not in text
+    assert "no result from this run: bench/results/agent_transfer*.json" in text
+
+
+def test_a_quick_run_reads_a_bench_that_writes_one_name_for_both(results: Path) -> None:
+    idle = {"usd_list_price_with_alarms": 0.923, "usd_list_price_with_alarms_and_dashboard": 3.923}
+    write(
+        results, "control_plane_cost", {"priced": {"job_hour": {"usd": 0.0021}, "idle_month": idle}}
+    )
+    text = "\n".join(summary.summarize(since=None, quick=True))
+    assert "per job-hour ≤ $0.0015: NOT met" in text
+    assert "idle month ≤ $1 with the alarms on: met" in text
+    assert "$3.923" in text
