@@ -32,7 +32,7 @@ from tether_agent.job_code import CodeUnavailable
 from tether_agent.job_storage import JobStorage
 from tether_agent.logs import LogShipper, OutputTail, TeeLog, scrub
 from tether_agent.outputs import upload_outputs
-from tether_agent.progress import NeverUploadedReporter, ResumeWatch, current_step, total_steps
+from tether_agent.progress import NeverUploadedReporter, ResumeWatch, current_step, read_steps
 from tether_agent.protocol import (
     MAX_EXIT_OUTPUT,
     MAX_EXIT_OUTPUT_LINES,
@@ -175,7 +175,8 @@ class Agent:
 
     def _heartbeat_request(self) -> HeartbeatRequest:
         s = self.settings
-        step = self._step()
+        on_disk = read_steps(s.checkpoint_dir, s.marker, self.progress_file)  # one read of each
+        step = on_disk.step
         self.resume.observe(step)
         never_uploaded = self.never_uploaded.scan(MAX_MISPLACED)  # one walk for both lists
         return HeartbeatRequest(
@@ -183,7 +184,7 @@ class Agent:
             generation=s.generation,
             phase=self.phase,
             step=step,
-            total_steps=total_steps(s.checkpoint_dir, s.marker, self.progress_file),
+            total_steps=on_disk.total,
             last_checkpoint=self.uploader.last,
             restored_checkpoint=self.restored.ref if self.restored else None,
             restore=self.restore_report,

@@ -310,46 +310,21 @@ def _listing(directory: str, budget: list[int]) -> list[os.DirEntry[str]]:
     return sorted((e for e in read if not e.is_symlink()), key=lambda e: e.name)
 
 
-def read_progress_file(path: Path) -> int | None:
+@dataclass(frozen=True)
+class StepsOnDisk:
+    """What the script says on disk of its progress, read once for a heartbeat: the step it
+    reached (`step`) and the steps it will train in all (`total`), each None when unsaid."""
+
+    step: int | None
+    total: int | None
+
+
+def _json_file(path: Path) -> object:
+    """The file's JSON value; None when it is missing, unreadable or not JSON."""
     try:
-        text = path.read_text().strip()
-    except OSError:
+        return json.loads(path.read_text().strip())
+    except (OSError, ValueError):
         return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(value, dict):
-        value = value.get("step")
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
-def read_trainer_state(checkpoint_dir: Path, newest: Path | None) -> int | None:
-    for candidate in (
-        checkpoint_dir / "trainer_state.json",
-        *([newest / "trainer_state.json"] if newest else []),
-    ):
-        try:
-            step = json.loads(candidate.read_text()).get("global_step")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(step, int) and step >= 0:
-            return step
-    return None
-
-
-def current_step(checkpoint_dir: Path, marker: str, progress_file: Path | None) -> int | None:
-    marked = marked_checkpoints(checkpoint_dir, marker)
-    newest = marked[-1] if marked else None
-    steps = [
-        newest[0] if newest else None,
-        read_progress_file(progress_file) if progress_file else None,
-        read_trainer_state(checkpoint_dir, newest[1] if newest else None),
-    ]
-    known = [s for s in steps if s is not None]
-    return max(known) if known else None
 
 
 def _whole_steps(value: object) -> int | None:
@@ -359,32 +334,61 @@ def _whole_steps(value: object) -> int | None:
     return None
 
 
-def total_steps(checkpoint_dir: Path, marker: str, progress_file: Path | None) -> int | None:
-    """The steps the script will train in all, as it says on disk: `total_steps` in a JSON
-    progress file (`{"step": n, "total_steps": m}`), else Hugging Face's `max_steps` in
-    `trainer_state.json` (in the checkpoint dir or its newest marked checkpoint); None when
-    neither says. `tether status` counts step N of M with it when the spec gives no
-    `total_steps`."""
-    if progress_file is not None:
-        try:
-            value = json.loads(progress_file.read_text())
-        except (OSError, ValueError):
-            value = None
-        if isinstance(value, dict) and _whole_steps(value.get("total_steps")) is not None:
-            return _whole_steps(value.get("total_steps"))
-    marked = marked_checkpoints(checkpoint_dir, marker)
-    newest = marked[-1][1] if marked else None
-    for candidate in (
-        checkpoint_dir / "trainer_state.json",
-        *([newest / "trainer_state.json"] if newest else []),
-    ):
-        try:
-            found = _whole_steps(json.loads(candidate.read_text()).get("max_steps"))
-        except (OSError, ValueError, AttributeError):
-            continue
-        if found is not None:
-            return found
+def _step_of(value: object) -> int | None:
+    """A progress file's step: a bare number, or `{"step": n, …}`; a whole number ≥ 0."""
+    if isinstance(value, dict):
+        value = value.get("step")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
     return None
+
+
+def read_progress_file(path: Path) -> int | None:
+    return _step_of(_json_file(path))
+
+
+def read_steps(checkpoint_dir: Path, marker: str, progress_file: Path | None) -> StepsOnDisk:
+    """The step (the largest of the newest marked checkpoint's, the progress file's and the
+    Trainer's `global_step`) and the total (`total_steps` in a JSON progress file
+    `{"step": n, "total_steps": m}`, else the Trainer's `max_steps`), from one listing of the
+    checkpoint dir and one read of each file: `trainer_state.json` in the checkpoint dir, then
+    in its newest marked checkpoint. `tether status` counts step N of M with the total when the
+    spec gives none."""
+    marked = marked_checkpoints(checkpoint_dir, marker)
+    newest = marked[-1] if marked else None
+    progress = _json_file(progress_file) if progress_file is not None else None
+    trainer_states = [
+        state
+        for state in (
+            _json_file(checkpoint_dir / "trainer_state.json"),
+            *([_json_file(newest[1] / "trainer_state.json")] if newest else []),
+        )
+        if isinstance(state, dict)
+    ]
+    trainer_step = next(
+        (
+            s["global_step"]
+            for s in trainer_states
+            if isinstance(s.get("global_step"), int) and s["global_step"] >= 0
+        ),
+        None,
+    )
+    steps = [newest[0] if newest else None, _step_of(progress), trainer_step]
+    known = [s for s in steps if s is not None]
+    said_total = _whole_steps(progress.get("total_steps")) if isinstance(progress, dict) else None
+    total = said_total or next(
+        (t for t in (_whole_steps(s.get("max_steps")) for s in trainer_states) if t), None
+    )
+    return StepsOnDisk(step=max(known) if known else None, total=total)
+
+
+def current_step(checkpoint_dir: Path, marker: str, progress_file: Path | None) -> int | None:
+    return read_steps(checkpoint_dir, marker, progress_file).step
+
+
+def total_steps(checkpoint_dir: Path, marker: str, progress_file: Path | None) -> int | None:
+    """The steps the script will train in all, as it says on disk (`read_steps`)."""
+    return read_steps(checkpoint_dir, marker, progress_file).total
 
 
 class ResumeWatch:

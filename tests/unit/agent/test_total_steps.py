@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from tether_agent._hooks import tether_hooks
-from tether_agent.progress import total_steps
+from tether_agent.progress import StepsOnDisk, current_step, read_steps, total_steps
 from tether_agent.protocol import MAX_STEP, HeartbeatRequest
 
 
@@ -76,3 +76,18 @@ def test_the_hf_callback_writes_the_trainers_max_steps_and_keeps_it(
     tether_hooks.report_step(41, force=True)  # a later report without it keeps it
     assert json.loads(progress.read_text()) == {"step": 41, "total_steps": 500}
     assert total_steps(tmp_path / "ckpt", ".done", progress) == 500
+
+
+def test_a_heartbeat_reads_the_step_and_the_total_in_one_pass(tmp_path: Path) -> None:
+    """The step and the total come from one listing of the checkpoint dir and one read of each
+    file, and agree with what each says alone."""
+    ckpt = tmp_path / "ckpt"
+    marked(ckpt, "checkpoint-20", {"global_step": 20, "max_steps": 400})
+    marked(ckpt, "checkpoint-40", {"global_step": 40, "max_steps": 500})
+    progress = tmp_path / "progress.json"
+    progress.write_text(json.dumps({"step": 47}))
+    on_disk = read_steps(ckpt, ".done", progress)
+    assert (on_disk.step, on_disk.total) == (47, 500)
+    assert on_disk.step == current_step(ckpt, ".done", progress)
+    assert on_disk.total == total_steps(ckpt, ".done", progress)
+    assert read_steps(tmp_path / "none", ".done", None) == StepsOnDisk(step=None, total=None)
