@@ -9,7 +9,7 @@ page faults on these VMs (a copy into a reused buffer: 0.07); and a range held i
 hashed only once all of it had arrived. Hashing the file after its bytes were written also
 means the digest covers exactly what is on disk: a retry resumes a range where it stopped, so
 no byte is written twice. The bytes go to the file in writes of at most `WRITE_SLICE` (32 KiB,
-the size s5cmd writes in): on the development VM each larger write takes page-cache pages that
+the size s5cmd writes in): on the development VM a larger write takes page-cache pages that often
 cost the kernel several times the CPU to fill (a 128 MiB restore in 64 KiB writes: 1.9–4.6
 CPU-s/GiB of system time; in 32 KiB writes 0.5–2.3; BENCHMARKS.md).
 """
