@@ -56,6 +56,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tether_agent.ranged_download import WRITE_SLICE  # noqa: E402
 from tether_agent.restore import restore_latest  # noqa: E402
 from tether_agent.storage import Storage  # noqa: E402
 from tether_agent.storage_credentials import Credentials, CredentialStore  # noqa: E402
@@ -345,8 +346,9 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures that decide the goal at one size, over its `runs` (`transfer_bench` results),
     under flat keys for a summary table: the pair ratios of all runs pooled (median, IQR) and
     each run's median (restore, upload); CPU seconds per GiB on both sides (restore, its system
-    part, upload), the mean over the runs; the agent's read paths; the load average the bench
-    sampled (median of the runs' medians, lowest, highest)."""
+    part, upload), the mean over the runs; the agent's read paths and the most it hands one
+    `pwrite`; the load average the bench sampled (median of the runs' medians, lowest,
+    highest)."""
 
     def pooled(name: str) -> tuple[Quartiles, list[float]]:
         summaries: list[RatioSummary] = [run[name] for run in runs]
@@ -374,6 +376,7 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "agent_restore_read_paths": _total(
             [paths for run in runs for paths in run["agent_restore_read_paths"]]
         ),
+        "agent_restore_write_kib": WRITE_SLICE // 1024,
         "load_1min_median": statistics.median(q.median for q in loads),
         "load_1min_min": min(q.min for q in loads), "load_1min_max": max(q.max for q in loads),
         "cores": os.cpu_count(),

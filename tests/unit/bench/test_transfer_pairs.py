@@ -89,6 +89,7 @@ def test_the_transfer_headline_carries_both_ratios_cpu_per_gib_read_path_and_loa
     assert got["s5cmd_restore_system_cpu_s_per_gib"] == 0.8
     assert (got["agent_upload_cpu_s_per_gib"], got["s5cmd_upload_cpu_s_per_gib"]) == (2.0, 2.4)
     assert got["agent_restore_read_paths"] == {"socket readinto": 33}
+    assert got["agent_restore_write_kib"] == 32
     assert (got["load_1min_median"], got["load_1min_min"], got["load_1min_max"]) == (2.0, 1.0, 4.0)
 
 
