@@ -3,10 +3,15 @@
 `s5cmd` interleaved on the same endpoint: A B, B A, A B, … (`bench/lib/pairs.py`), so that a
 shared machine's drifting load falls on both sides of each pair ratio.
 
-    python bench/agent_transfer.py [--quick] [--pairs N] [--sizes 128,1024,4096] [--direct]
+    python bench/agent_transfer.py [--quick] [--pairs N] [--runs N] [--sizes 128,1024,4096]
+                                   [--direct]
+    python bench/agent_transfer.py --page-cache-writes 32,64,1024 [--runs N]
 
-Default: 128 MiB, 1 GiB and 4 GiB, 5 pairs each; `--quick`: 128 MiB, 5 pairs. `--direct` talks
-to rclone itself (static key, no front): the difference is the front's cost.
+Default: 128 MiB, 1 GiB and 4 GiB, 5 pairs each; `--quick`: 128 MiB, 5 pairs. `--runs N`
+repeats each size N times (each run its own endpoint and pairs) and reports the pairs of all
+runs pooled beside each run's median. `--direct` talks to rclone itself (static key, no front):
+the difference is the front's cost. `--page-cache-writes` measures only the kernel's CPU per
+GiB of new page cache by write size (`ranged_download.WRITE_SLICE`), N rounds (at least 3).
 
 The agent is one long-lived uploader per size, as on a host: it lists its generation once at
 start (`adopt_remote`, as the agent does) and each pair uploads a new checkpoint step (the same
@@ -14,12 +19,14 @@ bytes under a new name), retention (keep 2) included in its time. Each restore i
 (new connections, as a new host's; its client built ahead, as the agent builds it while it
 starts, before the restore phase). s5cmd is a new process per transfer (its Go binary). The S3
 endpoint (rclone, and the R2 front unless `--direct`) runs in a process of its own. Prints per
-size the median pair ratio (agent / s5cmd throughput) and its spread, upload and restore, the
-agent's CPU seconds per GiB, the machine's load average while it ran, and the idle agent's CPU
-use (% of one core) while it watches and heartbeats at the default 15 s interval, and which
-read path the agent's restores took (`socket readinto`: each body read from the socket straight
-into the range's buffer; `read copy`: through `read(amt)` and a copy, a slower path). Writes
-`bench/results/agent_transfer.json`. Not a test: numbers depend on the machine.
+size the median pair ratio (agent / s5cmd throughput) and its spread, upload and restore, CPU
+seconds per GiB on both sides (the restore's system part beside it), the machine's load average
+while it ran, the idle agent's CPU use (% of one core) while it watches and heartbeats at the
+default 15 s interval, and which read path the agent's restores took (`socket readinto`: each
+body read from the socket straight into the range's buffer; `read copy`: through `read(amt)` and
+a copy, a slower path). Writes `bench/results/agent_transfer[_quick].json`; its `headline` holds
+the figures that decide the goal per size under flat keys. Not a test: numbers depend on the
+machine.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import multiprocessing
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,13 +56,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tether_agent.ranged_download import WRITE_SLICE  # noqa: E402
 from tether_agent.restore import restore_latest  # noqa: E402
 from tether_agent.storage import Storage  # noqa: E402
 from tether_agent.storage_credentials import Credentials, CredentialStore  # noqa: E402
 from tether_agent.uploader import CheckpointUploader  # noqa: E402
 
 from bench.lib.pairs import RatioSummary, interleave, ratio_summary  # noqa: E402
-from bench.lib.report import quartiles, write_results  # noqa: E402
+from bench.lib.report import Quartiles, quartiles, write_results  # noqa: E402
 from tether_local.r2.cloudflare_sim import CloudflareSim  # noqa: E402
 from tether_local.r2.front import R2Front  # noqa: E402
 from tether_local.r2.s3server import start_s3_server  # noqa: E402
@@ -65,15 +74,34 @@ MIB = 1024 * 1024
 MARKER = ".tether-complete"
 
 
-def cpu_s(who: int = resource.RUSAGE_SELF) -> float:
+@dataclass(frozen=True)
+class CpuTimes:
+    """User and system CPU seconds (`getrusage`)."""
+
+    user_s: float
+    system_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.user_s + self.system_s
+
+    def __sub__(self, other: CpuTimes) -> CpuTimes:
+        return CpuTimes(self.user_s - other.user_s, self.system_s - other.system_s)
+
+
+def cpu_times(who: int = resource.RUSAGE_SELF) -> CpuTimes:
     usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
+    return CpuTimes(usage.ru_utime, usage.ru_stime)
 
 
-def children_cpu_s() -> float:
+def cpu_s(who: int = resource.RUSAGE_SELF) -> float:
+    return cpu_times(who).total_s
+
+
+def children_cpu_times() -> CpuTimes:
     """CPU seconds of the finished child processes (s5cmd; the endpoint's process is still
     running while it is measured, so it is not in it)."""
-    return cpu_s(resource.RUSAGE_CHILDREN)
+    return cpu_times(resource.RUSAGE_CHILDREN)
 
 
 def make_checkpoint(path: Path, total_mb: int) -> int:
@@ -190,6 +218,9 @@ class Side:
     restore: list[float] = field(default_factory=list)
     cpu_up: float = 0.0
     cpu_restore: float = 0.0
+    # of `cpu_restore`, in the kernel (page-cache writes, socket reads): the part that the
+    # write size moved (`ranged_download.WRITE_SLICE`)
+    cpu_restore_system: float = 0.0
     # per restore: its ranged GETs by read path (`TransferStats.read_paths`); the agent's only
     read_paths: list[dict[str, int]] = field(default_factory=list)
 
@@ -233,9 +264,9 @@ class SizeRun:
                          part_size=16 * MIB)  # fmt: skip
         reader.warm()  # as the agent's JobStorage does at start, before the restore phase
         dest = self.work / "agent-restore"
-        c2, t2 = cpu_s(), time.perf_counter()
+        c2, t2 = cpu_times(), time.perf_counter()
         result = restore_latest(reader, uploaded, 2, dest, file_concurrency=4)
-        t3, c3 = time.perf_counter(), cpu_s()
+        t3, c3 = time.perf_counter(), cpu_times()
         self.agent_side.read_paths.append(dict(reader.stats.read_paths))
         reader.close()
         assert result.restored is not None and result.restored.ref.step == self.step
@@ -244,7 +275,8 @@ class SizeRun:
         side.upload.append(mb / (t1 - t0))
         side.restore.append(mb / (t3 - t2))
         side.cpu_up += c1 - c0
-        side.cpu_restore += c3 - c2
+        side.cpu_restore += (c3 - c2).total_s
+        side.cpu_restore_system += (c3 - c2).system_s
         self._progress("agent", side)
         return side.upload[-1]
 
@@ -253,13 +285,14 @@ class SizeRun:
         mb = self.nbytes / 1e6
         remote = f"s3://{self.ep.bucket}/s5/{self.step}/"
         dest = self.work / "s5-restore"
-        c0, t0 = children_cpu_s(), time.perf_counter()
+        c0, t0 = children_cpu_times(), time.perf_counter()
         s5cmd(self.ep, "cp", f"{src}/*", remote)
-        t1, c1 = time.perf_counter(), children_cpu_s()
+        t1, c1 = time.perf_counter(), children_cpu_times()
         s5cmd(self.ep, "cp", f"{remote}*", f"{dest}/")
-        t2, c2 = time.perf_counter(), children_cpu_s()
-        self.s5_side.cpu_up += c1 - c0
-        self.s5_side.cpu_restore += c2 - c1
+        t2, c2 = time.perf_counter(), children_cpu_times()
+        self.s5_side.cpu_up += (c1 - c0).total_s
+        self.s5_side.cpu_restore += (c2 - c1).total_s
+        self.s5_side.cpu_restore_system += (c2 - c1).system_s
         shutil.rmtree(dest)
         shutil.rmtree(self.work / "s3" / self.ep.bucket / "s5" / str(self.step))  # on disk
         self.s5_side.upload.append(mb / (t1 - t0))
@@ -298,11 +331,83 @@ def transfer_bench(
         "mib": run.nbytes / MIB, "pairs": pairs, "upload_ratio": up, "restore_ratio": down,
         "agent_upload_mb_s": a.upload, "s5cmd_upload_mb_s": b.upload,
         "agent_restore_mb_s": a.restore, "s5cmd_restore_mb_s": b.restore,
-        "agent_cpu_s_per_gib": {"upload": a.cpu_up / gib, "restore": a.cpu_restore / gib},
-        "s5cmd_cpu_s_per_gib": {"upload": b.cpu_up / gib, "restore": b.cpu_restore / gib},
+        "agent_cpu_s_per_gib": cpu_per_gib(a, gib), "s5cmd_cpu_s_per_gib": cpu_per_gib(b, gib),
         "load_1min": quartiles(run.loads),
         "agent_restore_read_paths": a.read_paths,
     }  # fmt: skip
+
+
+def cpu_per_gib(side: Side, gib: float) -> dict[str, float]:
+    return {"upload": side.cpu_up / gib, "restore": side.cpu_restore / gib,
+            "restore_system": side.cpu_restore_system / gib}  # fmt: skip
+
+
+def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures that decide the goal at one size, over its `runs` (`transfer_bench` results),
+    under flat keys for a summary table: the pair ratios of all runs pooled (median, IQR) and
+    each run's median (restore, upload); CPU seconds per GiB on both sides (restore, its system
+    part, upload), the mean over the runs; the agent's read paths and the most it hands one
+    `pwrite`; the load average the bench sampled (median of the runs' medians, lowest,
+    highest)."""
+
+    def pooled(name: str) -> tuple[Quartiles, list[float]]:
+        summaries: list[RatioSummary] = [run[name] for run in runs]
+        ratios = [r for summary in summaries for r in summary.ratios]
+        return quartiles(ratios), [summary.median for summary in summaries]
+
+    def mean_cpu(side: str, what: str) -> float:
+        return statistics.fmean(run[side][what] for run in runs)
+
+    down, down_runs = pooled("restore_ratio")
+    up, up_runs = pooled("upload_ratio")
+    loads: list[Quartiles] = [run["load_1min"] for run in runs]
+    return {
+        "mib": round(runs[0]["mib"]), "runs": len(runs), "pairs": sum(r["pairs"] for r in runs),
+        "restore_ratio_median": down.median, "restore_ratio_iqr": [down.q1, down.q3],
+        "restore_ratio_run_medians": down_runs, "restore_meets_goal": down.median >= GOAL,
+        "upload_ratio_median": up.median, "upload_ratio_iqr": [up.q1, up.q3],
+        "upload_ratio_run_medians": up_runs, "upload_meets_goal": up.median >= GOAL,
+        "agent_restore_cpu_s_per_gib": mean_cpu("agent_cpu_s_per_gib", "restore"),
+        "s5cmd_restore_cpu_s_per_gib": mean_cpu("s5cmd_cpu_s_per_gib", "restore"),
+        "agent_restore_system_cpu_s_per_gib": mean_cpu("agent_cpu_s_per_gib", "restore_system"),
+        "s5cmd_restore_system_cpu_s_per_gib": mean_cpu("s5cmd_cpu_s_per_gib", "restore_system"),
+        "agent_upload_cpu_s_per_gib": mean_cpu("agent_cpu_s_per_gib", "upload"),
+        "s5cmd_upload_cpu_s_per_gib": mean_cpu("s5cmd_cpu_s_per_gib", "upload"),
+        "agent_restore_read_paths": _total(
+            [paths for run in runs for paths in run["agent_restore_read_paths"]]
+        ),
+        "agent_restore_write_kib": WRITE_SLICE // 1024,
+        "load_1min_median": statistics.median(q.median for q in loads),
+        "load_1min_min": min(q.min for q in loads), "load_1min_max": max(q.max for q in loads),
+        "cores": os.cpu_count(),
+    }  # fmt: skip
+
+
+def describe_headline(top: dict[str, Any]) -> list[str]:
+    """The headline of several runs at one size, as the report's lines."""
+
+    def run_medians(name: str) -> str:
+        return ", ".join(f"{m:.2f}" for m in top[f"{name}_ratio_run_medians"])
+
+    lines = [f"size {top['mib']} MiB, {top['runs']} runs, {top['pairs']} pairs pooled"]
+    for name in ("restore", "upload"):
+        q1, q3 = top[f"{name}_ratio_iqr"]
+        lines.append(
+            f"  {name}_ratio: median {top[f'{name}_ratio_median']:.2f} (IQR {q1:.2f}–{q3:.2f}; "
+            f"run medians {run_medians(name)}) "
+            f"{'meets' if top[f'{name}_meets_goal'] else 'misses'} {GOAL}"
+        )
+    lines.append(
+        f"  restore cpu_s_per_gib: agent {top['agent_restore_cpu_s_per_gib']:.2f} (system "
+        f"{top['agent_restore_system_cpu_s_per_gib']:.2f}), s5cmd "
+        f"{top['s5cmd_restore_cpu_s_per_gib']:.2f} (system "
+        f"{top['s5cmd_restore_system_cpu_s_per_gib']:.2f}), mean of the runs"
+    )
+    lines.append(
+        f"  load_1min: median {top['load_1min_median']:.2f} (min {top['load_1min_min']:.2f}, "
+        f"max {top['load_1min_max']:.2f}) on {top['cores']} cores"
+    )
+    return lines
 
 
 class _Api(BaseHTTPRequestHandler):
@@ -354,6 +459,40 @@ def idle_bench(work: Path, seconds: float, *, direct: bool = False) -> float:
     return 100 * (c1 - c0) / (t1 - t0)
 
 
+def page_cache_write_cpu_s_per_gib(path: Path, write_kib: int, total_mib: int = 128) -> float:
+    """System CPU seconds per GiB to write a new file of `total_mib` in pwrites of `write_kib`
+    from one reused buffer, the file sized first, as a restored range lands
+    (`ranged_download.write_at`)."""
+    block = memoryview(bytearray(os.urandom(MIB)))
+    step = write_kib * 1024
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, total_mib * MIB)
+        before = cpu_times()
+        for offset in range(0, total_mib * MIB, MIB):
+            for start in range(0, MIB, step):
+                os.pwrite(fd, block[start : start + step], offset + start)
+        spent = cpu_times() - before
+    finally:
+        os.close(fd)
+        path.unlink()
+    return spent.system_s / (total_mib / 1024)
+
+
+def page_cache_write_bench(
+    work: Path, write_kibs: list[int], rounds: int, gap_s: float = 3.0
+) -> dict[str, Quartiles]:
+    """The kernel's CPU per GiB of new page cache by write size, the sizes interleaved round by
+    round, each write `gap_s` after the last file was deleted (as a restore follows the
+    previous one's deletion in the transfer bench)."""
+    spent: dict[int, list[float]] = {kib: [] for kib in write_kibs}
+    for _ in range(rounds):
+        for kib in write_kibs:
+            time.sleep(gap_s)
+            spent[kib].append(page_cache_write_cpu_s_per_gib(work / "page-cache.bin", kib))
+    return {f"{kib}_kib": quartiles(values) for kib, values in spent.items()}
+
+
 def describe_read_paths(read_paths: dict[str, int]) -> str:
     """`{"socket readinto": 9}` as "read path: socket readinto ×9"."""
     if not read_paths:
@@ -378,8 +517,9 @@ def report(size: dict[str, Any]) -> list[str]:
         f"restore {_median(size['s5cmd_restore_mb_s']):.1f} MB/s (medians)",
         f"  upload_ratio: {up.describe()} {'meets' if up.meets(GOAL) else 'misses'} {GOAL}",
         f"  restore_ratio: {down.describe()} {'meets' if down.meets(GOAL) else 'misses'} {GOAL}",
-        f"  cpu_s_per_gib: agent upload {cpu['upload']:.2f} restore {cpu['restore']:.2f}; "
-        f"s5cmd upload {s5cpu['upload']:.2f} restore {s5cpu['restore']:.2f}",
+        f"  cpu_s_per_gib: agent upload {cpu['upload']:.2f} restore {cpu['restore']:.2f} "
+        f"(system {cpu['restore_system']:.2f}); s5cmd upload {s5cpu['upload']:.2f} restore "
+        f"{s5cpu['restore']:.2f} (system {s5cpu['restore_system']:.2f})",
         f"  load_1min: median {load.median:.2f} (min {load.min:.2f}, max {load.max:.2f}) "
         f"on {os.cpu_count()} cores",
         f"  agent restore {describe_read_paths(_total(size['agent_restore_read_paths']))} "
@@ -395,6 +535,23 @@ def _total(per_restore: list[dict[str, int]]) -> dict[str, int]:
     return total
 
 
+def page_cache_main(write_kibs: list[int], rounds: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+        spent = page_cache_write_bench(Path(tmp), write_kibs, max(rounds, 3))
+    load = os.getloadavg()[0]
+    for name, q in spent.items():
+        print(f"page_cache_system_cpu_s_per_gib {name}: median {q.median:.2f} "
+              f"(min {q.min:.2f}, max {q.max:.2f}, {q.n} rounds)")  # fmt: skip
+    print(f"load_1min at the end: {load:.2f} on {os.cpu_count()} cores")
+    headline = {f"system_cpu_s_per_gib_{name}_median": q.median for name, q in spent.items()}
+    path = write_results(
+        "agent_transfer_page_cache",
+        {"headline": {**headline, "load_1min_end": load}, "write_sizes": spent},
+    )
+    print(f"results: {path.relative_to(ROOT)}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="128 MiB only")
@@ -402,17 +559,35 @@ def main() -> int:
     parser.add_argument("--sizes", default=None, help="MiB, comma separated (128,1024,4096)")
     parser.add_argument("--idle-seconds", type=float, default=None)
     parser.add_argument(
+        "--runs", type=int, default=1, help="runs per size, each with its own endpoint and pairs"
+    )
+    parser.add_argument(
         "--direct", action="store_true", help="rclone itself, without the R2 front (a baseline)"
     )
+    parser.add_argument(
+        "--page-cache-writes",
+        default=None,
+        help="KiB, comma separated (32,64,1024): only the kernel's CPU per GiB written by size",
+    )
     args = parser.parse_args()
+    if args.page_cache_writes:
+        return page_cache_main([int(x) for x in args.page_cache_writes.split(",")], args.runs)
     sizes = [int(x) for x in (args.sizes or ("128" if args.quick else "128,1024,4096")).split(",")]
     idle_s = args.idle_seconds or (20.0 if args.quick else 60.0)
     results: list[dict[str, Any]] = []
+    headlines: list[dict[str, Any]] = []
     print(f"endpoint: {'rclone directly' if args.direct else 'R2 front before rclone'}")
     for total_mb in sizes:
-        with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
-            results.append(transfer_bench(Path(tmp), total_mb, args.pairs, direct=args.direct))
-        print("\n".join(report(results[-1])), flush=True)
+        runs: list[dict[str, Any]] = []
+        for run in range(args.runs):
+            with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+                result = transfer_bench(Path(tmp), total_mb, args.pairs, direct=args.direct)
+            runs.append({"run": run + 1, **result})
+            print(f"run {run + 1} of {args.runs}: " + "\n".join(report(result)), flush=True)
+        headlines.append(headline(runs))
+        if args.runs > 1:
+            print("\n".join(describe_headline(headlines[-1])), flush=True)
+        results.extend(runs)
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         idle_pct = idle_bench(Path(tmp), idle_s, direct=args.direct)
     print(f"agent_idle_cpu_pct: {idle_pct:.2f} (of one core, over {idle_s:.0f} s)")
@@ -422,7 +597,13 @@ def main() -> int:
             r[name] = {"ratios": list(summary.ratios), **asdict(summary.stats)}
     path = write_results(
         "agent_transfer" + ("_quick" if args.quick else ""),
-        {"direct": args.direct, "goal": GOAL, "sizes": results, "agent_idle_cpu_pct": idle_pct},
+        {
+            "direct": args.direct,
+            "goal": GOAL,
+            "headline": headlines,
+            "sizes": results,
+            "agent_idle_cpu_pct": idle_pct,
+        },
     )
     print(f"results: {path.relative_to(ROOT)}")
     return 0

@@ -8,9 +8,10 @@ is 0.54 and reading the bytes back for it about 0.1; BENCHMARKS.md): reading a r
 page faults on these VMs (a copy into a reused buffer: 0.07); and a range held in memory was
 hashed only once all of it had arrived. Hashing the file after its bytes were written also
 means the digest covers exactly what is on disk: a retry resumes a range where it stopped, so
-no byte is written twice. The bytes go to the file in writes of at most `WRITE_SLICE`: on the
-development VM larger writes into new page-cache pages cost several times the kernel time (a
-128 MiB restore: 0.35–0.41 s of system time in 1 MiB writes, 0.05–0.08 s in 64 KiB ones).
+no byte is written twice. The bytes go to the file in writes of at most `WRITE_SLICE` (32 KiB,
+the size s5cmd writes in): on the development VM a larger write takes page-cache pages that often
+cost the kernel several times the CPU to fill (a 128 MiB restore in 64 KiB writes: 1.9–4.6
+CPU-s/GiB of system time; in 32 KiB writes 0.5–2.3; BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ from botocore.exceptions import IncompleteReadError
 from tether_agent.checkpoints import MIB
 
 CHUNK = MIB  # the reused buffer of each range thread, and of each file's hasher
-# The most one pwrite hands the page cache. On the development VM (Linux 6.18) writes of
-# 128 KiB–1 MiB into new page-cache pages cost the kernel 0.5–4 CPU-s/GiB, writes of 64 KiB
-# 0.2–0.4 (probably the larger page-cache folios a large write asks for, taken from memory the
-# hypervisor had reclaimed); a 128 MiB restore spent 0.35–0.41 s of system time with 1 MiB
-# writes, 0.05–0.08 s with 64 KiB (BENCHMARKS.md). The extra system calls (16 a MiB) cost
-# nothing measurable.
-WRITE_SLICE = 64 * 1024
+# The most one pwrite hands the page cache. Linux fills a buffered write into page-cache folios
+# sized by the write; 32 KiB (order 3) is the largest the page allocator serves from its per-CPU
+# lists of recently freed pages. Larger ones are cut from the free lists' large blocks, which on
+# the development VM (a Firecracker guest whose balloon reports free memory to the host) the
+# host probably has to fault back in on first touch: `perf` puts the time in the kernel's copy
+# into the new pages (`copy_folio_from_iter_atomic`). Writing 128 MiB to a new file, 8 rounds
+# each, system CPU-s/GiB: 32 KiB writes 0.24–0.40, 64 KiB 1.15–1.88, 1 MiB about 3
+# (BENCHMARKS.md). s5cmd writes in 32 KiB (Go's `io.Copy` buffer). The extra system calls (32 a
+# MiB) cost nothing measurable.
+WRITE_SLICE = 32 * 1024
 # How a range's body reaches the buffer (`body_reader`), as `TransferStats.read_paths` counts it.
 READ_PATH_DIRECT = "socket readinto"
 READ_PATH_COPY = "read copy"
