@@ -146,10 +146,39 @@ def render_cold_start(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_transfer(data: dict[str, Any]) -> list[str]:
-    goal = data.get("goal") or 0.95
+def _ratio(median: float | None, low: float | None, high: float | None) -> str:
+    return "—" if median is None else f"{median:.2f} ({low or 0:.2f}–{high or 0:.2f})"
+
+
+def _pooled_rows(headline: list[dict[str, Any]], goal: float) -> list[list[str]]:
+    """One row per size from the bench's `headline`: every run's pairs pooled."""
     rows = []
-    for size in data.get("sizes") or []:
+    for size in headline:
+        restore = size.get("restore_ratio_median")
+        low, high = (size.get("restore_ratio_iqr") or [None, None])[:2]
+        run_medians = size.get("restore_ratio_run_medians") or []
+        paths = size.get("agent_restore_read_paths") or {}
+        rows.append(
+            [
+                f"{size.get('mib', 0):.0f} MiB, {size.get('runs', 1)} run(s) × "
+                f"{size.get('pairs', '?')} pairs",
+                f"{size.get('upload_ratio_median') or 0:.2f}",
+                _ratio(restore, low, high),
+                ", ".join(f"{m:.2f}" for m in run_medians) or "—",
+                f"{size.get('agent_restore_cpu_s_per_gib') or 0:.2f} / "
+                f"{size.get('s5cmd_restore_cpu_s_per_gib') or 0:.2f}",
+                ", ".join(f"{p} ×{n}" for p, n in paths.items()) or "—",
+                f"{size.get('load_1min_median') or 0:.1f}",
+                verdict(restore is not None and restore >= goal),
+            ]
+        )
+    return rows
+
+
+def _per_run_rows(sizes: list[dict[str, Any]], goal: float) -> list[list[str]]:
+    """One row per run from `sizes`, for a result written before the bench pooled its runs."""
+    rows = []
+    for size in sizes:
         paths: dict[str, int] = {}
         for per_restore in size.get("agent_restore_read_paths") or []:
             for path, count in per_restore.items():
@@ -159,8 +188,8 @@ def render_transfer(data: dict[str, Any]) -> list[str]:
             [
                 f"{size.get('mib', 0):.0f} MiB × {size.get('pairs', '?')} pairs",
                 f"{dig(size, 'upload_ratio', 'median') or 0:.2f}",
-                f"{restore or 0:.2f} ({dig(size, 'restore_ratio', 'q1') or 0:.2f}–"
-                f"{dig(size, 'restore_ratio', 'q3') or 0:.2f})",
+                _ratio(restore, dig(size, "restore_ratio", "q1"), dig(size, "restore_ratio", "q3")),
+                "—",
                 f"{dig(size, 'agent_cpu_s_per_gib', 'restore') or 0:.2f} / "
                 f"{dig(size, 's5cmd_cpu_s_per_gib', 'restore') or 0:.2f}",
                 ", ".join(f"{p} ×{n}" for p, n in paths.items()) or "—",
@@ -168,10 +197,21 @@ def render_transfer(data: dict[str, Any]) -> list[str]:
                 verdict(restore is not None and restore >= goal),
             ]
         )
+    return rows
+
+
+def render_transfer(data: dict[str, Any]) -> list[str]:
+    goal = data.get("goal") or 0.95
+    headline = data.get("headline")
+    if isinstance(headline, list) and headline:
+        rows = _pooled_rows(headline, goal)
+    else:
+        rows = _per_run_rows(data.get("sizes") or [], goal)
     header = [
         "size",
         "upload ×s5cmd",
         "restore ×s5cmd (IQR)",
+        "run medians",
         "restore CPU-s/GiB agent / s5cmd",
         "read path",
         "load",

@@ -57,6 +57,28 @@ def test_a_missed_goal_is_printed_as_plainly_as_a_met_one(results: Path) -> None
     assert "the heartbeat's cold import ≤ 0.5 s: met" in text
 
 
+def test_the_transfer_row_pools_the_runs_from_the_headline(results: Path) -> None:
+    pooled = {
+        "mib": 128,
+        "runs": 3,
+        "pairs": 15,
+        "upload_ratio_median": 0.99,
+        "restore_ratio_median": 1.06,
+        "restore_ratio_iqr": [0.94, 1.47],
+        "restore_ratio_run_medians": [0.95, 1.15, 0.96],
+        "agent_restore_cpu_s_per_gib": 2.36,
+        "s5cmd_restore_cpu_s_per_gib": 2.72,
+        "agent_restore_read_paths": {"socket readinto": 165},
+        "load_1min_median": 1.4,
+    }
+    write(results, "agent_transfer_quick", {**transfer(0.5), "headline": [pooled]})
+    text = "\n".join(summary.summarize(since=None, quick=True))
+    assert "128 MiB, 3 run(s) × 15 pairs" in text
+    assert "1.06 (0.94–1.47)" in text and "0.95, 1.15, 0.96" in text
+    assert "socket readinto ×165" in text
+    assert "0.50" not in text  # one run's row is not shown beside the pooled one
+
+
 def test_a_result_older_than_the_run_is_not_shown_as_this_runs(results: Path) -> None:
     write(results, "agent_transfer_quick", transfer(0.99), mtime=1_000.0)
     text = "\n".join(summary.summarize(since=2_000.0, quick=True))
