@@ -37,9 +37,12 @@ define install
 		&& echo "make: $(1) installed in $$((SECONDS - start)) s"
 endef
 
-.PHONY: venv demo test test-fast lint format bench mutate synth deploy clean
+.PHONY: venv venv-demo demo test test-fast lint format bench mutate synth deploy clean
 
 venv: $(STAMP)
+
+# The demo's install set alone (no torch): enough for the CDK app, which cdk.json runs.
+venv-demo: $(DEMO_STAMP)
 
 $(DEMO_STAMP): $(INSTALL_INPUTS)
 	$(venv_ready)

@@ -83,9 +83,12 @@ def test_the_walkthrough_creates_the_venv_before_anything_runs_the_cdk_app() -> 
     by_hand = doc_block("## Each step by hand")
     assert by_hand[0] == "make venv"
     assert by_hand.index("npx --yes aws-cdk@2.1148.1 bootstrap aws://ACCOUNT/REGION") > 0
-    # `npx cdk …` with no --app runs cdk.json's command: it makes the venv it then uses.
+    # `npx cdk …` with no --app runs cdk.json's command: it makes the venv it then uses, with
+    # the demo's install set (the CDK app needs no torch).
     app = json.loads((ROOT / "cdk.json").read_text())["app"]
-    assert app == "make --silent venv >&2 && .venv/bin/python -m infra.app"
+    assert app == "make --silent venv-demo >&2 && .venv/bin/python -m infra.app"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\nvenv-demo: $(DEMO_STAMP)\n" in makefile
 
 
 def test_the_documented_make_deploy_passes_the_alarm_email_to_tether_deploy() -> None:
