@@ -42,8 +42,8 @@ from functions.domain.cost import NoQualifyingOffer, OfferCost, plan_job
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
 from functions.domain.pace import pace_estimator, startup_estimator
-from functions.domain.speed_law import SpeedLaw
 from functions.domain.rent import MAX_OFFERS_PER_ATTEMPT, startup_cost_usd
+from functions.domain.speed_law import SpeedLaw
 from tether_cli import code_ship, output, plan
 from tether_cli.api_client import ApiReply, TetherApi
 from tether_cli.code_pack import Packed

@@ -122,15 +122,19 @@ def after_first_generation(
     """tether's pick for the rest of a job after its first generation: it rents what it would
     on a first run (`law`, default tether's prior), that host trains at its true pace (measured
     with `MEASURE_SIGMA` of jitter), the generation's sample is filed, and the replacement is
-    planned with what it showed (`pace_estimator` with the law, as `plan_rent` does)."""
+    planned with what it showed (`pace_estimator` with the law and that host's own pace, as
+    `plan_rent` does)."""
 
     def choose(job: JobSpec, offers: Sequence[Offer]) -> Offer:
         job = with_steps(job)
         memory = PaceMemory(name=job.name, law=SpeedLaw() if law is None else law)
         first = plan_job(job, offers, estimate=memory.estimator()).ranking[0].offer
         hours = job.expected_hours / truth[first.id].speed
-        memory.observe(job, first, hours * math.exp(rng.gauss(0.0, MEASURE_SIGMA)))
-        return plan_job(job, offers, estimate=memory.estimator()).ranking[0].offer
+        measured = hours * math.exp(rng.gauss(0.0, MEASURE_SIGMA))
+        memory.observe(job, first, measured)
+        steps = float(job.total_steps or BENCH_TOTAL_STEPS)
+        hosts = {} if first.machine_id is None else {first.machine_id: steps / measured}
+        estimate = pace_estimator(memory.measures(), pool=memory.pool, law=memory.law, hosts=hosts)
+        return plan_job(job, offers, estimate=estimate).ranking[0].offer
 
     return choose
-

@@ -49,7 +49,8 @@ dlperf, and a job learns only the models it rented):
 With the speed law held unknown (`pace_estimator(law=...)`, what the planner passes:
 `functions/domain/speed_law.py`), a job with `reference_gpu` and `total_steps` is priced by the
 law's posterior after every run that knew its host's dlperf (`job_speed_law`, from the same fit
-sums): a measured model's hosts at the law's hours × how far its runs were off the law
+sums): a machine the job itself ran on at its own pace (`host_paces`), a measured model's
+other hosts at the law's hours × the model's share of how far its runs were off the law
 (`_off_law`), every other offer at the posterior-mean hours, in place of the refit and the
 pooled factor; the steps left scale both.
 
@@ -62,7 +63,7 @@ else the GPU model's, else the spec's `expected_startup_min`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -79,7 +80,7 @@ from functions.domain.job import Generation, Job
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
 from functions.domain.speed import SpeedEstimate, StartupEstimate, prior_estimate, spec_startup
-from functions.domain.speed_law import SpeedLaw, law_sums
+from functions.domain.speed_law import SpeedLaw, law_sums, model_share
 
 MIN_SAMPLE_S = 300.0  # five minutes of training at least
 MIN_SAMPLE_STEPS = 10
@@ -378,14 +379,30 @@ def _carried(
 
 
 def _off_law(job: JobSpec, pace: Pace, law: SpeedLaw) -> float:
-    """How far a measured GPU model's hours were from what `law` says at its hosts' speed: its
-    runs' measured hours ÷ the law's at their mean speed figure (geometric means). On the host
-    that ran, the law's hours × this are the measured hours."""
+    """How far a measured GPU model's other hosts are expected off what `law` says: its runs'
+    measured hours ÷ the law's at their mean speed figure (geometric means), to the model's
+    share (`speed_law.model_share`: most of one run's deviation is its own host's)."""
     sums = law_sums(job, pace.fit_sums)
     if sums.runs <= 0:
         return 1.0
     measured = math.exp(-sums.y / sums.runs)  # hours ÷ expected_hours
-    return measured / law.hours_factor(math.exp(sums.x / sums.runs))
+    off = measured / law.hours_factor(math.exp(sums.x / sums.runs))
+    return float(off ** model_share(sums.runs))
+
+
+def host_paces(generations: Iterable[Generation]) -> dict[int, float]:
+    """Steps per hour the job's own generations trained at, per machine (`pace_sample`, so
+    bounded as the store's samples are): what a replacement on a host the job ran on will do."""
+    steps: dict[int, float] = {}
+    seconds: dict[int, float] = {}
+    for generation in generations:
+        sample = pace_sample(generation)
+        if sample is None or generation.machine_id is None:
+            continue
+        machine = generation.machine_id
+        steps[machine] = steps.get(machine, 0.0) + sample.steps
+        seconds[machine] = seconds.get(machine, 0.0) + sample.seconds
+    return {m: steps[m] / seconds[m] * 3600 for m in steps if seconds[m] > 0 and steps[m] > 0}
 
 
 def job_speed_law(job: JobSpec, measures: JobMeasures, law: SpeedLaw | None = None) -> SpeedLaw:
@@ -405,12 +422,15 @@ def pace_estimator(
     prior_runs: int = PRIOR_RUNS,
     pool: bool = POOL,
     law: SpeedLaw | None = None,
+    hosts: Mapping[int, float] | None = None,
 ) -> Estimator:
     """The job's hours on an offer from its measured paces (module docstring), for the work
     left after `resume_step`; the prior where nothing applies. With `law` (the planner's, since
     the speed law is unknown), a job with `reference_gpu` prices every offer whose GPU model
     was not measured by that law's posterior after the measured runs (`job_speed_law`), in
-    place of the dlperf-ratio prior, the refit and the pooled factor."""
+    place of the dlperf-ratio prior, the refit and the pooled factor. `hosts`: steps per hour
+    the job itself trained at on a machine (`host_paces`): that machine at its own pace."""
+    own = hosts or {}
 
     posteriors: list[tuple[JobSpec, SpeedLaw]] = []  # the last job's: one per plan, not offer
 
@@ -428,6 +448,16 @@ def pace_estimator(
             left = max(0, job.total_steps - resume_step)
             steps_left = f"{left} of {job.total_steps} steps left"
             factor = None if pace is None else pace.factor(prior_runs)
+            seen = own.get(offer.machine_id) if offer.machine_id is not None else None
+            if seen is not None and seen > 0:
+                return SpeedEstimate(
+                    hours=left / seen,
+                    source="measured",
+                    runs=1,
+                    basis="measured on this host",
+                    detail=f"measured: {seen:.0f} steps/h on this machine (the job ran here); "
+                    f"{steps_left}",
+                )
             if post is not None and by_law is not None and pace is not None and pace.fit_runs:
                 off = _off_law(job, pace, post)
                 hours = by_law.hours * left / job.total_steps * off

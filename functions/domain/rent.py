@@ -32,6 +32,7 @@ from functions.domain.pace import (
     add_sample,
     done_step,
     gpu_key,
+    host_paces,
     measures_of,
     pace_estimator,
     pace_sample,
@@ -98,7 +99,8 @@ def plan_rent(
     after the step this generation resumes from; None: the paces the job's own generations
     showed (`own_measures`) and the spec's start-up. `law`: the prior over the speed law
     (`functions/domain/speed_law.py`, default its own), updated by those measures, so a
-    replacement is priced by what the job's hosts showed."""
+    replacement is priced by what the job's hosts showed, and a machine it ran on at its own
+    pace (`host_paces`)."""
     generations = tuple(generations)
     job = with_known_spend(job, generations)  # the budget and the lease on the exact spend
     blocked = blocklist(generations, reputations, now=now)
@@ -109,7 +111,7 @@ def plan_rent(
             job.spec, offers, blocklist=blocked, hazard=hazard,
             estimate=pace_estimator(
                 learned, resume_step=done_step(job, generation),
-                law=SpeedLaw() if law is None else law,
+                law=SpeedLaw() if law is None else law, hosts=host_paces(generations),
             ),
             estimate_startup=startup_estimator(learned),
         )  # fmt: skip

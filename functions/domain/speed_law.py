@@ -20,8 +20,9 @@ r = y − a·x share s: with n runs, S1 = Σr, S2 = Σr², the marginal likeliho
 
     log L(a) = −(S2 − k·S1²) / (2 σ²) + const,   k = τ² / (σ² + n τ²)
 
-(σ `HOST_SIGMA`, τ `SCALE_SIGMA`), and s's posterior mean is k·S1. One run on one host therefore tells the scale (mostly) and, when
-its ρ is far from 1, the exponent too; runs at two speed levels tell the exponent. Everything
+(σ `HOST_SIGMA`, τ `SCALE_SIGMA`), and s's posterior mean is k·S1. One run on one host
+therefore tells the scale (mostly) and, when its ρ is far from 1, the exponent too; runs at two
+speed levels tell the exponent. Everything
 comes from the sums (n, Σx, Σxx, Σy, Σxy) the pace store already adds atomically
 (`calibration.FitSums`); Σy² is the same for every a and cancels.
 
@@ -57,6 +58,9 @@ PRIOR_WEIGHTS: tuple[float, ...] = tuple(
     for i in range(len(EXPONENTS))
 )
 HOST_SIGMA = 0.2  # one host's pace around its law (hosts of one model differ: calibration.py)
+# What a GPU model's hosts share beyond the law (its own memory or drivers): small next to one
+# host's own spread, so one run says little of the model's other hosts (`model_share`).
+MODEL_SIGMA = 0.1
 SCALE_SIGMA = 0.3  # how far a spec's expected_hours on its reference GPU may be off (log)
 
 
@@ -98,6 +102,15 @@ def law_sums(job: JobSpec, fit: FitSums) -> LawSums:
         y=fit.y - n * ly,
         xy=fit.xy - ly * fit.x - lx * fit.y + n * lx * ly,
     )
+
+
+def model_share(runs: int) -> float:
+    """How much of a GPU model's measured deviation from the law its other hosts take: the
+    model's share of the variance, MODEL_SIGMA² ÷ (MODEL_SIGMA² + HOST_SIGMA² ÷ runs). The host
+    that ran is priced by its own pace (`pace_estimator`'s `hosts`)."""
+    if runs <= 0:
+        return 0.0
+    return MODEL_SIGMA**2 / (MODEL_SIGMA**2 + HOST_SIGMA**2 / runs)
 
 
 @dataclass(frozen=True)
@@ -150,8 +163,8 @@ class SpeedLaw:
     def hours_factor(self, ratio: float) -> float:
         """Expected hours on a host of relative speed `ratio` ÷ `expected_hours`."""
         post = self.posterior
-        return sum(
-            w * ratio ** (-a) * math.exp(-s)
+        return math.fsum(
+            w * math.pow(ratio, -a) * math.exp(-s)
             for a, w, s in zip(self.exponents, post.weights, post.log_scales, strict=True)
         )
 

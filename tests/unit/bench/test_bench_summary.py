@@ -83,7 +83,7 @@ def test_the_planner_regret_prints_each_rule_per_truth_and_its_goals(results: Pa
         return {rule: {"median": m, "p90": 2 * m} for rule, m in cells.items()}
 
     by_truth = {"sublinear": row(0.089, 0.065, 0.174, 0.102), "flat": row(0.30, 0.06, 0.127, 0.05)}
-    data = {"summary": {"qlora-7b": by_truth}}
+    data: dict[str, Any] = {"summary": {"qlora-7b": by_truth}}
     data["goals"] = goals_of(data["summary"], {"qlora-7b": True})
     write(results, "planner_regret_quick", data)
     text = "\n".join(summary.summarize(since=None, quick=True))

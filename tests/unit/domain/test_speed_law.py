@@ -18,6 +18,7 @@ from functions.domain.pace import (
     Pace,
     add_sample,
     bounded_sample,
+    host_paces,
     job_speed_law,
     pace_estimator,
 )
@@ -28,6 +29,7 @@ from functions.domain.speed_law import (
     LawSums,
     SpeedLaw,
     law_sums,
+    model_share,
     weights_table,
 )
 from tests.unit.domain import builders
@@ -41,7 +43,7 @@ JOB = make_job(reference_gpu="RTX 4090", total_steps=6000)  # 2 h on one 4090: 3
 
 def prior_factor(ratio: float) -> float:
     """The prior's expected hours ÷ expected_hours on a host of relative speed `ratio`."""
-    return sum(w * ratio ** (-a) for a, w in zip(EXPONENTS, PRIOR_WEIGHTS, strict=True))
+    return math.fsum(w * math.pow(ratio, -a) for a, w in zip(EXPONENTS, PRIOR_WEIGHTS, strict=True))
 
 
 # --- the prior ----------------------------------------------------------------------------------
@@ -57,7 +59,7 @@ def test_the_prior_keeps_the_specs_hours_on_the_reference() -> None:
 def test_the_prior_hours_are_the_mean_over_the_laws() -> None:
     # Half the reference's dlperf, weights .2975 .2380 .1904 .1523 .1218 (∝ 0.8^i):
     # .2975 + .2380 × 2^¼ + .1904 × 2^½ + .1523 × 2^¾ + .1218 × 2 = 1.3495.
-    assert PRIOR_WEIGHTS == pytest.approx((0.2975, 0.2380, 0.1904, 0.1523, 0.1218), abs=1e-4)
+    assert pytest.approx((0.2975, 0.2380, 0.1904, 0.1523, 0.1218), abs=1e-4) == PRIOR_WEIGHTS
     estimate = SpeedLaw().estimate(JOB, make_offer(1, dlperf=REF / 2))
     assert estimate.hours == pytest.approx(2 * 1.3495, rel=1e-3)
     assert estimate.source == "prior"
@@ -146,21 +148,29 @@ def test_the_estimator_prices_unmeasured_models_by_the_posterior() -> None:
     other = estimate(JOB, make_offer(1, gpu_name="RTX 3080", dlperf=0.25 * REF))
     assert other.hours == pytest.approx(2 * posterior.hours_factor(0.25))
     assert other.hours < 2 * prior_factor(0.25)  # flatter than the prior said
-    # The model that ran: its measured hours, 6000 / 3000 = 2 h, on a host at its dlperf.
+    # Another host of the model that ran: the law's hours × the model's share of how far the
+    # run was off them (one run: 0.1² ÷ (0.1² + 0.2²) = 0.2; the rest was that host's own).
+    law_hours = 2 * posterior.hours_factor(0.4)
     same = estimate(JOB, make_offer(2, gpu_name="RTX 3090", dlperf=0.4 * REF))
     assert same.source == "measured"
-    assert same.hours == pytest.approx(2.0)
+    assert model_share(1) == pytest.approx(0.2)
+    assert same.hours == pytest.approx(law_hours * (2.0 / law_hours) ** 0.2)
+    # The machine that ran: its own pace, 6000 / 3000 = 2 h.
+    ran = make_offer(3, gpu_name="RTX 3090", dlperf=0.4 * REF, machine_id=77)
+    mine = pace_estimator(measures, law=SpeedLaw(), hosts={77: 3000.0})(JOB, ran)
+    assert (mine.source, mine.hours, mine.basis) == ("measured", 2.0, "measured on this host")
 
 
 def trained_on(dlperf: float, steps_per_hour: float) -> Generation:
-    """Generation 1 of the builders' job: an hour of training on an RTX 3090 of `dlperf`."""
+    """Generation 1 of the builders' job: an hour of training on machine 20, an RTX 3090 of
+    `dlperf` (`rent_offer(2, ...)`'s machine)."""
     beat = Heartbeat(
         at=NOW, agent_time=NOW, phase="training", step=100 + int(steps_per_hour),
         gpu=GpuProbe(available=True, utilization_pct=90.0),
     )  # fmt: skip
     return builders.gen(
         1, heartbeat=beat, training_started_at=NOW - 3600, training_start_step=100,
-        gpu_name="RTX 3090", gpu_count=1, dlperf=dlperf, is_current=False,
+        gpu_name="RTX 3090", gpu_count=1, dlperf=dlperf, is_current=False, machine_id=20,
     )  # fmt: skip
 
 
@@ -176,6 +186,7 @@ def test_a_replacement_is_priced_by_what_the_jobs_own_host_showed() -> None:
     slow = rent_offer(2, 0.30, gpu_name="RTX 3090", dlperf=0.4 * REF)
     generations = (first,)
     assert own_measures("j", generations).pace_for("RTX 3090", 1) is not None
+    assert host_paces(generations) == {20: pytest.approx(3000.0)}
     plan = plan_rent(
         the_job, [fast, slow], generation=2, generations=generations, reputations={}, now=NOW
     )
