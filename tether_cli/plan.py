@@ -21,6 +21,7 @@ from functions.domain.cost import NoQualifyingOffer, OfferCost, Plan, plan_job
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
 from functions.domain.pace import pace_estimator, startup_estimator
+from functions.domain.speed_law import SpeedLaw
 from tether_cli import output, plan_market
 from tether_cli.output import EXIT_FAILURE, EXIT_NO_OFFER, EXIT_OK, CliError
 from tether_cli.plan_measures import PlanMeasures, fetch_measures
@@ -169,7 +170,9 @@ def hours_basis(job: JobSpec) -> str:
         )
     return (
         f"Hours: expected_hours {job.expected_hours:g} on {job.resources.gpu_count}x "
-        f"{job.reference_gpu}, scaled per offer by its dlperf (else total_flops)."
+        f"{job.reference_gpu}, scaled per offer by its dlperf (else total_flops) under an "
+        "uncertain law: hours ∝ (reference ÷ offer speed)^a, the mean over a from flat (0) to "
+        "proportional (1)."
     )
 
 
@@ -351,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
             job,
             offers,
             startup_min=args.startup_min,
-            estimate=pace_estimator(learned.measures),
+            estimate=pace_estimator(learned.measures, law=SpeedLaw()),
             estimate_startup=startup_estimator(learned.measures),
         )
     except NoQualifyingOffer as exc:

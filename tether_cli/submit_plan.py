@@ -43,6 +43,7 @@ from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
 from functions.domain.pace import pace_estimator, startup_estimator
 from functions.domain.rent import MAX_OFFERS_PER_ATTEMPT, startup_cost_usd
+from functions.domain.speed_law import SpeedLaw
 from tether_cli import code_ship, output, plan
 from tether_cli.api_client import ApiReply, TetherApi
 from tether_cli.code_pack import Packed
@@ -126,7 +127,7 @@ def submit_price(
         ranked = plan_job(
             job,
             offers,
-            estimate=pace_estimator(learned.measures),
+            estimate=pace_estimator(learned.measures, law=SpeedLaw()),
             estimate_startup=startup_estimator(learned.measures),
         )
     except NoQualifyingOffer as exc:

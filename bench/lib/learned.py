@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bench.lib.regret import HostTruth
+from bench.lib.regret import HostTruth, Strategy
 from functions.domain.cost import Estimator, NoQualifyingOffer, plan_job
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
@@ -33,6 +33,7 @@ from functions.domain.pace import (
     pace_estimator,
     prior_steps_per_hour,
 )
+from functions.domain.speed_law import SpeedLaw
 
 MEASURE_SIGMA = 0.05  # a run's measured hours vs the host's true hours (step-time jitter)
 BENCH_TOTAL_STEPS = 10_000  # the bench's jobs in steps (the estimator prices steps)
@@ -52,6 +53,7 @@ class PaceMemory:
     name: str = "bench"
     pool: bool = POOL
     paces: dict[Key, Pace] = field(default_factory=dict)
+    law: SpeedLaw | None = None  # tether's prior over the speed law (functions/domain/speed_law.py)
 
     def observe(self, job: JobSpec, offer: Offer, hours: float) -> None:
         """A run of the whole job (`job.total_steps`) on `offer` in `hours`."""
@@ -65,13 +67,13 @@ class PaceMemory:
         self.paces[key] = add_sample(self.paces.get(key), sample)
 
     def copy(self) -> PaceMemory:
-        return PaceMemory(self.name, self.pool, dict(self.paces))
+        return PaceMemory(self.name, self.pool, dict(self.paces), self.law)
 
     def measures(self) -> JobMeasures:
         return measures_of(self.name, self.paces.values(), ())
 
     def estimator(self) -> Estimator:
-        return pace_estimator(self.measures(), pool=self.pool)
+        return pace_estimator(self.measures(), pool=self.pool, law=self.law)
 
 
 TrueHours = Callable[[Offer], float]
@@ -97,10 +99,11 @@ def learn_snapshots(
     pool: bool,
     runs: Collection[int],
     rng: random.Random,
+    law: SpeedLaw | None = None,
 ) -> dict[int, PaceMemory]:
     """What the job knows after each of `runs` earlier runs (one pass, copied at each). `job`
     gives `total_steps` (`with_steps`)."""
-    memory = PaceMemory(name=job.name, pool=pool)
+    memory = PaceMemory(name=job.name, pool=pool, law=law)
     snapshots = {0: memory.copy()} if 0 in runs else {}
     for done, (offers, truth) in enumerate(history[: max(runs, default=0)], start=1):
 
@@ -111,3 +114,27 @@ def learn_snapshots(
         if done in runs:
             snapshots[done] = memory.copy()
     return snapshots
+
+
+def after_first_generation(
+    truth: Mapping[int, HostTruth], rng: random.Random, law: SpeedLaw | None = None
+) -> Strategy:
+    """tether's pick for the rest of a job after its first generation: it rents what it would
+    on a first run (`law`, default tether's prior), that host trains at its true pace (measured
+    with `MEASURE_SIGMA` of jitter), the generation's sample is filed, and the replacement is
+    planned with what it showed (`pace_estimator` with the law and that host's own pace, as
+    `plan_rent` does)."""
+
+    def choose(job: JobSpec, offers: Sequence[Offer]) -> Offer:
+        job = with_steps(job)
+        memory = PaceMemory(name=job.name, law=SpeedLaw() if law is None else law)
+        first = plan_job(job, offers, estimate=memory.estimator()).ranking[0].offer
+        hours = job.expected_hours / truth[first.id].speed
+        measured = hours * math.exp(rng.gauss(0.0, MEASURE_SIGMA))
+        memory.observe(job, first, measured)
+        steps = float(job.total_steps or BENCH_TOTAL_STEPS)
+        hosts = {} if first.machine_id is None else {first.machine_id: steps / measured}
+        estimate = pace_estimator(memory.measures(), pool=memory.pool, law=memory.law, hosts=hosts)
+        return plan_job(job, offers, estimate=estimate).ranking[0].offer
+
+    return choose

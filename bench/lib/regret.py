@@ -29,7 +29,9 @@ from typing import Any
 from functions.domain.cost import cost_offer, plan_job, unmet_constraints
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
+from functions.domain.pace import JobMeasures, pace_estimator
 from functions.domain.speed import effective_gpus
+from functions.domain.speed_law import SpeedLaw
 from tether_local.vast_sim.offers import GPU_MODELS
 
 REFERENCE_GPU = "RTX 4090"  # the GPU the example jobs' `expected_hours` are written for
@@ -133,7 +135,16 @@ def listed_usd_per_hour(offer: Offer) -> float:
 
 
 def tether_planner(job: JobSpec, offers: Sequence[Offer]) -> Offer:
-    """tether's planner as it is: lowest expected total at the spec's hours and start-up."""
+    """tether's planner as it is on a first run (`tether plan`, the first rent): lowest expected
+    total under its prior over the speed law (`functions/domain/speed_law.py`), at the spec's
+    start-up."""
+    estimate = pace_estimator(JobMeasures(name=job.name), law=SpeedLaw())
+    return plan_job(job, offers, estimate=estimate).ranking[0].offer
+
+
+def dlperf_prior(job: JobSpec, offers: Sequence[Offer]) -> Offer:
+    """tether's planner before the law was held unknown: hours ∝ reference ÷ offer dlperf
+    (`functions.domain.speed.prior_estimate`), the law taken as proportional."""
     return plan_job(job, offers).ranking[0].offer
 
 

@@ -46,6 +46,14 @@ dlperf, and a job learns only the models it rented):
   `prior`, basis "prior, calibrated by N runs".
 - nothing calibrated: the prior's hours scaled to the share of steps left.
 
+With the speed law held unknown (`pace_estimator(law=...)`, what the planner passes:
+`functions/domain/speed_law.py`), a job with `reference_gpu` and `total_steps` is priced by the
+law's posterior after every run that knew its host's dlperf (`job_speed_law`, from the same fit
+sums): a machine the job itself ran on at its own pace (`host_paces`), a measured model's
+other hosts at the law's hours × the model's share of how far its runs were off the law
+(`_off_law`), every other offer at the posterior-mean hours, in place of the refit and the
+pooled factor; the steps left scale both.
+
 Without `total_steps` but with `reference_gpu`, a pace measured both on the reference GPU and on
 the offer's GPU (same count) replaces the dlperf ratio: hours = expected_hours × reference pace
 ÷ offer pace. Otherwise the prior, unchanged. Start-up: the machine's own figure where seen,
@@ -54,7 +62,8 @@ else the GPU model's, else the spec's `expected_startup_min`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -71,6 +80,7 @@ from functions.domain.job import Generation, Job
 from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
 from functions.domain.speed import SpeedEstimate, StartupEstimate, prior_estimate, spec_startup
+from functions.domain.speed_law import SpeedLaw, law_sums, model_share
 
 MIN_SAMPLE_S = 300.0  # five minutes of training at least
 MIN_SAMPLE_STEPS = 10
@@ -368,6 +378,42 @@ def _carried(
     )
 
 
+def _off_law(job: JobSpec, pace: Pace, law: SpeedLaw) -> float:
+    """How far a measured GPU model's other hosts are expected off what `law` says: its runs'
+    measured hours ÷ the law's at their mean speed figure (geometric means), to the model's
+    share (`speed_law.model_share`: most of one run's deviation is its own host's)."""
+    sums = law_sums(job, pace.fit_sums)
+    if sums.runs <= 0:
+        return 1.0
+    measured = math.exp(-sums.y / sums.runs)  # hours ÷ expected_hours
+    off = measured / law.hours_factor(math.exp(sums.x / sums.runs))
+    return float(off ** model_share(sums.runs))
+
+
+def host_paces(generations: Iterable[Generation]) -> dict[int, float]:
+    """Steps per hour the job's own generations trained at, per machine (`pace_sample`, so
+    bounded as the store's samples are): what a replacement on a host the job ran on will do."""
+    steps: dict[int, float] = {}
+    seconds: dict[int, float] = {}
+    for generation in generations:
+        sample = pace_sample(generation)
+        if sample is None or generation.machine_id is None:
+            continue
+        machine = generation.machine_id
+        steps[machine] = steps.get(machine, 0.0) + sample.steps
+        seconds[machine] = seconds.get(machine, 0.0) + sample.seconds
+    return {m: steps[m] / seconds[m] * 3600 for m in steps if seconds[m] > 0 and steps[m] > 0}
+
+
+def job_speed_law(job: JobSpec, measures: JobMeasures, law: SpeedLaw | None = None) -> SpeedLaw:
+    """The speed law's posterior (`functions/domain/speed_law.py`) after every run in
+    `measures` that knew its host's dlperf: the job's own generations (filed as each ends,
+    before a replacement is planned) and earlier runs of its name. Needs `reference_gpu` and
+    `total_steps` to place a run against the spec's anchor; otherwise the prior."""
+    law = SpeedLaw() if law is None else law
+    return law.observed(law_sums(job, sum((p.fit_sums for p in measures.paces), FitSums())))
+
+
 def pace_estimator(
     measures: JobMeasures,
     *,
@@ -375,25 +421,58 @@ def pace_estimator(
     prior: Estimator = prior_estimate,
     prior_runs: int = PRIOR_RUNS,
     pool: bool = POOL,
+    law: SpeedLaw | None = None,
+    hosts: Mapping[int, float] | None = None,
 ) -> Estimator:
     """The job's hours on an offer from its measured paces (module docstring), for the work
-    left after `resume_step`; the prior where nothing applies."""
+    left after `resume_step`; the prior where nothing applies. With `law` (the planner's, since
+    the speed law is unknown), a job with `reference_gpu` prices every offer whose GPU model
+    was not measured by that law's posterior after the measured runs (`job_speed_law`), in
+    place of the dlperf-ratio prior, the refit and the pooled factor. `hosts`: steps per hour
+    the job itself trained at on a machine (`host_paces`): that machine at its own pace."""
+    own = hosts or {}
+
+    posteriors: list[tuple[JobSpec, SpeedLaw]] = []  # the last job's: one per plan, not offer
+
+    def posterior(job: JobSpec, law: SpeedLaw) -> SpeedLaw:
+        if not posteriors or posteriors[-1][0] is not job:
+            posteriors[:] = [(job, job_speed_law(job, measures, law))]
+        return posteriors[-1][1]
 
     def estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
         base = prior(job, offer)
         pace = measures.pace_for(offer.gpu_name, offer.num_gpus)
+        post = None if law is None or job.reference_gpu is None else posterior(job, law)
+        by_law = None if post is None else post.estimate(job, offer)
         if job.total_steps is not None:
             left = max(0, job.total_steps - resume_step)
             steps_left = f"{left} of {job.total_steps} steps left"
             factor = None if pace is None else pace.factor(prior_runs)
+            seen = own.get(offer.machine_id) if offer.machine_id is not None else None
+            if seen is not None and seen > 0:
+                return SpeedEstimate(
+                    hours=left / seen,
+                    source="measured",
+                    runs=1,
+                    basis="measured on this host",
+                    detail=f"measured: {seen:.0f} steps/h on this machine (the job ran here); "
+                    f"{steps_left}",
+                )
+            if post is not None and by_law is not None and pace is not None and pace.fit_runs:
+                off = _off_law(job, pace, post)
+                hours = by_law.hours * left / job.total_steps * off
+                return _measured(hours, pace, f"the law's hours × {off:.2f}; {steps_left}")
             if pace is not None and factor is not None:
                 hours = base.hours * left / job.total_steps * factor
                 return _measured(hours, pace, f"this host's prior × {factor:.2f}; {steps_left}")
             if pace is not None:  # stored before calibration: the model's pace as it is
                 return _measured(left / pace.steps_per_hour, pace, steps_left)
-            carried = _carried(measures, job, offer, base, left, pool, prior_runs)
-            if carried is not None:
-                return carried
+            if by_law is not None:
+                base = by_law
+            else:
+                carried = _carried(measures, job, offer, base, left, pool, prior_runs)
+                if carried is not None:
+                    return carried
             if resume_step <= 0:
                 return base
             share = left / job.total_steps
@@ -403,7 +482,7 @@ def pace_estimator(
         ref = job.reference_gpu
         ref_pace = None if ref is None else measures.pace_for(ref, job.resources.gpu_count)
         if pace is None or ref_pace is None:
-            return base
+            return base if by_law is None else by_law
         hours = job.expected_hours * ref_pace.steps_per_hour / pace.steps_per_hour
         return _measured(
             hours,

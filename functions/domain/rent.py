@@ -26,8 +26,20 @@ from functions.domain.lease import lease_expires_at
 from functions.domain.market import OutbidHazard, job_hazard
 from functions.domain.offer import Offer
 from functions.domain.outbid import bid_prices, outbid_history
-from functions.domain.pace import JobMeasures, done_step, pace_estimator, startup_estimator
+from functions.domain.pace import (
+    JobMeasures,
+    Pace,
+    add_sample,
+    done_step,
+    gpu_key,
+    host_paces,
+    measures_of,
+    pace_estimator,
+    pace_sample,
+    startup_estimator,
+)
 from functions.domain.speed import SpeedEstimate, StartupEstimate
+from functions.domain.speed_law import SpeedLaw
 from functions.domain.spend import GenerationPrices
 
 MAX_OFFERS_PER_ATTEMPT = 5  # offers tried in one provision step before waiting for capacity
@@ -78,21 +90,29 @@ def plan_rent(
     now: float,
     max_offers: int = MAX_OFFERS_PER_ATTEMPT,
     measures: JobMeasures | None = None,
+    law: SpeedLaw | None = None,
 ) -> RentPlan | Refusal:
     """The offers to try for `generation` of `job`, best expected total first, skipping the
     hosts `blocklist` names (this job's blamed hosts, and hosts whose decaying blame is still
     high: `functions/domain/blame.py`); or the reason not to rent now. `measures`: the pace and
     start-up learned for the job's name (`functions/domain/pace.py`), priced for the work left
-    after the step this generation resumes from; None: the prior and the spec's start-up."""
+    after the step this generation resumes from; None: the paces the job's own generations
+    showed (`own_measures`) and the spec's start-up. `law`: the prior over the speed law
+    (`functions/domain/speed_law.py`, default its own), updated by those measures, so a
+    replacement is priced by what the job's hosts showed, and a machine it ran on at its own
+    pace (`host_paces`)."""
     generations = tuple(generations)
     job = with_known_spend(job, generations)  # the budget and the lease on the exact spend
     blocked = blocklist(generations, reputations, now=now)
-    learned = measures or JobMeasures(name=job.name)
+    learned = measures or own_measures(job.name, generations)
     try:
         hazard = learned_job_hazard(job, generations, now)
         plan = plan_job(
             job.spec, offers, blocklist=blocked, hazard=hazard,
-            estimate=pace_estimator(learned, resume_step=done_step(job, generation)),
+            estimate=pace_estimator(
+                learned, resume_step=done_step(job, generation),
+                law=SpeedLaw() if law is None else law, hosts=host_paces(generations),
+            ),
             estimate_startup=startup_estimator(learned),
         )  # fmt: skip
     except NoQualifyingOffer as exc:
@@ -140,6 +160,18 @@ def plan_rent(
         disk_gb=disk_gb,
         candidates=tuple(candidates),
     )
+
+
+def own_measures(name: str, generations: Iterable[Generation]) -> JobMeasures:
+    """The paces the job's own generations showed (`pace_sample`), as the store would hold them
+    once each was filed: what a plan without the name's stored measures still knows."""
+    paces: dict[tuple[str, int], Pace] = {}
+    for generation in generations:
+        sample = pace_sample(generation)
+        if sample is not None:
+            key = (gpu_key(sample.gpu_name), sample.gpu_count)
+            paces[key] = add_sample(paces.get(key), sample)
+    return measures_of(name, paces.values(), ())
 
 
 def learned_job_hazard(job: Job, generations: Iterable[Generation], now: float) -> OutbidHazard:
@@ -192,6 +224,7 @@ __all__ = [
     "capacity_attempt",
     "capacity_wait_s",
     "learned_job_hazard",
+    "own_measures",
     "plan_rent",
     "startup_cost_usd",
 ]

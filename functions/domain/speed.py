@@ -75,6 +75,22 @@ def effective_gpus(count: int) -> float:
     return 1 + (max(count, 1) - 1) * MULTI_GPU_EFFICIENCY
 
 
+def relative_speed(job: JobSpec, offer: Offer) -> float | None:
+    """The offer's published speed ÷ the reference's for the job's GPU count, in the same figure
+    `prior_estimate` uses (dlperf, else effective TFLOPS); None without `reference_gpu` or a
+    figure. `functions/domain/speed_law.py` raises it to an uncertain exponent."""
+    if job.reference_gpu is None:
+        return None
+    ref = REFERENCE_SPEEDS[job.reference_gpu]
+    ref_gpus = effective_gpus(job.resources.gpu_count)
+    if offer.dlperf is not None and offer.dlperf > 0:
+        return offer.dlperf / (ref.dlperf * ref_gpus)
+    if offer.total_flops is not None and offer.total_flops > 0 and offer.num_gpus > 0:
+        speed = offer.total_flops / offer.num_gpus * effective_gpus(offer.num_gpus)
+        return speed / (ref.tflops * ref_gpus)
+    return None
+
+
 def prior_estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
     """The job's hours on `offer` from the offer's published speed (see the module docstring)."""
     if job.reference_gpu is None:

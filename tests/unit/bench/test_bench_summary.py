@@ -95,3 +95,23 @@ def test_a_quick_run_reads_a_bench_that_writes_one_name_for_both(results: Path) 
     assert "per job-hour ≤ $0.0015: NOT met" in text
     assert "idle month ≤ $1 with the alarms on: met" in text
     assert "$3.923" in text
+
+
+def test_the_planner_regret_prints_each_rule_per_truth_and_its_goals(results: Path) -> None:
+    from bench.planner_regret import BOUND, DSTACK, TETHER_AFTER, TETHER_FIRST, goals_of
+
+    def row(first: float, after: float, dstack: float, bound: float) -> dict[str, Any]:
+        cells = {TETHER_FIRST: first, TETHER_AFTER: after, DSTACK: dstack, BOUND: bound}
+        return {rule: {"median": m, "p90": 2 * m} for rule, m in cells.items()}
+
+    by_truth = {"sublinear": row(0.089, 0.065, 0.174, 0.102), "flat": row(0.30, 0.06, 0.127, 0.05)}
+    data: dict[str, Any] = {"summary": {"qlora-7b": by_truth}}
+    data["goals"] = goals_of(data["summary"], {"qlora-7b": True})
+    write(results, "planner_regret_quick", data)
+    text = "\n".join(summary.summarize(since=None, quick=True))
+    assert "qlora-7b: regret median / p90 per truth" in text
+    first = next(line for line in text.splitlines() if TETHER_FIRST in line)
+    assert "8.9 % / 17.8 %" in first and "30.0 % / 60.0 %" in first
+    assert "qlora-7b: first-run median ≤ 20 % in every truth: NOT met" in text
+    assert "qlora-7b: first-run median never above dstack's rule: NOT met" in text
+    assert "median ≤ 1.5× the bound's in every truth: met" in text

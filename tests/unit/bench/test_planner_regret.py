@@ -177,7 +177,7 @@ def test_shared_picks_absent_and_present(tmp_path: Path) -> None:
     picks = shared_picks({"hand": JOB}, strategies(include_placeholder=True), path)
     assert picks is not None and picks["offers"] == 3
     by_rule = picks["jobs"]["hand"]["picks"]
-    assert by_rule["tether (speed prior)"]["offer_id"] == 3  # no reference_gpu: the spec's hours
+    assert by_rule["tether (first run)"]["offer_id"] == 3  # no reference_gpu: the spec's hours
     assert by_rule["dstack's rule"]["offer_id"] == 2
     assert by_rule["cheapest $/h"]["listed_usd_per_hour"] == pytest.approx(0.31)
     # The default reference is the RTX 4090's 97.5: X (100) is at least as fast, Y and Z 4× slower.
@@ -188,7 +188,8 @@ def test_shared_picks_absent_and_present(tmp_path: Path) -> None:
 def test_the_run_judges_the_measured_rules_and_the_bound_beside_the_others() -> None:
     results = run(seeds=1, count=80, runs=2, shared=Path("/nonexistent/offers.json"))
     assert results["strategies"] == [
-        "tether (speed prior)", "cheapest $/h", "dstack's rule", "tether (measured, 1 run)",
+        "tether (first run)", "tether's old prior (dlperf ratio)", "cheapest $/h",
+        "dstack's rule", "tether (after its first generation)", "tether (measured, 1 run)",
         "tether (measured, 2 runs)", "tether (measured, 1 run, no pooling)",
         "bound: the truth's dlperf law",
     ]  # fmt: skip
@@ -197,3 +198,33 @@ def test_the_run_judges_the_measured_rules_and_the_bound_beside_the_others() -> 
             summaries = per_job[truth]
             assert set(summaries) == set(results["strategies"])
             assert all(s["median"] >= 0.0 for s in summaries.values())
+    # What `make bench` prints: median and p90 per truth for the four rules, and the goals for
+    # the job whose hours follow the GPU (qlora-7b names a reference_gpu; tiny-cpu does not).
+    rules = {"tether (first run)", "tether (after its first generation)", "dstack's rule",
+             "bound: the truth's dlperf law"}  # fmt: skip
+    for by_truth in results["summary"].values():
+        for truth in ("sublinear", "proportional", "flat"):
+            assert set(by_truth[truth]) == rules
+            assert all(set(cell) == {"median", "p90"} for cell in by_truth[truth].values())
+    assert len(results["goals"]) == 3
+    assert all(goal.startswith("qlora-7b: ") for goal in results["goals"])
+    assert all(isinstance(met, bool) for met in results["goals"].values())
+
+
+def test_after_the_first_generation_tether_leaves_a_host_that_ran_slow() -> None:
+    # Flat truth, a job of 2 h on the reference: F at twice the reference's dlperf for $0.49/h,
+    # R at the reference's for $0.40/h, 6 min of start-up each. The prior prices F at 2 h × 0.78
+    # (the mean over the laws of 2^-a): 0.49 × 1.67 h = $0.82 against 0.40 × 2.1 h = $0.84, so
+    # it rents F. F runs at the reference's pace, which says flat: F's 2 h cost $1.03, R's
+    # posterior hours (about 2.3) about $0.95, so the replacement goes to R.
+    import random
+
+    from bench.lib.learned import after_first_generation
+
+    job = JOB.model_copy(update={"reference_gpu": "RTX 4090"})
+    fast = _offer(4, base=0.49, listed=0.50, storage=0.0, down_cost=0.0, dlperf=195.2)
+    ref = _offer(5, base=0.40, listed=0.41, storage=0.0, down_cost=0.0, dlperf=97.6)
+    truth = {4: HostTruth(1.0, 5.0), 5: HostTruth(1.0, 5.0)}
+    assert tether_planner(job, [fast, ref]).id == 4
+    after = after_first_generation(truth, random.Random(0))
+    assert after(job, [fast, ref]).id == 5

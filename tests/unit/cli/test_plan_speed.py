@@ -42,12 +42,13 @@ def offer(offer_id: int, gpu: str, dph: float, **speed: float) -> dict[str, Any]
 
 def book(tmp_path: Path) -> str:
     """A slow 3090 at 0.26 $/h, a 4090 at the reference's dlperf at 0.40 $/h, and a 4090 known
-    only by its TFLOPS (half the reference's 82.4) at 0.20 $/h."""
+    only by its TFLOPS (half the reference's 82.4) at 0.20 $/h. Hours: the mean over the speed
+    laws (functions/domain/speed_law.py), 3 h × Σ w_a (reference ÷ offer speed)^a."""
     path = tmp_path / "offers.json"
     offers = [
-        offer(1, "RTX 3090", 0.26, dlperf=39.04),  # 3 h × 97.6 / 39.04 = 7.5 h
-        offer(2, "RTX 4090", 0.40, dlperf=97.6),  # 3 h
-        offer(3, "RTX 4090", 0.20, total_flops=41.2),  # 3 h × 82.4 / 41.2 = 6 h
+        offer(1, "RTX 3090", 0.26, dlperf=39.04),  # 3 h × mean 2.5^a = 4.52 h (7.5 if ∝ dlperf)
+        offer(2, "RTX 4090", 0.40, dlperf=97.6),  # 3 h under every law
+        offer(3, "RTX 4090", 0.20, total_flops=41.2),  # 3 h × mean 2^a = 4.05 h (6 if ∝ TFLOPS)
     ]
     path.write_text(json.dumps({"offers": offers}))
     return str(path)
@@ -57,13 +58,15 @@ def test_the_table_shows_the_hours_and_their_source(capsys: Any, tmp_path: Path)
     code, out, err = run(capsys, "plan", str(QLORA), "--offers", book(tmp_path))
     assert code == 0, err
     rows = {line.split()[2]: line for line in out.splitlines() if line[:3] in {" 1 ", " 2 ", " 3 "}}
-    assert "7.50" in rows["1"] and "dlperf 39" in rows["1"]
-    assert "3.00" in rows["2"] and "dlperf 98" in rows["2"]
-    assert "6.00" in rows["3"] and "41 TFLOPS" in rows["3"]
+    assert "4.52" in rows["1"] and "dlperf 39, law ^0.39" in rows["1"]
+    assert "3.00" in rows["2"] and "dlperf 98, law ^0.39" in rows["2"]
+    assert "4.05" in rows["3"] and "41 TFLOPS, law ^0.39" in rows["3"]
     assert "Hours: expected_hours 3 on 1x RTX 4090, scaled per offer by its dlperf" in out
-    # Start-up 6 min + 15 GB at 1000 Mbit/s (2 min) = 8 min on each. 3: 0.20 × 6.133 h = $1.23;
-    # 2: 0.40 × 3.133 h = $1.25; 1: 0.26 × 7.633 h = $1.98 (cheapest by the hour, last).
-    assert [line.split()[2] for line in rows.values()] == ["3", "2", "1"]
+    assert "under an uncertain law" in out
+    # Start-up 6 min + 15 GB at 1000 Mbit/s (2 min) = 8 min on each. 3: 0.20 × 4.18 h = $0.84;
+    # 1: 0.26 × 4.65 h = $1.21; 2: 0.40 × 3.133 h = $1.25. With hours ∝ dlperf the slow 3090
+    # was last ($1.98); under the uncertain law it is second, ahead of the 4090.
+    assert [line.split()[2] for line in rows.values()] == ["3", "1", "2"]
 
 
 def test_json_gives_hours_and_source_per_offer(capsys: Any, tmp_path: Path) -> None:
@@ -71,15 +74,17 @@ def test_json_gives_hours_and_source_per_offer(capsys: Any, tmp_path: Path) -> N
     assert code == 0, err
     doc = json.loads(out)
     by_id = {row["offer_id"]: row for row in doc["ranking"]}
-    assert by_id[1]["expected_hours"] == 7.5
+    assert by_id[1]["expected_hours"] == 4.516
     assert by_id[1]["hours_from"] == {
         "source": "prior",
         "runs": 0,
-        "detail": "prior: dlperf 39.0 vs 1x RTX 4090 ref 97.6",
+        "detail": "prior over the speed law (mean exponent 0.39): dlperf 39.0 vs 1x RTX 4090 "
+        "ref 97.6",
     }
-    assert by_id[3]["expected_hours"] == 6.0
+    assert by_id[3]["expected_hours"] == 4.049
     assert by_id[3]["hours_from"]["detail"] == (
-        "prior: 41.2 effective TFLOPS vs 1x RTX 4090 ref 82.4"
+        "prior over the speed law (mean exponent 0.39): 41.2 effective TFLOPS vs 1x RTX 4090 "
+        "ref 82.4"
     )
 
 
