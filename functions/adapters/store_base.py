@@ -21,8 +21,10 @@ else:
 # Every request is built in `functions/adapters/table.py` and this package from records pydantic
 # has validated, and DynamoDB validates what it receives; botocore's own check walks every
 # nested attribute value of every call once more on the caller's CPU (the monitor makes ~20,000
-# writes a run at 10,000 jobs: BENCHMARKS.md#monitor-at-scale).
-CLIENT_CONFIG = Config(parameter_validation=False)
+# writes a run at 10,000 jobs: BENCHMARKS.md#monitor-at-scale). Connections: as many as the
+# largest pool that shares the client (the monitor's 16 writers, `service.APPLY_WORKERS`);
+# botocore's default of 10 would hold the other 6 back.
+CLIENT_CONFIG = Config(parameter_validation=False, max_pool_connections=16)
 
 
 class StoreBase:

@@ -189,4 +189,6 @@ def test_an_item_moved_while_the_partitions_are_read_is_read_once(fleet: World) 
 
     ids = [j.job_id for j in jobs]
     assert sorted(ids) == TABLE_JOBS  # each once
-    assert [(j.created_at, j.job_id) for j in jobs] == sorted((j.created_at, j.job_id) for j in jobs)
+    assert [(j.created_at, j.job_id) for j in jobs] == sorted(
+        (j.created_at, j.job_id) for j in jobs
+    )

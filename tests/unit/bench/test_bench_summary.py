@@ -88,12 +88,21 @@ def test_the_monitor_section_shows_each_configuration_beside_its_goal(results: P
     lines = summary.summarize(since=None, quick=False)
     rows = {line.split("  ")[0]: line for line in lines if " jobs, " in line}
 
-    assert set(rows) == {"10,000 jobs, 1 shard(s)", "10,000 jobs, 4 shard(s)", "1,000 jobs, 1 shard(s)"}
+    assert set(rows) == {
+        "10,000 jobs, 1 shard(s)",
+        "10,000 jobs, 4 shard(s)",
+        "1,000 jobs, 1 shard(s)",
+    }
     unsharded = rows["10,000 jobs, 1 shard(s)"]
     assert "88.9 s" in unsharded and "1460" in unsharded and "≤ 45 s" in unsharded
     assert unsharded.endswith("NOT met")
-    assert rows["10,000 jobs, 4 shard(s)"].endswith("met") and "365" in rows["10,000 jobs, 4 shard(s)"]
-    assert rows["1,000 jobs, 1 shard(s)"].endswith("met") and "≤ 10 s" in rows["1,000 jobs, 1 shard(s)"]
+    assert (
+        rows["10,000 jobs, 4 shard(s)"].endswith("met") and "365" in rows["10,000 jobs, 4 shard(s)"]
+    )
+    assert (
+        rows["1,000 jobs, 1 shard(s)"].endswith("met")
+        and "≤ 10 s" in rows["1,000 jobs, 1 shard(s)"]
+    )
 
 
 def test_the_monitor_section_says_when_a_result_has_no_summary(results: Path) -> None:
