@@ -408,14 +408,14 @@ def _run(
             listed = len(vast_sim.instances())
             if name == "traced":
                 tracemalloc.start()
-            profiling = profiler is not None and name == "cold"
+            profiling = profiler if name == "cold" else None
             start, start_cpu = time.perf_counter(), time.process_time()
             with quiet():
-                if profiling:
-                    profiler.enable()
+                if profiling is not None:
+                    profiling.enable()
                 reply = handler({"shard": shard} if shards > 1 else {}, FakeContext())
-                if profiling:
-                    profiler.disable()
+                if profiling is not None:
+                    profiling.disable()
             wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
             peak = None
             if name == "traced":

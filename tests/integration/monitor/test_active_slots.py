@@ -18,6 +18,7 @@ from functions.adapters.table import (
     serialize,
     slot_partition,
 )
+from functions.domain.job import JobState
 from functions.domain.labels import SHARD_SLOTS, label_slot
 from functions.domain.shards import Shard
 from functions.monitor import service
@@ -192,3 +193,15 @@ def test_an_item_moved_while_the_partitions_are_read_is_read_once(fleet: World) 
     assert [(j.created_at, j.job_id) for j in jobs] == sorted(
         (j.created_at, j.job_id) for j in jobs
     )
+
+
+def test_the_job_list_by_active_state_pages_every_slot_newest_first(fleet: World) -> None:
+    """The job list reads the all-jobs index (ActiveJobs has no order across its partitions):
+    a state filter still pages through every slot's jobs, newest first, each once."""
+    finish_by_hand(fleet, "bench-00005")
+    first = fleet.store.list_jobs(state=JobState.RUNNING, limit=15)
+    assert first.next_token is not None
+    rest = fleet.store.list_jobs(state=JobState.RUNNING, limit=100, token=first.next_token)
+
+    listed = [j.job_id for j in first.jobs + rest.jobs]
+    assert listed == sorted(set(TABLE_JOBS) - {"bench-00005"}, reverse=True)

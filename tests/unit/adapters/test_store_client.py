@@ -18,9 +18,9 @@ def test_the_default_client_does_not_validate_parameters_again(
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     store = JobStore("tether-test")
     # botocore wraps the request serializer in its validator only while validation is on
-    assert not isinstance(store.client._serializer, ParamValidationDecorator)  # type: ignore[attr-defined]
+    assert not isinstance(store.client._serializer, ParamValidationDecorator)
     checked = boto3.client("dynamodb")
-    assert isinstance(checked._serializer, ParamValidationDecorator)  # type: ignore[attr-defined]
+    assert isinstance(checked._serializer, ParamValidationDecorator)
     # as many connections as the monitor's write pool has threads
     assert store.client.meta.config.max_pool_connections >= service.APPLY_WORKERS
     given = boto3.client("dynamodb")
