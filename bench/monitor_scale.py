@@ -1,6 +1,13 @@
-"""Monitor at scale: one monitor run over 1,000 active jobs.
+"""Monitor at scale: one monitor run over 10,000 and over 1,000 active jobs.
 
-    python bench/monitor_scale.py [--quick] [--jobs N] [--shards K] [--cold-only]
+    python bench/monitor_scale.py [--quick] [--profile FILE]
+    python bench/monitor_scale.py --jobs N [--shards K] [--cold-only] [--profile FILE]
+
+Without `--jobs` (`make bench`): a book of 10,000 jobs, one cold unsharded run and a cold run of
+each of `BENCH_SHARDS` shards a minute later, then a book of 1,000 jobs (cold, warm, traced);
+`--quick`: 200 and 60 jobs. The JSON's `summary` holds one headline per configuration (jobs,
+shards, the slowest shard's estimate, the ActiveJobs read units of one shard, the goal, met),
+which `bench.lib.summary` prints. With `--jobs N`: that one book only.
 
 The real monitor Lambda handler (`functions.monitor.handler.handler`, settings from the
 environment, clients from `functions.adapters.factory`) runs in process against moto
@@ -28,15 +35,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import io
 import math
 import os
+import pstats
 import resource
 import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -295,8 +304,33 @@ def populate(jobs: int, clock: Clock, vast_sim: Any, store: Any) -> dict[str, in
 
 
 def run(
-    jobs: int, *, trace_memory: bool = True, cold_only: bool = False, shards: int = 1
+    jobs: int,
+    *,
+    trace_memory: bool = True,
+    cold_only: bool = False,
+    shards: int | Sequence[int] = 1,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
+    """One book of `jobs`, then for each shard count of `shards`, in order, its runs (each
+    count's first run cold: the factory's cached clients and secrets are dropped before it;
+    each count a minute after the last). A single count: that run's results, as always;
+    several: `{"configurations": [one such result per count]}`. `profile`: cProfile every cold
+    run into that file (`pstats` text, by cumulative time, then the handler's own functions by
+    their own time; it slows the runs)."""
+    counts = [shards] if isinstance(shards, int) else list(shards)
+    found = _run(jobs, trace_memory=trace_memory, cold_only=cold_only, counts=counts,
+                 profile=profile)  # fmt: skip
+    return found[0] if isinstance(shards, int) else {"configurations": found}
+
+
+def _run(
+    jobs: int,
+    *,
+    trace_memory: bool,
+    cold_only: bool,
+    counts: list[int],
+    profile: Path | None,
+) -> list[dict[str, Any]]:
     import boto3
     from moto import mock_aws
 
@@ -328,7 +362,7 @@ def run(
             definition='{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": true}}}',
             roleArn="arn:aws:iam::123456789012:role/bench",
         )
-        _environment(secrets, machine["stateMachineArn"], shards)
+        _environment(secrets, machine["stateMachineArn"], counts[0])
 
         clock = Clock(1_790_000_000.0)
         vast_sim = VastSimulator(
@@ -347,9 +381,8 @@ def run(
             "vast": TimedTransport(vast_sim.handle),
             "cloudflare": TimedTransport(cloudflare_sim.handle),
         }
-        factory.install_hooks(
-            factory.Hooks(transport=lambda p: transports[p], sleep=lambda s: None, clock=clock)
-        )
+        hooks = factory.Hooks(transport=lambda p: transports[p], sleep=lambda s: None, clock=clock)
+        factory.install_hooks(hooks)
         setup_start = time.perf_counter()
         setup = populate(jobs, clock, vast_sim, JobStore(TABLE, client=dynamodb))
         setup_s = time.perf_counter() - setup_start
@@ -364,7 +397,9 @@ def run(
         pools = (bulk_reads.BATCH_GET_WORKERS, service.APPLY_WORKERS)
         bulk_reads.BATCH_GET_WORKERS = service.APPLY_WORKERS = 1
 
-        def measure(name: str, shard: int) -> dict[str, Any]:
+        profiler = cProfile.Profile() if profile is not None else None
+
+        def measure(name: str, shard: int, shards: int) -> dict[str, Any]:
             meter.reset()
             vast_sim.request_log.clear()
             for t in transports.values():
@@ -373,9 +408,14 @@ def run(
             listed = len(vast_sim.instances())
             if name == "traced":
                 tracemalloc.start()
+            profiling = profiler if name == "cold" else None
             start, start_cpu = time.perf_counter(), time.process_time()
             with quiet():
+                if profiling is not None:
+                    profiling.enable()
                 reply = handler({"shard": shard} if shards > 1 else {}, FakeContext())
+                if profiling is not None:
+                    profiling.disable()
             wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
             peak = None
             if name == "traced":
@@ -390,6 +430,7 @@ def run(
             return {
                 "run": name,
                 "shard": shard,
+                "shards": shards,
                 "wall_s": wall,
                 "simulators_s": sim_s,
                 "wall_without_simulators_s": wall - sim_s,
@@ -412,20 +453,51 @@ def run(
                 **meter.snapshot(),
             }
 
-        runs: list[dict[str, Any]] = []
+        found: list[dict[str, Any]] = []
         names = ("cold", "warm", "traced") if trace_memory else ("cold", "warm")
-        for name in names[:1] if cold_only else names:
-            runs.extend(measure(name, shard) for shard in range(shards))
-            clock.now += INTERVAL_S
+        for shards in counts:
+            os.environ[env_names.MONITOR_SHARDS_ENV] = str(shards)
+            factory.install_hooks(hooks)  # drops the cached clients: this count's first is cold
+            runs: list[dict[str, Any]] = []
+            for name in names[:1] if cold_only else names:
+                runs.extend(measure(name, shard, shards) for shard in range(shards))
+                clock.now += INTERVAL_S
+            found.append(
+                {
+                    "setup": {**setup, "setup_s": setup_s},
+                    "runs": runs,
+                    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                    "goal_s": goal_s(jobs),
+                    "shards": shards,
+                    "headline": headline(jobs, shards, runs),
+                }
+            )
         factory.reset()
         meter.uninstall()
         bulk_reads.BATCH_GET_WORKERS, service.APPLY_WORKERS = pools
+    if profiler is not None and profile is not None:
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("cumulative").print_stats(60)
+        # The handler's own time: functions by time spent in themselves, moto's, the
+        # simulators' and the thread pools' waits left out.
+        stats.sort_stats("tottime").print_stats(r"^(?!.*(moto/|tether_local/|acquire))", 60)
+        profile.write_text(text.getvalue())
+    return found
+
+
+def headline(jobs: int, shards: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A configuration's headline for `make bench`'s summary (`bench.lib.summary.render_monitor`):
+    its cold run, the slowest shard's estimate and the most index read units one shard used."""
+    cold = [r for r in runs if r["run"] == "cold"]
+    estimated = max(r["estimated_lambda_s"] for r in cold)
     return {
-        "setup": {**setup, "setup_s": setup_s},
-        "runs": runs,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "goal_s": goal_s(jobs),
+        "jobs": jobs,
         "shards": shards,
+        "estimated_s": estimated,
+        "index_read_units": max(r["dynamodb_index_read_units"] for r in cold),
+        "goal_s": goal_s(jobs),
+        "met": estimated <= goal_s(jobs),
     }
 
 
@@ -447,7 +519,8 @@ def print_results(results: dict[str, Any]) -> None:
                 f"{r['run']}.shard{r['shard']}: jobs {reply.get('jobs')} estimated_lambda_s "
                 f"{r['estimated_lambda_s']:.2f} own_cpu_s {r['own_cpu_s']:.2f} vast_calls "
                 f"{r['vast_calls']} chains {r['vast_chains']} dynamodb_calls "
-                f"{sum(ddb.values())} {ddb}"
+                f"{sum(ddb.values())} {ddb} index_read_units "
+                f"{r['dynamodb_index_read_units']:.0f}"
             )
     traced = [r for r in results["runs"] if r["run"] == "traced"]
     if traced:
@@ -497,32 +570,76 @@ def _print_run(r: dict[str, Any], p: str) -> None:
     print(
         f"{p}dynamodb_units: read {r['dynamodb_read_units']:.0f} write "
         f"{r['dynamodb_write_units']:.0f} (estimated from item sizes; items read "
-        f"{r['dynamodb_items_read']}, written {r['dynamodb_items_written']})"
+        f"{r['dynamodb_items_read']}, written {r['dynamodb_items_written']}); of the reads, "
+        f"the ActiveJobs index {r['dynamodb_index_read_units']:.0f}"
     )
     other = {k: v for k, v in r["calls"].items() if not k.startswith("dynamodb.")}
     print(f"{p}other_aws_calls: {other}")
 
 
+BENCH_SHARDS = 4  # the shard count `make bench` measures the large book with
+
+
+def suite(*, quick: bool, profile: Path | None = None) -> dict[str, Any]:
+    """`make bench`'s configurations: the large book (10,000 jobs; `--quick`: 200) in one
+    unsharded run and in `BENCH_SHARDS` shards a minute later, cold runs only (moto is slow at
+    that size); then the small book (1,000 jobs, cold, warm and traced; `--quick`: 60, no
+    tracing). `summary`: one headline per configuration, in that order."""
+    large, small = (200, 60) if quick else (10_000, 1000)
+    configurations = run(
+        large, trace_memory=False, cold_only=True, shards=(1, BENCH_SHARDS), profile=profile
+    )["configurations"]
+    configurations.append(run(small, trace_memory=not quick))
+    return {
+        "configurations": configurations,
+        "summary": [c["headline"] for c in configurations],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="60 jobs instead of 1,000, no memory tracing"
+        "--quick",
+        action="store_true",
+        help="books of 200 and 60 jobs instead of 10,000 and 1,000, no memory tracing",
     )
-    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="one book of N jobs only (with --shards)"
+    )
     parser.add_argument(
         "--cold-only", action="store_true", help="one run (moto is slow at 10,000 jobs)"
     )
     parser.add_argument(
         "--shards", type=int, default=1, help="split the fleet as monitorShards=K does (1–16)"
     )
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="cProfile the cold runs into this file"
+    )
     args = parser.parse_args()
     if not 1 <= args.shards <= 16:
         parser.error("--shards: give 1 to 16")
-    jobs = args.jobs or (60 if args.quick else 1000)
-    results = run(jobs, trace_memory=not args.quick, cold_only=args.cold_only, shards=args.shards)
+    if args.jobs is None:
+        results = suite(quick=args.quick, profile=args.profile)
+        for configuration in results["configurations"]:
+            print_results(configuration)
+            print()
+        for entry in results["summary"]:
+            print(
+                f"monitor_run_estimated_s: {entry['jobs']} jobs, {entry['shards']} shard(s): "
+                f"{entry['estimated_s']:.2f} (slowest shard; goal ≤ {entry['goal_s']:.0f}: "
+                f"{'met' if entry['met'] else 'NOT met'}); ActiveJobs read units per shard "
+                f"{entry['index_read_units']:.0f}"
+            )
+        write_results(NAME + ("_quick" if args.quick else ""), results)
+        return 0
+    results = run(
+        args.jobs, trace_memory=not args.quick, cold_only=args.cold_only, shards=args.shards,
+        profile=args.profile,
+    )  # fmt: skip
+    results["summary"] = [results["headline"]]
     print_results(results)
     suffix = "" if args.shards == 1 else f"_{args.shards}shards"
-    write_results((NAME if jobs == 1000 else f"{NAME}_{jobs}") + suffix, results)
+    write_results(f"{NAME}_{args.jobs}{suffix}", results)
     return 0
 
 

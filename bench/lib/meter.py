@@ -81,6 +81,7 @@ class AwsMeter:
     pooled: Counter[str] = field(default_factory=Counter)  # of `calls`, made off the main thread
     read_units: float = 0.0
     write_units: float = 0.0
+    index_read_units: float = 0.0  # of `read_units`, read by Query from a GSI
     items_read: int = 0
     items_written: int = 0
     _sizes: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -134,7 +135,7 @@ class AwsMeter:
         self.backend_seconds = self.backend_cpu_seconds = 0.0
         self.calls.clear()
         self.pooled.clear()
-        self.read_units = self.write_units = 0.0
+        self.read_units = self.write_units = self.index_read_units = 0.0
         self.items_read = self.items_written = 0
 
     def snapshot(self) -> dict[str, Any]:
@@ -146,6 +147,7 @@ class AwsMeter:
             "moto_cpu_s": self.backend_cpu_seconds,
             "dynamodb_read_units": self.read_units,
             "dynamodb_write_units": self.write_units,
+            "dynamodb_index_read_units": self.index_read_units,
             "dynamodb_items_read": self.items_read,
             "dynamodb_items_written": self.items_written,
         }
@@ -203,7 +205,10 @@ class AwsMeter:
             sizes = [self._seen(i) for i in reply.get("Items", [])]
             self.items_read += len(sizes)
             consistent = bool(request.get("ConsistentRead")) and "IndexName" not in request
-            self.read_units += read_units(sizes, consistent=consistent, together=True)
+            units = read_units(sizes, consistent=consistent, together=True)
+            self.read_units += units
+            if "IndexName" in request:
+                self.index_read_units += units
         elif op == "BatchGetItem":
             for table, items in reply.get("Responses", {}).items():
                 asked = request.get("RequestItems", {}).get(table, {})

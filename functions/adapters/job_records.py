@@ -3,12 +3,13 @@ append an event; with the exceptions and views these return."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from functions.adapters.pool import map_bounded
 from functions.adapters.store_base import StoreBase
 from functions.adapters.table import (
     ACTIVE_INDEX,
@@ -16,6 +17,7 @@ from functions.adapters.table import (
     ALL_JOBS_INDEX,
     JOBS_PARTITION,
     TTL_ATTRIBUTE,
+    active_partition,
     as_event,
     as_generation,
     as_job,
@@ -29,6 +31,7 @@ from functions.adapters.table import (
     job_key,
     job_partition,
     serialize,
+    slot_partition,
     state_in,
 )
 from functions.domain.job import (
@@ -40,6 +43,7 @@ from functions.domain.job import (
     TimelineEvent,
     is_terminal,
 )
+from functions.domain.labels import SHARD_SLOTS, label_slot
 
 
 class IdempotencyConflict(Exception):
@@ -68,6 +72,7 @@ class JobPage:
 class ActiveJobs:
     jobs: list[Job]
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (pk, why)
+    legacy: list[str] = field(default_factory=list)  # job ids still in the `ACTIVE` partition
 
 
 @dataclass(frozen=True)
@@ -163,30 +168,24 @@ class JobRecords(StoreBase):
     def list_jobs(
         self, *, state: JobState | None = None, limit: int = 50, token: str | None = None
     ) -> JobPage:
-        """Newest first. An active state (or none) reads the all-jobs index; a state filter
-        is a FilterExpression, so a page is filled by reading on until `limit` jobs match.
-        Raises `BadPageToken` for a token this store did not hand out."""
-        index = ACTIVE_INDEX if state in ACTIVE_STATES else ALL_JOBS_INDEX
-        partition_attr, partition = (
-            ("active_pk", ACTIVE_PARTITION)
-            if index == ACTIVE_INDEX
-            else ("list_pk", JOBS_PARTITION)
-        )
-        start_key = decode_page_token(token, index) if token else None
+        """Newest first, from the all-jobs index; a state filter is a FilterExpression, so a
+        page is filled by reading on until `limit` jobs match. (The ActiveJobs index is one
+        partition per label slot, with no order across them: not a list's source.) Raises
+        `BadPageToken` for a token this store did not hand out."""
+        start_key = decode_page_token(token, ALL_JOBS_INDEX) if token else None
         jobs: list[Job] = []
         while True:
             kwargs: dict[str, Any] = {
                 "TableName": self.table_name,
-                "IndexName": index,
-                "KeyConditionExpression": "#p = :p",
-                "ExpressionAttributeNames": {"#p": partition_attr},
-                "ExpressionAttributeValues": {":p": {"S": partition}},
+                "IndexName": ALL_JOBS_INDEX,
+                "KeyConditionExpression": "list_pk = :p",
+                "ExpressionAttributeValues": {":p": {"S": JOBS_PARTITION}},
                 "ScanIndexForward": False,
                 "Limit": limit - len(jobs),
             }
             if state is not None:
                 kwargs["FilterExpression"] = "#state = :state"
-                kwargs["ExpressionAttributeNames"]["#state"] = "state"
+                kwargs["ExpressionAttributeNames"] = {"#state": "state"}
                 kwargs["ExpressionAttributeValues"][":state"] = {"S": state.value}
             if start_key:
                 kwargs["ExclusiveStartKey"] = start_key
@@ -201,26 +200,62 @@ class JobRecords(StoreBase):
         """Every active job (the monitor's view), oldest first."""
         return self.read_active_jobs().jobs
 
-    def read_active_jobs(self, owns: Callable[[str], bool] | None = None) -> ActiveJobs:
-        """Every active job, oldest first, each read on its own: an item that no longer
-        validates (written by another version, edited by hand) is named in `unreadable`
-        with why, and hides no other job. `owns`: only the job ids it accepts (a monitor
-        shard's), chosen before the items are parsed."""
-        items = self._table.query_all(
-            IndexName=ACTIVE_INDEX,
-            KeyConditionExpression="active_pk = :p",
-            ExpressionAttributeValues={":p": {"S": ACTIVE_PARTITION}},
-        )
+    def read_active_jobs(self, slots: Iterable[int] | None = None) -> ActiveJobs:
+        """Every active job of the label slots `slots` (default: all; a monitor shard's own),
+        oldest first, each read on its own: an item that no longer validates (written by
+        another version, edited by hand) is named in `unreadable` with why, and hides no
+        other job. One Query (paginated) per slot's partition, and one of the legacy `ACTIVE`
+        partition, whose items of these slots are returned too and named in `legacy` (job
+        ids, for `move_to_slot_partitions`). The legacy partition is read first: an item
+        moved in between is then read twice (kept once), never missed."""
+        owned = list(range(SHARD_SLOTS)) if slots is None else sorted(set(slots))
+        by_pk: dict[str, dict[str, Any]] = {}
+        legacy: list[str] = []
+        for item in self._active_items(ACTIVE_PARTITION):
+            job_id = str(item.get("pk", "")).removeprefix("JOB#")
+            if label_slot(job_id) in owned:
+                by_pk[str(item.get("pk"))] = item
+                legacy.append(job_id)
+        for slot in owned:
+            for item in self._active_items(slot_partition(slot)):
+                by_pk[str(item.get("pk"))] = item
         jobs: list[Job] = []
         unreadable: list[tuple[str, str]] = []
-        for item in items:
-            if owns is not None and not owns(str(item.get("pk", "")).removeprefix("JOB#")):
-                continue
+        for item in sorted(by_pk.values(), key=lambda i: str(i.get("created_key", ""))):
             try:
                 jobs.append(as_job(item))
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 unreadable.append((str(item.get("pk", "?")), str(exc)[:300]))
-        return ActiveJobs(jobs=jobs, unreadable=unreadable)
+        return ActiveJobs(jobs=jobs, unreadable=unreadable, legacy=legacy)
+
+    def _active_items(self, partition: str) -> Sequence[dict[str, Any]]:
+        return self._table.query_all(
+            IndexName=ACTIVE_INDEX,
+            KeyConditionExpression="active_pk = :p",
+            ExpressionAttributeValues={":p": {"S": partition}},
+        )
+
+    def move_to_slot_partitions(self, job_ids: Sequence[str], *, workers: int = 16) -> int:
+        """Move legacy ActiveJobs items (`active_pk = "ACTIVE"`) to their slot's partition,
+        `workers` UpdateItems in flight; how many moved. Each only while its item still has
+        the legacy value and an active state: a job that ended in between (its `active_pk`
+        removed) is not put back into the index."""
+
+        def move(job_id: str) -> bool:
+            values: dict[str, Any] = {
+                ":legacy": ACTIVE_PARTITION,
+                ":slot": active_partition(job_id),
+            }
+            condition = "active_pk = :legacy AND " + state_in(ACTIVE_STATES, values)
+            return self._table.update(
+                job_key(job_id),
+                UpdateExpression="SET active_pk = :slot",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues=serialize(values),
+            )
+
+        return sum(map_bounded(move, job_ids, workers=workers))
 
     def transition_job(
         self,

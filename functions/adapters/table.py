@@ -4,8 +4,8 @@
   by the monitor only in steps and at transitions, the exact figure is on the current
   generation —, current generation, the recorded checkpoints a new generation may restore and
   their version);
-  `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE"` only while the
-  job is active.
+  `list_pk="JOB"` and `created_key` for the all-jobs index; `active_pk="ACTIVE#<slot>"` only
+  while the job is active (its label slot in hex: `active_partition`).
 - generation (one host attempt) — `pk=JOB#<id> sk=GEN#<nnnn>`: instance id, offer id, machine
   id, GPU model and count, `inet_down` and the prior's pace at the rent (what is learned from it
   is filed under: `functions/domain/pace.py`), $/h, prices, agent token sha256 (`token_hash`),
@@ -38,7 +38,11 @@ as last measured is the larger of the job item's `spent_usd` and its generations
 
 Indexes (both project all attributes):
 - `ActiveJobs` — partition `active_pk`, sort `created_key` (`<iso created>#<id>`). Sparse: the
-  attribute is removed when a job becomes terminal, so the monitor reads only live jobs.
+  attribute is removed when a job becomes terminal, so the monitor reads only live jobs. One
+  partition per label slot (`ACTIVE#0` … `ACTIVE#f`, `functions/domain/labels.py`), so a
+  monitor shard reads only its own slots' partitions; items written before slots carry
+  `ACTIVE` (`ACTIVE_PARTITION`): every run still reads them, and the owning shard moves them to
+  their slot's partition, a bounded number a run (`JobRecords.move_to_slot_partitions`).
 - `AllJobs` — partition `list_pk`, sort `created_key`: `GET /jobs` newest first without a scan.
 
 `functions/adapters/store.py` (JobStore, its methods in `job_records.py`,
@@ -74,6 +78,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from functions.domain.job import Generation, HostReputation, Job, JobState, TimelineEvent
+from functions.domain.labels import label_slot
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -82,7 +87,7 @@ else:
 
 ACTIVE_INDEX = "ActiveJobs"
 ALL_JOBS_INDEX = "AllJobs"
-ACTIVE_PARTITION = "ACTIVE"
+ACTIVE_PARTITION = "ACTIVE"  # the ActiveJobs index's one partition before slots (legacy items)
 JOBS_PARTITION = "JOB"
 TTL_ATTRIBUTE = "expires_at_ttl"
 
@@ -145,6 +150,15 @@ def job_partition(job_id: str) -> str:
 
 def job_key(job_id: str) -> dict[str, str]:
     return {"pk": job_partition(job_id), "sk": "JOB"}
+
+
+def slot_partition(slot: int) -> str:
+    """The ActiveJobs partition of the jobs in label slot `slot`: `ACTIVE#<hex slot>`."""
+    return f"{ACTIVE_PARTITION}#{slot:x}"
+
+
+def active_partition(job_id: str) -> str:
+    return slot_partition(label_slot(job_id))
 
 
 def generation_key(job_id: str, generation: int) -> dict[str, str]:
@@ -238,7 +252,7 @@ def job_item(job: Job) -> dict[str, Any]:
         "created_key": f"{iso(job.created_at)}#{job.job_id}",
     }
     if job.active:
-        item["active_pk"] = ACTIVE_PARTITION
+        item["active_pk"] = active_partition(job.job_id)
     return item
 
 

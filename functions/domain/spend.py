@@ -188,9 +188,9 @@ def job_spend_usd(generations: Iterable[GenerationSpend]) -> float:
 # The job item's `spent_usd` is refreshed in steps; the exact figure goes every run with the
 # current generation's observation (`functions.domain.job.known_spend_usd`). What reads the job
 # item alone (the job list) then lags by at most a step — 1 % of the budget, at least a cent,
-# the precision `tether jobs` shows — and the job item, billed three times for its two indexes
-# and all on the ActiveJobs index's one partition, is written ~100 times over a job's budget
-# (and once per transition) instead of every monitor run.
+# the precision `tether jobs` shows — and the job item, billed three times for its two indexes,
+# is written ~100 times over a job's budget (and once per transition) instead of every monitor
+# run.
 JOB_ITEM_SPEND_STEP_FRACTION = 0.01
 JOB_ITEM_SPEND_STEP_MIN_USD = 0.01
 SPEND_EPSILON_USD = 1e-6

@@ -38,12 +38,15 @@ write is made only for what moved (a replaced generation's clock only when it ch
 observation, the job's spend and `supervised_at` are written every run a job's evaluation
 completes, in one UpdateItem on the current generation, since that is what renews its lease. So
 a running job costs one write a run: the job item's `spent_usd` (billed three times for its two
-indexes, all on the ActiveJobs index's one partition) is written only when it lags by a step,
-when a transition is named, or when no generation carries the spend
-(`functions.domain.spend.job_item_spend_due`); spend only ever moves upwards on both.
+indexes) is written only when it lags by a step, when a transition is named, or when no
+generation carries the spend (`functions.domain.spend.job_item_spend_due`); spend only ever
+moves upwards on both.
 
 A large fleet is split across schedules by a hash of the job id (`functions/domain/shards.py`):
-a run sees only its shard's jobs and instances, and marks only them supervised.
+a run sees only its shard's jobs and instances, and marks only them supervised. The ActiveJobs
+index is partitioned by the same label slots, so a shard reads only its own partitions; items
+written before that (one `ACTIVE` partition) are read by every run and moved to their slot's
+partition by the shard that owns them, `LEGACY_MOVES` a run at most (`active_items_moved`).
 
 What a run did is its `MonitorReport` (`functions/monitor/report.py`); what it reads from Vast
 (instances, charges, the records it could not read) is `functions/monitor/vast_reads.py`.
@@ -116,6 +119,10 @@ ORPHAN_RESERVE_S = 3.0
 # Jobs applied at once: each job's few writes are sequential round trips (~10 ms from Lambda),
 # so a bounded pool turns thousands of them into a few seconds without a burst DynamoDB throttles.
 APPLY_WORKERS = 16
+# Legacy ActiveJobs items moved to their slot's partition per run: 1,000 conditional
+# UpdateItems, `APPLY_WORKERS` in flight, about 0.6 s at 10 ms a call; 10,000 jobs move in 10
+# runs, and every run reads the ones left (`JobRecords.read_active_jobs`).
+LEGACY_MOVES = 1000
 
 
 def unbounded() -> float:
@@ -189,9 +196,16 @@ def _snapshots(deps: MonitorDeps, report: MonitorReport, shard: Shard) -> list[J
     """Every active job of the shard with its generations, read in pages
     (`JobStore.read_generations`, not a Query per job); a job whose items cannot be read is
     counted and left out (its lease is not renewed), never fatal to the others."""
-    active = deps.store.read_active_jobs(None if shard.whole else shard.owns_job)
+    active = deps.store.read_active_jobs(shard.slots)
     for key, why in active.unreadable:
         logger.error("monitor: job item cannot be read; not supervised: %s", why, extra={"pk": key})
+    if active.legacy:
+        try:
+            report.active_items_moved = deps.store.move_to_slot_partitions(
+                active.legacy[:LEGACY_MOVES], workers=APPLY_WORKERS
+            )
+        except Exception:  # a move is housekeeping: the items are still read where they are
+            logger.exception("monitor: legacy ActiveJobs items not moved this run")
     report.jobs = len(active.jobs) + len(active.unreadable)
     report.unsupervised += len(active.unreadable)
     report.errors += len(active.unreadable)
@@ -287,7 +301,7 @@ def _apply(
     store = deps.store
     report.spend_usd += decision.spend_usd
     # The exact spend goes with the observation (`record_supervised`, below); the job item
-    # (billed 3x, on the ActiveJobs index's one partition) only in steps and at transitions.
+    # (billed 3x for its two indexes) only in steps and at transitions.
     carried = None not in (snapshot.current, decision.generation, decision.observation)
     if job_item_spend_due(
         job.spent_usd, decision.spend_usd, job.budget_usd,

@@ -92,6 +92,18 @@ def test_meter_prices_an_update_by_the_size_it_last_saw() -> None:
     assert meter.read_units == 1
 
 
+def test_meter_counts_the_index_reads_apart() -> None:
+    meter = AwsMeter(index_keys=("active_pk",))
+    item = {"pk": {"S": "JOB#1"}, "sk": {"S": "JOB"}, "blob": {"S": "x" * 6000}}
+    meter._dynamodb("Query", {"IndexName": "ActiveJobs"}, {"Items": [item]})
+    meter._dynamodb("Query", {}, {"Items": [item]})  # the table itself
+    assert meter.index_read_units == 1  # 6 KB eventually consistent: 2 units halved
+    assert meter.read_units == 2
+    assert meter.snapshot()["dynamodb_index_read_units"] == 1
+    meter.reset()
+    assert meter.index_read_units == 0
+
+
 def test_vast_calls_grow_with_pages() -> None:
     assert expected_vast_calls(1000, 1000) == 40 + 2
     assert expected_vast_calls(25, 3) == 2

@@ -115,3 +115,39 @@ def test_the_planner_regret_prints_each_rule_per_truth_and_its_goals(results: Pa
     assert "qlora-7b: first-run median ≤ 20 % in every truth: NOT met" in text
     assert "qlora-7b: first-run median never above dstack's rule: NOT met" in text
     assert "median ≤ 1.5× the bound's in every truth: met" in text
+
+
+def test_the_monitor_section_shows_each_configuration_beside_its_goal(results: Path) -> None:
+    entries = [
+        {"jobs": 10_000, "shards": 1, "estimated_s": 88.9, "index_read_units": 1460.0,
+         "goal_s": 45.0, "met": False},
+        {"jobs": 10_000, "shards": 4, "estimated_s": 23.6, "index_read_units": 365.0,
+         "goal_s": 45.0, "met": True},
+        {"jobs": 1000, "shards": 1, "estimated_s": 7.9, "index_read_units": 146.0,
+         "goal_s": 10.0, "met": True},
+    ]  # fmt: skip
+    write(results, "monitor_scale", {"summary": entries})
+    lines = summary.summarize(since=None, quick=False)
+    rows = {line.split("  ")[0]: line for line in lines if " jobs, " in line}
+
+    assert set(rows) == {
+        "10,000 jobs, 1 shard(s)",
+        "10,000 jobs, 4 shard(s)",
+        "1,000 jobs, 1 shard(s)",
+    }
+    unsharded = rows["10,000 jobs, 1 shard(s)"]
+    assert "88.9 s" in unsharded and "1460" in unsharded and "≤ 45 s" in unsharded
+    assert unsharded.endswith("NOT met")
+    assert (
+        rows["10,000 jobs, 4 shard(s)"].endswith("met") and "365" in rows["10,000 jobs, 4 shard(s)"]
+    )
+    assert (
+        rows["1,000 jobs, 1 shard(s)"].endswith("met")
+        and "≤ 10 s" in rows["1,000 jobs, 1 shard(s)"]
+    )
+
+
+def test_the_monitor_section_says_when_a_result_has_no_summary(results: Path) -> None:
+    write(results, "monitor_scale_quick", {"runs": []})
+    text = "\n".join(summary.summarize(since=None, quick=True))
+    assert "no `summary` of monitor runs" in text
