@@ -166,7 +166,7 @@ class Api(Construct):
         acknowledge(
             self.jobs.role,
             "AwsSolutions-IAM5",
-            "Query on the table's own indexes (ActiveJobs, AllJobs) for GET /jobs.",
+            "Query on the table's own indexes (AllJobs) for GET /jobs.",
             f"Resource::<{_logical_id(table)}.Arn>/index/*",
         )
 
