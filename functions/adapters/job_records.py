@@ -9,6 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from functions.adapters.heartbeat_items import merged_generation_items
 from functions.adapters.store_base import StoreBase
 from functions.adapters.table import (
     ACTIVE_INDEX,
@@ -142,12 +143,10 @@ class JobRecords(StoreBase):
             ExpressionAttributeValues={":pk": {"S": pk}, ":gen": {"S": "GEN#"}},
         )
         job = None
-        generations = []
         for item in items:
             if item["sk"] == "JOB":
                 job = as_job(item)
-            elif item["sk"].startswith("GEN#"):
-                generations.append(as_generation(item))
+        generations = [as_generation(i) for i in merged_generation_items(items)]
         if job is None:
             return None
         reply = self.client.query(

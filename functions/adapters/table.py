@@ -151,6 +151,11 @@ def generation_key(job_id: str, generation: int) -> dict[str, str]:
     return {"pk": job_partition(job_id), "sk": f"GEN#{generation:04d}"}
 
 
+def heartbeat_key(job_id: str, generation: int) -> dict[str, str]:
+    """The generation's heartbeat item (functions/domain/heartbeat_item.py)."""
+    return {"pk": job_partition(job_id), "sk": f"GEN#{generation:04d}#HB"}
+
+
 def event_key(event: TimelineEvent) -> dict[str, str]:
     return {
         "pk": job_partition(event.job_id),
