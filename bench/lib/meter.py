@@ -64,7 +64,7 @@ def stored_item_size(region: str | None, table: str, key: Mapping[str, Any]) -> 
     """Bytes of the item moto's store holds at `key` (DynamoDB JSON) now: 0 when there is none;
     None when the store cannot be read (not moto, another account, an unknown table)."""
     try:
-        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.core.models import DEFAULT_ACCOUNT_ID
         from moto.dynamodb.models import dynamodb_backends
         from moto.dynamodb.models.dynamo_type import DynamoType
 

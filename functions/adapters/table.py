@@ -15,6 +15,10 @@
   write R2 key, each with its secret, session token, expiry and prefix); and what the monitor
   writes each run, in one UpdateItem: the observation (progress and status clocks, the
   generation's `spend_usd`), the job's `job_spent_usd` and `supervised_at`.
+- heartbeat (of a generation) — `pk=JOB#<id> sk=GEN#<nnnn>#HB`: what every heartbeat changes
+  (`heartbeat`'s hot parts, `lease_expires_at`, `gpu_busy_at`) and copies of `is_current` and
+  `token_hash` for its write's condition, under 1 KB; the generation item's `heartbeat` is then
+  written only when a rare part changes (`functions/domain/heartbeat_item.py`).
 - timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
 - idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
   TTL removes it after a day).

@@ -77,17 +77,18 @@ def test_the_largest_heartbeat_item_the_contract_allows_is_one_write_unit() -> N
         bytes_uploaded=MAX_BYTES,
         last_upload_s=MAX_SECONDS,
     )
+    hot = hot_part(heartbeat.model_dump(mode="json", exclude_none=True))
     # What `GenerationRecords.store_heartbeat` writes onto the item.
-    item = {
+    item: dict[str, Any] = {
         **heartbeat_key("j" * 64, MAX_GENERATION),
-        "heartbeat": hot_part(heartbeat.model_dump(mode="json", exclude_none=True)),
+        "heartbeat": hot,
         "lease_expires_at": 1.0,
         "gpu_busy_at": 1.0,
         "is_current": True,
         "token_hash": "f" * 64,
     }
-    assert set(item["heartbeat"]) == HOT_HEARTBEAT_FIELDS
-    assert set(item["heartbeat"]["gpu"]) == set(GpuProbe.model_fields) - {"error"}
+    assert set(hot) == HOT_HEARTBEAT_FIELDS
+    assert set(hot["gpu"]) == set(GpuProbe.model_fields) - {"error"}
     largest = {name: largest_numbers(value) for name, value in serialize(item).items()}
     assert item_size(largest) <= WRITE_UNIT_BYTES
 
