@@ -8,15 +8,18 @@ instead, from item sizes as DynamoDB's on-demand billing defines them:
 - read: strongly consistent 1 unit per 4 KB (rounded up) of each item returned (GetItem,
   BatchGetItem) or of all items a Query returns together; eventually consistent (GSI queries,
   batch gets by default) half that; a GetItem that finds nothing still bills one read.
-- write: 1 unit per 1 KB of the item (rounded up); an UpdateItem bills the larger of the item
-  before and after, taken here as the last size this meter saw for that key (1 KB if never seen);
-  every GSI the item belongs to (its key attribute is present; projection ALL) bills the same
-  again; items inside TransactWriteItems bill twice.
+- write: 1 unit per 1 KB (rounded up) of the larger of the item before and after the write
+  (PutItem, UpdateItem, DeleteItem and each of them inside TransactWriteItems), both read from
+  moto's store around the call (`stored_item_size`); where that store cannot be read, the last
+  size this meter saw for that key stands in for "before" (1 KB if never seen) and a Put's item
+  for "after"; every GSI the item belongs to (its key attribute is present; projection ALL)
+  bills the same again; items inside TransactWriteItems bill twice.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import Counter
@@ -57,6 +60,43 @@ def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
     return sum(len(name.encode()) + value_size(value) for name, value in item.items())
 
 
+def stored_item_size(region: str | None, table: str, key: Mapping[str, Any]) -> int | None:
+    """Bytes of the item moto's store holds at `key` (DynamoDB JSON) now: 0 when there is none;
+    None when the store cannot be read (not moto, another account, an unknown table)."""
+    try:
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+        from moto.dynamodb.models.dynamo_type import DynamoType
+
+        account = os.environ.get("MOTO_ACCOUNT_ID", DEFAULT_ACCOUNT_ID)
+        stored = dynamodb_backends[account][region or "us-east-1"].get_table(table)
+        range_name = stored.range_key_attr
+        item = stored.get_item(
+            DynamoType(key[stored.hash_key_attr]),
+            DynamoType(key[range_name]) if range_name else None,
+        )
+    except Exception:
+        return None
+    return item_size(item.to_json()["Attributes"]) if item is not None else 0
+
+
+def _write_targets(op: str, request: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(table, key or item) of each item a write request writes, in the order `_dynamodb` bills
+    them."""
+    if op == "PutItem":
+        return [(request.get("TableName", ""), request.get("Item", {}))]
+    if op in ("UpdateItem", "DeleteItem"):
+        return [(request.get("TableName", ""), request.get("Key", {}))]
+    if op == "TransactWriteItems":
+        targets = []
+        for entry in request.get("TransactItems", []):
+            for kind, field_name in (("Put", "Item"), ("Update", "Key"), ("Delete", "Key")):
+                if kind in entry:
+                    targets.append((entry[kind].get("TableName", ""), entry[kind][field_name]))
+        return targets
+    return []
+
+
 def read_units(sizes: Iterable[int], *, consistent: bool, together: bool) -> float:
     """Units for reading items of `sizes`; `together`: a Query, rounded up over the sum."""
     sizes = list(sizes)
@@ -86,6 +126,7 @@ class AwsMeter:
     items_written: int = 0
     _sizes: dict[tuple[str, str], int] = field(default_factory=dict)
     _indexes: dict[tuple[str, str], int] = field(default_factory=dict)
+    _stored_sizes: list[tuple[int, int] | None] = field(default_factory=list)  # of the call
     backend_seconds: float = 0.0  # time inside moto (the stand-in for AWS), when installed
     backend_cpu_seconds: float = 0.0  # CPU time of the calling threads inside moto
     _unpatch: Any = None
@@ -160,6 +201,12 @@ class AwsMeter:
     def _before(self, params: Any, model: Any, context: Any, **_: Any) -> None:
         if model.service_model.service_name == "dynamodb":
             context["tether_meter_request"] = dict(params)
+            targets = _write_targets(model.name, params)
+            if targets:  # each written item's size before the call, for max(before, after)
+                region = context.get("client_region")
+                context["tether_meter_before"] = [
+                    stored_item_size(region, table, key) for table, key in targets
+                ]
 
     def _after(self, http_response: Any, parsed: Any, model: Any, context: Any, **_: Any) -> None:
         service = model.service_model.service_name
@@ -169,7 +216,9 @@ class AwsMeter:
             if threading.current_thread() is not threading.main_thread():
                 self.pooled[name] += 1
             if service == "dynamodb" and isinstance(parsed, dict) and "Error" not in parsed:
-                self._dynamodb(model.name, context.get("tether_meter_request") or {}, parsed)
+                request = context.get("tether_meter_request") or {}
+                self._stored_sizes = self._sizes_around(model.name, request, context)
+                self._dynamodb(model.name, request, parsed)
 
     # -- DynamoDB units ---------------------------------------------------------------------
 
@@ -183,9 +232,29 @@ class AwsMeter:
         self._indexes[key] = sum(1 for k in self.index_keys if k in item)
         return size
 
+    def _sizes_around(
+        self, op: str, request: Mapping[str, Any], context: Mapping[str, Any]
+    ) -> list[tuple[int, int] | None]:
+        """(before, after) sizes of each item the write `request` wrote, from moto's store; None
+        for an item whose sizes are not both known."""
+        before = context.get("tether_meter_before") or []
+        region = context.get("client_region")
+        around: list[tuple[int, int] | None] = []
+        for i, (table, key) in enumerate(_write_targets(op, request)):
+            was = before[i] if i < len(before) else None
+            now = stored_item_size(region, table, key)
+            around.append((was, now) if was is not None and now is not None else None)
+        return around
+
     def _write(self, item_or_key: Mapping[str, Any], *, put: bool, transactional: bool) -> None:
         key = self._key(item_or_key)
-        if put:
+        around = self._stored_sizes.pop(0) if self._stored_sizes else None
+        if around is not None:  # exact: the store's item before and after the call
+            if put:
+                self._seen(item_or_key)  # the indexes it belongs to
+            size = max(around)
+            self._sizes[key] = around[1]
+        elif put:
             before = self._sizes.get(key, 0)
             size = max(before, self._seen(item_or_key))
         else:

@@ -19,9 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from functions.adapters.heartbeat_items import merged_generation_items
 from functions.adapters.pool import map_bounded
 from functions.adapters.store_base import StoreBase
-from functions.adapters.table import as_generation, deserialize, generation_key, serialize
+from functions.adapters.table import (
+    as_generation,
+    deserialize,
+    generation_key,
+    heartbeat_key,
+    serialize,
+)
 from functions.domain.job import Generation, Job
 
 BATCH_GET_KEYS = 100  # the most one BatchGetItem may ask for
@@ -42,6 +49,17 @@ def generation_keys(jobs: Sequence[Job]) -> list[dict[str, str]]:
     ]
 
 
+def generation_and_heartbeat_keys(jobs: Sequence[Job]) -> list[dict[str, str]]:
+    """Each generation's key followed by its heartbeat item's (functions/domain/
+    heartbeat_item.py), so a batch of an even size holds both of a generation."""
+    return [
+        key
+        for job in jobs
+        for n in range(1, job.current_generation + 1)
+        for key in (generation_key(job.job_id, n), heartbeat_key(job.job_id, n))
+    ]
+
+
 class BulkReads(StoreBase):
     """Reads of many jobs at once (the monitor's)."""
 
@@ -50,7 +68,7 @@ class BulkReads(StoreBase):
     ) -> GenerationReads:
         """Every generation of `jobs` (module docstring), in BatchGetItem calls of 100 keys,
         at most `workers` (default `BATCH_GET_WORKERS`) in flight."""
-        keys = generation_keys(jobs)
+        keys = generation_and_heartbeat_keys(jobs)
         batches = [keys[i : i + BATCH_GET_KEYS] for i in range(0, len(keys), BATCH_GET_KEYS)]
         reads = GenerationReads(generations={job.job_id: [] for job in jobs})
         if not batches:
@@ -61,7 +79,7 @@ class BulkReads(StoreBase):
             if items is None:
                 self._query_each(batch, reads)
                 continue
-            for item in items:
+            for item in merged_generation_items(items):
                 _add(item, reads)
         for job_id, found in reads.generations.items():  # a job's keys may span two batches
             unique = {g.generation: g for g in found}
@@ -90,7 +108,7 @@ class BulkReads(StoreBase):
                 reads.failed[job_id] = f"generations cannot be read: {exc}"[:300]
                 continue
             reads.generations[job_id] = []  # the batch may have added nothing; Query has it all
-            for item in items:
+            for item in merged_generation_items(items):
                 _add(item, reads)
 
 

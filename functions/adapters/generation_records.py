@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from functions.adapters.heartbeat_items import merged_generation_items
 from functions.adapters.store_base import StoreBase
 from functions.adapters.table import (
     as_generation,
@@ -16,6 +17,7 @@ from functions.adapters.table import (
     event_item,
     generation_item,
     generation_key,
+    heartbeat_key,
     job_key,
     job_partition,
     serialize,
@@ -23,6 +25,7 @@ from functions.adapters.table import (
     state_in,
 )
 from functions.domain.heartbeat_contract import CheckpointRef, StorageCredentials
+from functions.domain.heartbeat_item import hot_part, needs_generation_write
 from functions.domain.job import (
     Generation,
     GenerationStatus,
@@ -44,22 +47,31 @@ class GenerationRecords(StoreBase):
         self._table.put(generation_item(generation))
 
     def get_generation(self, job_id: str, generation: int) -> Generation | None:
-        item = self._table.get(generation_key(job_id, generation))
-        return as_generation(item) if item else None
+        """The generation with its heartbeat item merged in, in one BatchGetItem."""
+        keys = [generation_key(job_id, generation), heartbeat_key(job_id, generation)]
+        request = {self.table_name: {"Keys": [serialize(k) for k in keys], "ConsistentRead": True}}
+        items = [deserialize(i) for i in self._table.batch_get(request)[self.table_name]]
+        merged = merged_generation_items(items)
+        return as_generation(merged[0]) if merged else None
 
     def list_generations(self, job_id: str) -> list[Generation]:
-        """Every generation of a job, oldest first."""
+        """Every generation of a job, oldest first (the Query returns their heartbeat items
+        too: merged in)."""
         items = self._table.query_all(
             KeyConditionExpression="pk = :pk AND begins_with(sk, :gen)",
             ExpressionAttributeValues={":pk": {"S": job_partition(job_id)}, ":gen": {"S": "GEN#"}},
         )
-        return [as_generation(i) for i in items]
+        return [as_generation(i) for i in merged_generation_items(items)]
 
     def load_heartbeat_context(
         self, job_id: str, generation: int
     ) -> tuple[Job | None, Generation | None]:
-        """The job and the generation, in one BatchGetItem."""
-        keys = [job_key(job_id), generation_key(job_id, generation)]
+        """The job and the generation with its heartbeat item merged in, in one BatchGetItem."""
+        keys = [
+            job_key(job_id),
+            generation_key(job_id, generation),
+            heartbeat_key(job_id, generation),
+        ]
         reply = self.client.batch_get_item(
             RequestItems={
                 self.table_name: {"Keys": [serialize(k) for k in keys], "ConsistentRead": True}
@@ -77,10 +89,10 @@ class GenerationRecords(StoreBase):
                 if item_or_none:
                     found[plain_key["sk"]] = item_or_none
         job_found = found.get("JOB")
-        gen_found = found.get(generation_key(job_id, generation)["sk"])
+        gen_found = merged_generation_items(v for k, v in found.items() if k != "JOB")
         return (
             as_job(job_found) if job_found else None,
-            as_generation(gen_found) if gen_found else None,
+            as_generation(gen_found[0]) if gen_found else None,
         )
 
     def store_heartbeat(
@@ -94,18 +106,39 @@ class GenerationRecords(StoreBase):
         training_start_step: int | None = None,
         gpu_busy: bool = False,
         resumed: Resumed | None = None,
+        previous: Generation | None = None,
     ) -> bool:
-        """The heartbeat and the renewed lease, in one conditional UpdateItem: only the current
-        generation, with this token, writes. `training_start_step` given: the first `training`
-        heartbeat also records when and at which step training began on this host (kept if
-        already there). `gpu_busy`: the GPU was above the job's idle threshold, so
-        `gpu_busy_at` moves to this heartbeat (the hung rule's window). False when the
-        condition fails (the generation was replaced meanwhile). `resumed` (server clock): the
-        step training resumed at and when it started, then the first step after it; each kept
-        once written."""
-        expression = "SET heartbeat = :hb, lease_expires_at = :lease"
+        """The heartbeat and the renewed lease, onto the generation's heartbeat item in one
+        UpdateItem of under 1 KB (functions/domain/heartbeat_item.py), conditional on that
+        item: only the current generation, with this token, writes. The generation item is
+        written first, conditional the same way, only when `needs_generation_write` says so
+        against `previous` (the generation as read for this heartbeat; None: always): the
+        generation's first heartbeat since it has a heartbeat item, a changed rare part, or
+        a field kept once. `training_start_step` given: the first `training` heartbeat also
+        records when and at which step training began on this host (kept if already there).
+        `gpu_busy`: the GPU was above the job's idle threshold, so `gpu_busy_at` moves to this
+        heartbeat (the hung rule's window). False when a condition fails (the generation was
+        replaced meanwhile). `resumed` (server clock): the step training resumed at and when
+        it started, then the first step after it; each kept once written."""
+        stored = heartbeat.model_dump(mode="json", exclude_none=True)
+        first_write = previous is None or not previous.heartbeat_item
+        if needs_generation_write(
+            previous, stored, training_start_step=training_start_step, resumed=resumed
+        ) and not self._store_heartbeat_on_generation(
+            job_id,
+            generation,
+            token_hash=token_hash,
+            heartbeat=stored,
+            at=heartbeat.at,
+            training_start_step=training_start_step,
+            resumed=resumed,
+        ):
+            return False
+        expression = (
+            "SET heartbeat = :hb, lease_expires_at = :lease, is_current = :true, token_hash = :hash"
+        )
         values: dict[str, Any] = {
-            ":hb": heartbeat.model_dump(mode="json", exclude_none=True),
+            ":hb": hot_part(stored),
             ":lease": lease_expires_at,
             ":true": True,
             ":hash": token_hash,
@@ -113,12 +146,40 @@ class GenerationRecords(StoreBase):
         if gpu_busy:
             expression += ", gpu_busy_at = :busy"
             values[":busy"] = heartbeat.at
+        # Absent only before the generation's first heartbeat since the change (a supersede
+        # writes the item too, `supersede_generation`): then the generation item's write just
+        # made holds the condition that the generation is current with this token.
+        condition = "is_current = :true AND token_hash = :hash"
+        if first_write:
+            condition = f"attribute_not_exists(pk) OR ({condition})"
+        return self._table.update(
+            heartbeat_key(job_id, generation),
+            UpdateExpression=expression,
+            ConditionExpression=condition,
+            ExpressionAttributeValues=serialize(values),
+        )
+
+    def _store_heartbeat_on_generation(
+        self,
+        job_id: str,
+        generation: int,
+        *,
+        token_hash: str,
+        heartbeat: dict[str, Any],
+        at: float,
+        training_start_step: int | None,
+        resumed: Resumed | None,
+    ) -> bool:
+        """The whole heartbeat and the fields kept once onto the generation item, while the
+        generation is current with this token (`store_heartbeat`)."""
+        expression = "SET heartbeat = :hb"
+        values: dict[str, Any] = {":hb": heartbeat, ":true": True, ":hash": token_hash}
         if training_start_step is not None:
             expression += (
                 ", training_started_at = if_not_exists(training_started_at, :at)"
                 ", training_start_step = if_not_exists(training_start_step, :step)"
             )
-            values[":at"] = heartbeat.at
+            values[":at"] = at
             values[":step"] = training_start_step
         if resumed is not None:
             expression += (
@@ -218,9 +279,34 @@ class GenerationRecords(StoreBase):
 
     def supersede_generation(self, job_id: str, generation: int, *, host_blamed: bool) -> bool:
         """The generation is no longer current: its agent is told `superseded` at its next
-        heartbeat. Not ended yet (see `end_generation`). False if it does not exist."""
+        heartbeat. Not ended yet (see `end_generation`). False if it does not exist. Its
+        heartbeat item says so too, in the same transaction, so no heartbeat write holds after
+        it (made if absent: a generation from before heartbeat items, or one without a
+        heartbeat yet, then never gets one)."""
         fields = {"is_current": False, "status": "superseded", "host_blamed": host_blamed}
-        return self._table.set_fields(generation_key(job_id, generation), fields)
+        expression, names, values = set_clause(fields)
+        return self._table.transact(
+            [
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": serialize(generation_key(job_id, generation)),
+                        "UpdateExpression": expression,
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": serialize(values),
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": serialize(heartbeat_key(job_id, generation)),
+                        "UpdateExpression": "SET is_current = :false",
+                        "ExpressionAttributeValues": serialize({":false": False}),
+                    }
+                },
+            ]
+        )
 
     def end_generation(
         self, job_id: str, generation: int, *, ended_at: float, status: GenerationStatus

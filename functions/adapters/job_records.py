@@ -9,6 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from functions.adapters.heartbeat_items import merged_generation_items
 from functions.adapters.pool import map_bounded
 from functions.adapters.store_base import StoreBase
 from functions.adapters.table import (
@@ -147,12 +148,10 @@ class JobRecords(StoreBase):
             ExpressionAttributeValues={":pk": {"S": pk}, ":gen": {"S": "GEN#"}},
         )
         job = None
-        generations = []
         for item in items:
             if item["sk"] == "JOB":
                 job = as_job(item)
-            elif item["sk"].startswith("GEN#"):
-                generations.append(as_generation(item))
+        generations = [as_generation(i) for i in merged_generation_items(items)]
         if job is None:
             return None
         reply = self.client.query(

@@ -15,6 +15,10 @@
   write R2 key, each with its secret, session token, expiry and prefix); and what the monitor
   writes each run, in one UpdateItem: the observation (progress and status clocks, the
   generation's `spend_usd`), the job's `job_spent_usd` and `supervised_at`.
+- heartbeat (of a generation) — `pk=JOB#<id> sk=GEN#<nnnn>#HB`: what every heartbeat changes
+  (`heartbeat`'s hot parts, `lease_expires_at`, `gpu_busy_at`) and copies of `is_current` and
+  `token_hash` for its write's condition, under 1 KB; the generation item's `heartbeat` is then
+  written only when a rare part changes (`functions/domain/heartbeat_item.py`).
 - timeline event — `pk=JOB#<id> sk=EVT#<iso time>#<nnn>#<event id>`: kind, message, data.
 - idempotency key — `pk=IDEM#<key> sk=IDEM`: job id, request hash, `expires_at_ttl` (DynamoDB
   TTL removes it after a day).
@@ -163,6 +167,11 @@ def active_partition(job_id: str) -> str:
 
 def generation_key(job_id: str, generation: int) -> dict[str, str]:
     return {"pk": job_partition(job_id), "sk": f"GEN#{generation:04d}"}
+
+
+def heartbeat_key(job_id: str, generation: int) -> dict[str, str]:
+    """The generation's heartbeat item (functions/domain/heartbeat_item.py)."""
+    return {"pk": job_partition(job_id), "sk": f"GEN#{generation:04d}#HB"}
 
 
 def event_key(event: TimelineEvent) -> dict[str, str]:

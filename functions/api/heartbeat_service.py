@@ -42,6 +42,7 @@ from functions.domain.heartbeat_decision import (
     decide_heartbeat,
     previous_generation_needed,
 )
+from functions.domain.job import Generation
 from functions.settings import HeartbeatSettings
 
 MAX_TOKEN_LENGTH = 256
@@ -104,7 +105,7 @@ def handle_heartbeat(
     decision = decide_heartbeat(
         facts, now=now, supervised_max_age_s=deps.settings.supervised_max_age_s
     )
-    return _apply(deps, request, token_hash, decision)
+    return _apply(deps, request, token_hash, decision, facts.generation)
 
 
 def _gather(
@@ -123,10 +124,15 @@ def _gather(
 
 
 def _apply(
-    deps: HeartbeatDeps, request: HeartbeatRequest, token_hash: str, decision: HeartbeatDecision
+    deps: HeartbeatDeps,
+    request: HeartbeatRequest,
+    token_hash: str,
+    decision: HeartbeatDecision,
+    generation: Generation,
 ) -> HeartbeatOutcome:
     """The decision's writes, in order, each conditional on the generation still being current
-    with this token; then the reply."""
+    with this token; then the reply. `generation`: as read for this heartbeat (what the
+    heartbeat's write compares with)."""
     write = decision.write
     if write is None:  # superseded: nothing is stored
         return HeartbeatOutcome(reply=decision.answer.reply, lease=decision.answer.lease)
@@ -139,6 +145,7 @@ def _apply(
         training_start_step=write.training_start_step,
         gpu_busy=write.gpu_busy,
         resumed=write.resumed,
+        previous=generation,
     )
     if not stored:  # replaced between our read and our write
         replaced = decision.answer_if_replaced

@@ -220,7 +220,8 @@ class Heartbeat(BaseModel):
 
 
 class Generation(BaseModel):
-    """One host attempt of a job (`pk=JOB#<id> sk=GEN#<nnnn>`)."""
+    """One host attempt of a job (`pk=JOB#<id> sk=GEN#<nnnn>`, and its heartbeat item
+    `sk=GEN#<nnnn>#HB`: functions/domain/heartbeat_item.py)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -317,6 +318,12 @@ class Generation(BaseModel):
         default=None, description="total_steps / the speed prior's hours on this offer."
     )
     dlperf: float | None = None  # the offer's dlperf: where the host sits on the speed prior
+    heartbeat_item: bool = Field(
+        default=False,
+        exclude=True,
+        description="As read: the generation has a heartbeat item (functions/domain/"
+        "heartbeat_item.py), whose fields were merged in; never stored.",
+    )
 
 
 def known_spend_usd(job: Job, generations: Iterable[Generation]) -> float:
