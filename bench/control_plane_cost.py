@@ -10,12 +10,14 @@ job, then the demo's fault scenarios (`tether_local.demo`: `dead-twice`, and `hu
 --quick), then a few user queries. Step Functions transitions come from the execution histories.
 
 The local stack compresses time (1 s heartbeats, a monitor run a second), so usage is counted
-per EVENT and scaled to production rates (`bench.lib.cost.Rates`): heartbeats × 3600/15 per
-job-hour, the monitor's per-job increment × 60 runs an hour, provision + stop executions over the
-job's length, a replace execution × incidents per job-hour, user calls × calls per job-hour; idle:
-the monitor with no job × 43,800 runs a month. Lambda duration = the handler's own time plus an
-assumed round trip per remote call (10 ms AWS, 500 ms Vast, 300 ms Cloudflare).
-Goals: ≤ $0.002 per job-hour, ≤ $1 a month idle.
+per EVENT and scaled to production rates (`bench.lib.cost.Rates`): steady heartbeats × 3600/15
+per job-hour, what a checkpoint's heartbeat adds × checkpoints per job-hour, what a host's
+start-up heartbeats add × hosts started per job-hour (`heartbeat_kind`), the monitor's per-job
+increment × 60 runs an hour, provision + stop executions over the job's length, a replace
+execution × incidents per job-hour, user calls × calls per job-hour; idle: the monitor with no
+job × 43,800 runs a month. Lambda duration = the handler's own time plus an assumed round trip
+per remote call (10 ms AWS, 500 ms Vast, 300 ms Cloudflare).
+Goals: ≤ $0.0015 per job-hour, ≤ $1 a month idle (with the alarms, without the dashboard).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from bench.lib.local_run import Invocation, executions, recorded_stack  # noqa: 
 from bench.lib.report import write_results  # noqa: E402
 
 NAME = "control_plane_cost"
-GOAL_JOB_HOUR_USD = 0.002
+GOAL_JOB_HOUR_USD = 0.0015
 GOAL_IDLE_MONTH_USD = 1.0
 HEARTBEAT_ROUTE = "POST /agent/heartbeat"
 
@@ -150,6 +152,28 @@ def _median_usage(usages: list[Usage]) -> Usage:
     return Usage(**{n: statistics.median(u.as_dict()[n] for u in usages) for n in names})
 
 
+# The demo's run is start-heavy (three hosts in a minute, a checkpoint every few seconds), so
+# its heartbeats are told apart by what they wrote and each kind is scaled by its own rate: a
+# steady one (its heartbeat item alone) 240 a job-hour, one that records a checkpoint
+# `Rates.checkpoints_per_job_hour`, a host's start-up ones per host started.
+HEARTBEAT_KINDS = ("steady", "checkpoint", "host_start", "wrote_nothing")
+DYNAMODB_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"})
+
+
+def heartbeat_kind(invocation: Invocation) -> str:
+    writes = {
+        name.removeprefix("dynamodb."): n
+        for name, n in invocation.aws_calls.items()
+        if name.startswith("dynamodb.") and name.removeprefix("dynamodb.") in DYNAMODB_WRITES
+    }
+    if not writes:  # refused, or answered `superseded`: billed, but not scaled
+        return "wrote_nothing"
+    if writes == {"UpdateItem": 1}:
+        return "steady"
+    # The checkpoint record is the heartbeat's only transaction (JobStore.record_checkpoints).
+    return "checkpoint" if "TransactWriteItems" in writes else "host_start"
+
+
 def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]]:
     api = m["api_functions"]
     use = lambda inv: usage_of(inv, api, m["traced"])  # noqa: E731
@@ -160,7 +184,10 @@ def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]
         for i in m["busy"]
         if i.function in monitors and not i.aws_calls.get("stepfunctions.StartExecution")
     ]
-    heartbeats = [use(i) for i in m["busy"] if i.function == m["heartbeat_fn"]]
+    beats = [i for i in m["busy"] if i.function == m["heartbeat_fn"]]
+    heartbeats = [use(i) for i in beats]
+    kinds = {kind: [use(i) for i in beats if heartbeat_kind(i) == kind] for kind in HEARTBEAT_KINDS}
+    steady = cost.mean(kinds["steady"]) if kinds["steady"] else cost.mean(heartbeats)
     # A real submit starts the provision execution (the demo's bad requests do not).
     submits = [
         use(i)
@@ -186,8 +213,12 @@ def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]
     # `rates.monitor_runs_per_cold_start` runs, so the cold start's extra is spread over them.
     idle_warm = idle[1:] or idle
     cold_extra = (idle[0] - cost.mean(idle_warm)).floor_zero()
+    generations = len(by_action.get("provision", [])) + len(by_action.get("replace", []))
+    extra = lambda us: cost.total(u - steady for u in us).floor_zero()  # noqa: E731
     events = PerEvent(
-        heartbeat=cost.mean(heartbeats),
+        heartbeat=steady,
+        checkpoint=extra(kinds["checkpoint"]) * (1 / max(1, len(kinds["checkpoint"]))),
+        generation_heartbeats=extra(kinds["host_start"]) * (1 / max(1, generations)),
         monitor_idle=cost.mean(idle_warm) + cold_extra * (1 / rates.monitor_runs_per_cold_start),
         monitor_per_job=(
             _median_usage([use(i) for i in busy_monitor]) - _median_usage(idle_warm)
@@ -200,13 +231,12 @@ def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]
     busy_metrics = set().union(*(i.metrics for i in m["busy"])) - idle_metrics
     steady, events_only = split_busy_metrics(m, busy_monitor, busy_metrics)
     facts = {
-        # What most heartbeats bill: one that records no checkpoint and starts nothing. The
-        # mean above also carries the demo's checkpoints (one every 3 s, 3 heartbeats).
-        "heartbeat_median_usage": _median_usage(heartbeats).as_dict(),
         "counts": {
             "idle_monitor_runs": len(idle),
             "busy_monitor_runs_steady": len(busy_monitor),
             "heartbeats": len(heartbeats),
+            "heartbeats_by_kind": {kind: len(us) for kind, us in kinds.items()},
+            "hosts_started": generations,
             "submits": len(submits),
             "user_calls": len(users),
             "executions": {a: len(us) for a, us in by_action.items()},
@@ -311,17 +341,16 @@ def price_everything(
     )
     dstack = prices.dstack_server_usd_per_month()
     return {
-        "rates": {**rates.__dict__, "heartbeats_per_job_hour": rates.heartbeats_per_job_hour},
+        "rates": {
+            **rates.__dict__,
+            "heartbeats_per_job_hour": rates.heartbeats_per_job_hour,
+            "generations_per_job_hour": rates.generations_per_job_hour,
+        },
         "per_event_usage": {k: getattr(events, k).as_dict() for k in events.__dataclass_fields__},
         "job_hour": {
             "usage": job_hour_usage.as_dict(),
             "usd_by_item": job_hour_items,
             "usd_by_line": job_hour_lines,
-            "heartbeats_at_median_usd": sum(
-                cost.priced(
-                    Usage(**facts["heartbeat_median_usage"]) * rates.heartbeats_per_job_hour
-                ).values()
-            ),
             "usd": per_job_hour,
             "usd_with_busy_metrics_one_job": per_job_hour + busy_metric_hour,
             "busy_only_metrics": busy_metrics,
@@ -370,7 +399,9 @@ def print_results(r: dict[str, Any]) -> None:
     print(f"billed_s_median (own time + assumed remote round trips): {facts['billed_s_median']}")
     print(f"memory_mb: {facts['memory_mb']}")
     print(
-        f"scaling: heartbeat × {rates['heartbeats_per_job_hour']:.0f}/job-h, monitor per job × "
+        f"scaling: steady heartbeat × {rates['heartbeats_per_job_hour']:.0f}/job-h, a "
+        f"checkpoint's extra × {rates['checkpoints_per_job_hour']:g}/job-h, a host's start-up "
+        f"heartbeats' extra × {rates['generations_per_job_hour']:.3g}/job-h, monitor per job × "
         f"{rates['monitor_runs_per_hour']:.0f}/h, start+end ÷ {rates['job_hours']:g} h, replace × "
         f"{rates['incidents_per_job_hour']:g}/job-h, user call × "
         f"{rates['user_calls_per_job_hour']:g}/job-h; idle monitor × "
@@ -379,12 +410,6 @@ def print_results(r: dict[str, Any]) -> None:
     )
     for line, usd in jh["usd_by_line"].items():
         print(f"job_hour.{line}_usd: {usd:.6f}")
-    beat = facts["heartbeat_median_usage"]
-    print(
-        f"job_hour.heartbeats_at_median_usd: {jh['heartbeats_at_median_usd']:.6f} (every "
-        f"heartbeat billed as the median one: {beat['dynamodb_write_units']:g} WU, "
-        f"{beat['dynamodb_read_units']:g} RU; not the headline)"
-    )
     for item, usd in sorted(jh["usd_by_item"].items(), key=lambda kv: -kv[1]):
         if usd:
             print(f"job_hour.item.{item}_usd: {usd:.6f}")
@@ -455,6 +480,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one scenario (dead-twice)")
     parser.add_argument("--incidents-per-hour", type=float, default=Rates.incidents_per_job_hour)
     parser.add_argument("--job-hours", type=float, default=Rates.job_hours)
+    parser.add_argument(
+        "--checkpoints-per-hour", type=float, default=Rates.checkpoints_per_job_hour
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     measured = measure(args.quick)
@@ -463,6 +491,7 @@ def main() -> int:
         monitor_runs_per_hour=3600 / (measured["schedule_s"] or [60.0])[0],
         job_hours=args.job_hours,
         incidents_per_job_hour=args.incidents_per_hour,
+        checkpoints_per_job_hour=args.checkpoints_per_hour,
     )
     events, facts = per_event(measured, rates)
     results = {

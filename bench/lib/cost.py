@@ -5,7 +5,7 @@ and priced with `bench.lib.prices`. `bench/control_plane_cost.py` measures the u
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from bench.lib import prices
@@ -199,10 +199,18 @@ class Rates:
     incidents_per_job_hour: float = 0.25  # dead or hung hosts, each one replace execution
     user_calls_per_job_hour: float = 4.0  # `tether status` and friends
     monitor_runs_per_cold_start: float = 60.0  # a warm container serves about an hour of runs
+    # A checkpoint every 10 minutes: more often than the examples save (qlora-7b: 100 of its 800
+    # steps, ~22 min on its reference GPU), and the planner's recommended interval is longer.
+    checkpoints_per_job_hour: float = 6.0
 
     @property
     def heartbeats_per_job_hour(self) -> float:
         return 3600 / self.heartbeat_interval_s
+
+    @property
+    def generations_per_job_hour(self) -> float:
+        """Hosts a job-hour starts: the job's first (over its length) and each replacement's."""
+        return 1 / self.job_hours + self.incidents_per_job_hour
 
     @property
     def monitor_runs_per_month(self) -> float:
@@ -213,18 +221,25 @@ class Rates:
 class PerEvent:
     """Measured usage of each kind of event."""
 
-    heartbeat: Usage
+    heartbeat: Usage  # a steady one: it writes its heartbeat item alone
     monitor_idle: Usage  # one monitor run with no job
     monitor_per_job: Usage  # what one running job adds to a monitor run
     job_start_and_end: Usage  # submit + provision execution + the finishing stop execution
     replace: Usage  # one replace execution (dead or hung host)
     user_call: Usage
+    # What a heartbeat that records a checkpoint costs beyond a steady one.
+    checkpoint: Usage = field(default_factory=Usage)
+    # What a host's start-up heartbeats (its first, the GPU's first probe, the restore and
+    # resume reports, the exit) cost beyond steady ones, per host.
+    generation_heartbeats: Usage = field(default_factory=Usage)
 
 
 def per_job_hour(events: PerEvent, rates: Rates) -> dict[str, Usage]:
     """Each line of a job-hour's usage, scaled to production rates."""
     return {
         "heartbeats": events.heartbeat * rates.heartbeats_per_job_hour,
+        "checkpoints": events.checkpoint * rates.checkpoints_per_job_hour,
+        "host_start_heartbeats": events.generation_heartbeats * rates.generations_per_job_hour,
         "monitor": events.monitor_per_job * rates.monitor_runs_per_hour,
         "start_and_end": events.job_start_and_end * (1 / rates.job_hours),
         "replacements": events.replace * rates.incidents_per_job_hour,

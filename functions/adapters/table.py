@@ -482,6 +482,19 @@ class Table:
             if not start:
                 return items
 
+    def scan_all(self, **kwargs: Any) -> Sequence[dict[str, Any]]:
+        """Every item of the table (or of the index `IndexName`), page by page."""
+        items: list[dict[str, Any]] = []
+        start: Any = None
+        while True:
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            reply = self.client.scan(TableName=self.name, **kwargs)
+            items.extend(deserialize(i) for i in reply.get("Items", []))
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return items
+
     def set_fields(
         self, key: Mapping[str, Any], fields: Mapping[str, Any], *, only_if_current: bool = False
     ) -> bool:

@@ -24,6 +24,7 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct
 
+from functions.adapters.table import ACTIVE_INDEX
 from infra import names
 from infra.constructs.function import TetherFunction
 from infra.constructs.nag import acknowledge
@@ -36,6 +37,7 @@ MONITOR_TABLE_ACTIONS = (
     "dynamodb:Query",
     "dynamodb:UpdateItem",
 )
+MONITOR_INDEX_SCAN_ACTIONS = ("dynamodb:Scan",)  # on the ActiveJobs index only
 
 
 class Monitor(Construct):
@@ -82,6 +84,14 @@ class Monitor(Construct):
             iam.PolicyStatement(
                 actions=list(MONITOR_TABLE_ACTIONS),
                 resources=[table.table_arn, f"{table.table_arn}/index/*"],
+            )
+        )
+        # An unsharded run reads every slot's partition of ActiveJobs in one Scan of that
+        # index (JobRecords.read_active_jobs); never a Scan of the table.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=list(MONITOR_INDEX_SCAN_ACTIONS),
+                resources=[f"{table.table_arn}/index/{ACTIVE_INDEX}"],
             )
         )
         state_machine.grant_start_execution(role)

@@ -7,7 +7,7 @@ from typing import Any
 
 from infra import names
 from infra.constructs.lifecycle import LIFECYCLE_TABLE_ACTIONS
-from infra.constructs.monitor import MONITOR_TABLE_ACTIONS
+from infra.constructs.monitor import MONITOR_INDEX_SCAN_ACTIONS, MONITOR_TABLE_ACTIONS
 from tests.infra.conftest import resources
 from tests.infra.stack.test_template import function_by_handler, role_actions
 
@@ -47,6 +47,7 @@ def test_monitor_and_lifecycle_functions_hold_only_their_grants(template):
     _, lifecycle = function_by_handler(template, names.LIFECYCLE_HANDLER)
     assert role_actions(template, monitor) == (
         set(MONITOR_TABLE_ACTIONS)
+        | set(MONITOR_INDEX_SCAN_ACTIONS)
         | {"states:StartExecution", "states:DescribeExecution"}
         | SECRETS_READ
         | {"logs:CreateLogStream", "logs:PutLogEvents"}  # not traced: no X-Ray grant
@@ -84,6 +85,26 @@ def test_the_monitor_may_describe_only_the_lifecycle_executions(template):
     assert len(described) == 1
     text = json.dumps(described[0])
     assert ":execution:" in text and machine_id in text and text.endswith(':*"]]}')
+
+
+def test_the_monitor_may_scan_only_the_active_jobs_index(template):
+    """An unsharded run reads ActiveJobs in one Scan of that index; no role may scan the table
+    (every job's history) or another index."""
+    _, monitor = function_by_handler(template, names.MONITOR_HANDLER)
+    role_id = monitor["Properties"]["Role"]["Fn::GetAtt"][0]
+    scans = [
+        (policy["Properties"]["Roles"], statement["Resource"])
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "dynamodb:Scan" in json.dumps(statement["Action"])
+    ]
+    assert len(scans) == 1
+    roles, resource = scans[0]
+    assert roles == [{"Ref": role_id}]
+    (table_id,) = resources(template, "AWS::DynamoDB::Table")
+    assert resource == {
+        "Fn::Join": ["", [{"Fn::GetAtt": [table_id, "Arn"]}, "/index/ActiveJobs"]]
+    }
 
 
 def test_state_machine_may_invoke_only_the_lifecycle_function_and_publish(template):

@@ -25,7 +25,7 @@ from functions.adapters.store import JobStore
 from functions.adapters.table import create_table, generation_key
 from functions.adapters.vast import VastClient
 from functions.domain.job import TransitionRequest
-from functions.domain.labels import SHARD_SLOTS, instance_label
+from functions.domain.labels import instance_label
 from functions.domain.reconcile import SupervisionSettings
 from functions.domain.shards import Shard
 from functions.monitor import service
@@ -119,13 +119,14 @@ def test_generations_are_read_in_batches_not_a_query_per_job(small: World) -> No
 
     assert (report.supervised, report.unsupervised, report.errors) == (30, 0, 0)
     calls = small.meter.calls
-    # The ActiveJobs index: one page of each slot's partition and of the legacy `ACTIVE` one
-    # (test_active_slots.py), not a Query per job.
-    assert calls["dynamodb.Query"] == SHARD_SLOTS + 1
+    # The ActiveJobs index: one page of the legacy `ACTIVE` partition and one Scan page of the
+    # whole index (test_active_slots.py), not a Query per job or per slot.
+    assert calls["dynamodb.Query"] == 1
+    assert calls["dynamodb.Scan"] == 1
     assert calls["dynamodb.BatchGetItem"] == 1  # 30 generation keys ≤ 100 a call
     # One write per job whose spend moved: the observation carries it (test_monitor_writes.py).
     assert small.updates() == 30
-    assert sum(v for k, v in calls.items() if k.startswith("dynamodb.")) == SHARD_SLOTS + 2 + 30
+    assert sum(v for k, v in calls.items() if k.startswith("dynamodb.")) == 3 + 30
 
 
 def test_every_generation_of_a_job_is_read_and_each_key_once(small: World) -> None:

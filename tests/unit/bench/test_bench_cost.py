@@ -72,13 +72,18 @@ def test_scaling_to_production_rates() -> None:
         job_start_and_end=Usage(sfn_transitions=15),
         replace=Usage(sfn_transitions=9),
         user_call=one,
+        checkpoint=Usage(dynamodb_write_units=20),
+        generation_heartbeats=Usage(dynamodb_write_units=12),
     )
     rates = Rates(
         heartbeat_interval_s=15, monitor_runs_per_hour=60, job_hours=3,
-        incidents_per_job_hour=0.5, user_calls_per_job_hour=4,
+        incidents_per_job_hour=0.5, user_calls_per_job_hour=4, checkpoints_per_job_hour=6,
     )  # fmt: skip
     lines = cost.per_job_hour(events, rates)
     assert lines["heartbeats"].lambda_requests == 240
+    assert lines["checkpoints"].dynamodb_write_units == 120
+    # hosts started per job-hour: the first over the job's 3 h, and 0.5 replacements
+    assert lines["host_start_heartbeats"].dynamodb_write_units == pytest.approx(12 * (1 / 3 + 0.5))
     assert lines["monitor"].dynamodb_write_units == 120
     assert lines["start_and_end"].sfn_transitions == 5
     assert lines["replacements"].sfn_transitions == 4.5
@@ -167,3 +172,22 @@ def test_alarms_and_dashboards_are_counted_from_the_template() -> None:
         {"alarms": 0.30, "dashboard": 3.00}
     )
     assert cost.observability_usd_per_month(template, free=True) == {"alarms": 0, "dashboard": 0}
+
+
+def test_heartbeats_are_told_apart_by_what_they_wrote() -> None:
+    """Steady heartbeats are scaled by the heartbeat rate, a checkpoint's by the checkpoint
+    rate, a host's start-up ones per host (bench/control_plane_cost.py)."""
+    from bench.control_plane_cost import heartbeat_kind
+    from bench.lib.local_run import Invocation
+
+    def beat(**calls: int) -> Invocation:
+        invocation = Invocation(function="heartbeat", memory_mb=256, started_at=0.0)
+        invocation.aws_calls.update({f"dynamodb.{k}": n for k, n in calls.items()})
+        return invocation
+
+    assert heartbeat_kind(beat(BatchGetItem=1, UpdateItem=1)) == "steady"
+    assert heartbeat_kind(beat(BatchGetItem=1, UpdateItem=2)) == "host_start"
+    assert heartbeat_kind(beat(BatchGetItem=1, UpdateItem=2, PutItem=1)) == "host_start"
+    assert heartbeat_kind(beat(BatchGetItem=1, UpdateItem=2, TransactWriteItems=1)) == "checkpoint"
+    assert heartbeat_kind(beat(BatchGetItem=1)) == "wrote_nothing"
+    assert heartbeat_kind(beat()) == "wrote_nothing"
