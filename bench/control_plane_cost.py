@@ -187,7 +187,7 @@ def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]
     beats = [i for i in m["busy"] if i.function == m["heartbeat_fn"]]
     heartbeats = [use(i) for i in beats]
     kinds = {kind: [use(i) for i in beats if heartbeat_kind(i) == kind] for kind in HEARTBEAT_KINDS}
-    steady = cost.mean(kinds["steady"]) if kinds["steady"] else cost.mean(heartbeats)
+    steady_beat = cost.mean(kinds["steady"]) if kinds["steady"] else cost.mean(heartbeats)
     # A real submit starts the provision execution (the demo's bad requests do not).
     submits = [
         use(i)
@@ -214,9 +214,9 @@ def per_event(m: dict[str, Any], rates: Rates) -> tuple[PerEvent, dict[str, Any]
     idle_warm = idle[1:] or idle
     cold_extra = (idle[0] - cost.mean(idle_warm)).floor_zero()
     generations = len(by_action.get("provision", [])) + len(by_action.get("replace", []))
-    extra = lambda us: cost.total(u - steady for u in us).floor_zero()  # noqa: E731
+    extra = lambda us: cost.total(u - steady_beat for u in us).floor_zero()  # noqa: E731
     events = PerEvent(
-        heartbeat=steady,
+        heartbeat=steady_beat,
         checkpoint=extra(kinds["checkpoint"]) * (1 / max(1, len(kinds["checkpoint"]))),
         generation_heartbeats=extra(kinds["host_start"]) * (1 / max(1, generations)),
         monitor_idle=cost.mean(idle_warm) + cold_extra * (1 / rates.monitor_runs_per_cold_start),
