@@ -212,14 +212,14 @@ class JobRecords(StoreBase):
         idle run's does."""
         owned = list(range(SHARD_SLOTS)) if slots is None else sorted(set(slots))
         by_pk: dict[str, dict[str, Any]] = {}
-        legacy: list[str] = []
+        legacy: dict[str, None] = {}  # job ids, in the order read
 
         def add(item: dict[str, Any]) -> None:
             job_id = str(item.get("pk", "")).removeprefix("JOB#")
             if label_slot(job_id) not in owned:
                 return
-            if item.get("active_pk") == ACTIVE_PARTITION and job_id not in legacy:
-                legacy.append(job_id)
+            if item.get("active_pk") == ACTIVE_PARTITION:
+                legacy[job_id] = None
             by_pk[str(item.get("pk"))] = item
 
         for item in self._active_items(ACTIVE_PARTITION):
@@ -238,7 +238,7 @@ class JobRecords(StoreBase):
                 jobs.append(as_job(item))
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 unreadable.append((str(item.get("pk", "?")), str(exc)[:300]))
-        return ActiveJobs(jobs=jobs, unreadable=unreadable, legacy=legacy)
+        return ActiveJobs(jobs=jobs, unreadable=unreadable, legacy=list(legacy))
 
     def _active_items(self, partition: str) -> Sequence[dict[str, Any]]:
         return self._table.query_all(

@@ -102,9 +102,7 @@ def test_the_monitor_may_scan_only_the_active_jobs_index(template):
     roles, resource = scans[0]
     assert roles == [{"Ref": role_id}]
     (table_id,) = resources(template, "AWS::DynamoDB::Table")
-    assert resource == {
-        "Fn::Join": ["", [{"Fn::GetAtt": [table_id, "Arn"]}, "/index/ActiveJobs"]]
-    }
+    assert resource == {"Fn::Join": ["", [{"Fn::GetAtt": [table_id, "Arn"]}, "/index/ActiveJobs"]]}
 
 
 def test_state_machine_may_invoke_only_the_lifecycle_function_and_publish(template):
