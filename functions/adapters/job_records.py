@@ -16,6 +16,7 @@ from functions.adapters.table import (
     ACTIVE_INDEX,
     ACTIVE_PARTITION,
     ALL_JOBS_INDEX,
+    INDEX_KEYS,
     JOBS_PARTITION,
     TTL_ATTRIBUTE,
     active_partition,
@@ -67,6 +68,18 @@ class StateConflict(Exception):
 class JobPage:
     jobs: list[Job]
     next_token: str | None
+
+
+# The job list's reads per request: Query calls, and the jobs a filtered one reads (DynamoDB
+# also ends a page at 1 MB, some 250 job items). Bounded, so that a state rare in a long
+# history costs more requests of the client, not a request that runs past its function.
+LIST_QUERIES = 4
+LIST_READ_ITEMS = 250
+
+
+def _all_jobs_key(item: dict[str, Any]) -> dict[str, Any]:
+    """The AllJobs index key of a job item as a Query returns it: where the next page starts."""
+    return {name: item[name] for name in INDEX_KEYS[ALL_JOBS_INDEX]}
 
 
 @dataclass(frozen=True)
@@ -167,20 +180,23 @@ class JobRecords(StoreBase):
     def list_jobs(
         self, *, state: JobState | None = None, limit: int = 50, token: str | None = None
     ) -> JobPage:
-        """Newest first, from the all-jobs index; a state filter is a FilterExpression, so a
-        page is filled by reading on until `limit` jobs match. (The ActiveJobs index is one
-        partition per label slot, with no order across them: not a list's source.) Raises
-        `BadPageToken` for a token this store did not hand out."""
+        """Newest first, from the all-jobs index; a state is a FilterExpression. (The ActiveJobs
+        index is one partition per label slot, with no order across them: not a list's
+        source.) A request makes at most `LIST_QUERIES` Query calls, each reading up to
+        `LIST_READ_ITEMS` jobs when filtered, so a state that is rare in a long history gives a
+        short page, even an empty one, with a `next_token` to go on from, never a request that
+        outlasts its function. Raises `BadPageToken` for a token this store did not hand
+        out."""
         start_key = decode_page_token(token, ALL_JOBS_INDEX) if token else None
         jobs: list[Job] = []
-        while True:
+        for _ in range(LIST_QUERIES):
             kwargs: dict[str, Any] = {
                 "TableName": self.table_name,
                 "IndexName": ALL_JOBS_INDEX,
                 "KeyConditionExpression": "list_pk = :p",
                 "ExpressionAttributeValues": {":p": {"S": JOBS_PARTITION}},
                 "ScanIndexForward": False,
-                "Limit": limit - len(jobs),
+                "Limit": limit - len(jobs) if state is None else LIST_READ_ITEMS,
             }
             if state is not None:
                 kwargs["FilterExpression"] = "#state = :state"
@@ -189,8 +205,12 @@ class JobRecords(StoreBase):
             if start_key:
                 kwargs["ExclusiveStartKey"] = start_key
             reply = self.client.query(**kwargs)
-            jobs.extend(as_job(deserialize(i)) for i in reply["Items"])
-            start_key = reply.get("LastEvaluatedKey")
+            items = reply["Items"]
+            taken = items[: limit - len(jobs)]
+            jobs.extend(as_job(deserialize(i)) for i in taken)
+            # Stopped inside this reply: go on after the last job returned.
+            start_key = _all_jobs_key(taken[-1]) if len(taken) < len(items) else None
+            start_key = start_key or reply.get("LastEvaluatedKey")
             if not start_key or len(jobs) >= limit:
                 break
         return JobPage(jobs=jobs, next_token=encode_page_token(start_key) if start_key else None)

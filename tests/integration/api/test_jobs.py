@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from functions.adapters import job_records
 from functions.domain.job import JobState, TimelineEvent
 from functions.domain.reconcile import Observation
 from tests.integration.api.helpers import running_job, spec, submit
@@ -79,6 +80,51 @@ def test_list_is_newest_first_and_paginates_without_gaps_or_repeats(api):
             break
     assert seen == list(reversed(ids))
     assert pages == 3
+
+
+def test_a_state_rare_in_a_long_history_comes_in_bounded_requests_none_missed(api, monkeypatch):
+    """A state filter reads at most LIST_QUERIES × LIST_READ_ITEMS jobs a request: with the one
+    running job the oldest of 15, the first pages come back empty with a token to go on from,
+    instead of one request reading the whole history."""
+    monkeypatch.setattr(job_records, "LIST_QUERIES", 2)
+    monkeypatch.setattr(job_records, "LIST_READ_ITEMS", 3)
+    running = running_job(api)
+    for _ in range(14):
+        api.clock.now += 10
+        submit(api)
+    queries: list[str] = []
+    api.store.client.meta.events.register(
+        "provide-client-params.dynamodb.Query", lambda params, **_: queries.append("q")
+    )
+
+    found, token, requests = [], None, []
+    while True:
+        before = len(queries)
+        page = api.store.list_jobs(state=JobState.RUNNING, limit=5, token=token)
+        requests.append((len(page.jobs), len(queries) - before))
+        found += [j.job_id for j in page.jobs]
+        token = page.next_token
+        if token is None:
+            break
+
+    assert found == [running]
+    assert requests[:2] == [(0, 2), (0, 2)]  # 6 of the 15 jobs read each, none running
+    assert all(calls <= 2 for _, calls in requests)
+
+
+def test_a_filtered_page_cut_inside_a_read_goes_on_after_its_last_job(api):
+    ids = []
+    for _ in range(7):
+        api.clock.now += 10
+        ids.append(submit(api))
+    seen, token = [], None
+    for _ in range(3):
+        page = api.store.list_jobs(state=JobState.PENDING, limit=3, token=token)
+        assert len(page.jobs) <= 3
+        seen += [j.job_id for j in page.jobs]
+        token = page.next_token
+    assert seen == list(reversed(ids))
+    assert token is None  # the third page held the last job
 
 
 def test_list_filters_by_state(api):
