@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lib.jobs import example_jobs  # noqa: E402
-from bench.lib.report import quartiles, write_results  # noqa: E402
+from bench.lib.report import quartiles, show, write_results  # noqa: E402
 from functions.domain.cost import NoQualifyingOffer, OfferCost, plan_job  # noqa: E402
 from functions.domain.jobspec import JobSpec, Market  # noqa: E402
 from functions.domain.offer import Offer  # noqa: E402
@@ -227,11 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seeds and --count must be ≥ 1")
     results = run(seeds, args.count)
     write_results(NAME, results)
-    if args.json:
-        json.dump(results, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print_results(results)
+    show(results, as_json=args.json, printer=print_results)
     return 0
 
 

@@ -80,7 +80,7 @@ from bench.lib.regret import (  # noqa: E402
     tether_planner,
     true_cost_usd,
 )
-from bench.lib.report import write_results  # noqa: E402
+from bench.lib.report import show, write_results  # noqa: E402
 from functions.domain.cost import cost_offer, plan_job  # noqa: E402
 from functions.domain.jobspec import JobSpec  # noqa: E402
 from functions.domain.offer import Offer  # noqa: E402
@@ -569,11 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tune:
         tuned = tune(seeds, args.count)
         write_results(f"{NAME}_tune", tuned)
-        if args.json:
-            json.dump(tuned, sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            print_tune(tuned)
+        show(tuned, as_json=args.json, printer=print_tune)
         return 0
     try:
         rules = strategies(args.speed_model)
@@ -581,11 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--speed-model: {exc}")
     results = run(seeds, args.count, rules, runs=args.runs)
     write_results(NAME, results)
-    if args.json:
-        json.dump(results, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print_results(results)
+    show(results, as_json=args.json, printer=print_results)
     return 0
 
 

@@ -6,6 +6,8 @@ import json
 import os
 import platform
 import statistics
+import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,15 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     payload = {"benchmark": name, "machine": machine(), **data}
     path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
     return path
+
+
+def show(data: dict[str, Any], *, as_json: bool, printer: Callable[[dict[str, Any]], None]) -> None:
+    """A bench's results on stdout: as JSON (`--json`, for scripts) or through its printer."""
+    if as_json:
+        json.dump(data, sys.stdout, indent=2, default=_jsonable)
+        sys.stdout.write("\n")
+    else:
+        printer(data)
 
 
 def _jsonable(value: object) -> object:

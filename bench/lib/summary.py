@@ -150,27 +150,52 @@ def _ratio(median: float | None, low: float | None, high: float | None) -> str:
     return "—" if median is None else f"{median:.2f} ({low or 0:.2f}–{high or 0:.2f})"
 
 
+def _transfer_row(
+    label: str,
+    *,
+    upload: float | None,
+    restore: float | None,
+    iqr: tuple[float | None, float | None],
+    run_medians: list[float],
+    cpu: tuple[float | None, float | None],
+    paths: dict[str, int],
+    load: float | None,
+    goal: float,
+) -> list[str]:
+    """One size's row: the columns of `render_transfer`'s header."""
+    return [
+        label,
+        f"{upload or 0:.2f}",
+        _ratio(restore, *iqr),
+        ", ".join(f"{m:.2f}" for m in run_medians) or "—",
+        f"{cpu[0] or 0:.2f} / {cpu[1] or 0:.2f}",
+        ", ".join(f"{p} ×{n}" for p, n in paths.items()) or "—",
+        f"{load or 0:.1f}",
+        verdict(restore is not None and restore >= goal),
+    ]
+
+
 def _pooled_rows(headline: list[dict[str, Any]], goal: float) -> list[list[str]]:
     """One row per size from the bench's `headline`: every run's pairs pooled."""
     rows = []
     for size in headline:
-        restore = size.get("restore_ratio_median")
         low, high = (size.get("restore_ratio_iqr") or [None, None])[:2]
-        run_medians = size.get("restore_ratio_run_medians") or []
-        paths = size.get("agent_restore_read_paths") or {}
         rows.append(
-            [
+            _transfer_row(
                 f"{size.get('mib', 0):.0f} MiB, {size.get('runs', 1)} run(s) × "
                 f"{size.get('pairs', '?')} pairs",
-                f"{size.get('upload_ratio_median') or 0:.2f}",
-                _ratio(restore, low, high),
-                ", ".join(f"{m:.2f}" for m in run_medians) or "—",
-                f"{size.get('agent_restore_cpu_s_per_gib') or 0:.2f} / "
-                f"{size.get('s5cmd_restore_cpu_s_per_gib') or 0:.2f}",
-                ", ".join(f"{p} ×{n}" for p, n in paths.items()) or "—",
-                f"{size.get('load_1min_median') or 0:.1f}",
-                verdict(restore is not None and restore >= goal),
-            ]
+                upload=size.get("upload_ratio_median"),
+                restore=size.get("restore_ratio_median"),
+                iqr=(low, high),
+                run_medians=size.get("restore_ratio_run_medians") or [],
+                cpu=(
+                    size.get("agent_restore_cpu_s_per_gib"),
+                    size.get("s5cmd_restore_cpu_s_per_gib"),
+                ),
+                paths=size.get("agent_restore_read_paths") or {},
+                load=size.get("load_1min_median"),
+                goal=goal,
+            )
         )
     return rows
 
@@ -183,19 +208,21 @@ def _per_run_rows(sizes: list[dict[str, Any]], goal: float) -> list[list[str]]:
         for per_restore in size.get("agent_restore_read_paths") or []:
             for path, count in per_restore.items():
                 paths[path] = paths.get(path, 0) + count
-        restore = dig(size, "restore_ratio", "median")
         rows.append(
-            [
+            _transfer_row(
                 f"{size.get('mib', 0):.0f} MiB × {size.get('pairs', '?')} pairs",
-                f"{dig(size, 'upload_ratio', 'median') or 0:.2f}",
-                _ratio(restore, dig(size, "restore_ratio", "q1"), dig(size, "restore_ratio", "q3")),
-                "—",
-                f"{dig(size, 'agent_cpu_s_per_gib', 'restore') or 0:.2f} / "
-                f"{dig(size, 's5cmd_cpu_s_per_gib', 'restore') or 0:.2f}",
-                ", ".join(f"{p} ×{n}" for p, n in paths.items()) or "—",
-                f"{dig(size, 'load_1min', 'median') or 0:.1f}",
-                verdict(restore is not None and restore >= goal),
-            ]
+                upload=dig(size, "upload_ratio", "median"),
+                restore=dig(size, "restore_ratio", "median"),
+                iqr=(dig(size, "restore_ratio", "q1"), dig(size, "restore_ratio", "q3")),
+                run_medians=[],
+                cpu=(
+                    dig(size, "agent_cpu_s_per_gib", "restore"),
+                    dig(size, "s5cmd_cpu_s_per_gib", "restore"),
+                ),
+                paths=paths,
+                load=dig(size, "load_1min", "median"),
+                goal=goal,
+            )
         )
     return rows
 

@@ -471,25 +471,21 @@ class Table:
         self.client.put_item(TableName=self.name, Item=serialize(item))
 
     def query_all(self, **kwargs: Any) -> Sequence[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        start: Any = None
-        while True:
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            reply = self.client.query(TableName=self.name, **kwargs)
-            items.extend(deserialize(i) for i in reply.get("Items", []))
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                return items
+        return self._all_pages(self.client.query, kwargs)
 
     def scan_all(self, **kwargs: Any) -> Sequence[dict[str, Any]]:
         """Every item of the table (or of the index `IndexName`), page by page."""
+        return self._all_pages(self.client.scan, kwargs)
+
+    def _all_pages(
+        self, call: Callable[..., Any], kwargs: dict[str, Any]
+    ) -> Sequence[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         start: Any = None
         while True:
             if start:
                 kwargs["ExclusiveStartKey"] = start
-            reply = self.client.scan(TableName=self.name, **kwargs)
+            reply = call(TableName=self.name, **kwargs)
             items.extend(deserialize(i) for i in reply.get("Items", []))
             start = reply.get("LastEvaluatedKey")
             if not start:

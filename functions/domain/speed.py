@@ -75,20 +75,27 @@ def effective_gpus(count: int) -> float:
     return 1 + (max(count, 1) - 1) * MULTI_GPU_EFFICIENCY
 
 
-def relative_speed(job: JobSpec, offer: Offer) -> float | None:
-    """The offer's published speed ÷ the reference's for the job's GPU count, in the same figure
-    `prior_estimate` uses (dlperf, else effective TFLOPS); None without `reference_gpu` or a
-    figure. `functions/domain/speed_law.py` raises it to an uncertain exponent."""
+def _speed_figures(job: JobSpec, offer: Offer) -> tuple[str, float, float] | None:
+    """(which figure, the offer's speed, the reference's for the job's GPU count): dlperf, else
+    effective TFLOPS; None without `reference_gpu` or a figure."""
     if job.reference_gpu is None:
         return None
     ref = REFERENCE_SPEEDS[job.reference_gpu]
     ref_gpus = effective_gpus(job.resources.gpu_count)
     if offer.dlperf is not None and offer.dlperf > 0:
-        return offer.dlperf / (ref.dlperf * ref_gpus)
+        return "dlperf", offer.dlperf, ref.dlperf * ref_gpus
     if offer.total_flops is not None and offer.total_flops > 0 and offer.num_gpus > 0:
         speed = offer.total_flops / offer.num_gpus * effective_gpus(offer.num_gpus)
-        return speed / (ref.tflops * ref_gpus)
+        return "tflops", speed, ref.tflops * ref_gpus
     return None
+
+
+def relative_speed(job: JobSpec, offer: Offer) -> float | None:
+    """The offer's published speed ÷ the reference's for the job's GPU count, in the same figure
+    `prior_estimate` uses (dlperf, else effective TFLOPS); None without `reference_gpu` or a
+    figure. `functions/domain/speed_law.py` raises it to an uncertain exponent."""
+    figures = _speed_figures(job, offer)
+    return None if figures is None else figures[1] / figures[2]
 
 
 def prior_estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
@@ -100,20 +107,18 @@ def prior_estimate(job: JobSpec, offer: Offer) -> SpeedEstimate:
             basis="as given",
             detail="as given: expected_hours on any host (no reference_gpu)",
         )
-    ref = REFERENCE_SPEEDS[job.reference_gpu]
     ref_label = f"{job.resources.gpu_count}x {job.reference_gpu}"
-    ref_gpus = effective_gpus(job.resources.gpu_count)
-    if offer.dlperf is not None and offer.dlperf > 0:
-        ref_speed = ref.dlperf * ref_gpus
+    figures = _speed_figures(job, offer)
+    if figures is not None and figures[0] == "dlperf":
+        _, speed, ref_speed = figures
         return SpeedEstimate(
-            hours=job.expected_hours * ref_speed / offer.dlperf,
+            hours=job.expected_hours * ref_speed / speed,
             source="prior",
-            basis=f"dlperf {offer.dlperf:.0f}",
-            detail=f"prior: dlperf {offer.dlperf:.1f} vs {ref_label} ref {ref_speed:.1f}",
+            basis=f"dlperf {speed:.0f}",
+            detail=f"prior: dlperf {speed:.1f} vs {ref_label} ref {ref_speed:.1f}",
         )
-    if offer.total_flops is not None and offer.total_flops > 0 and offer.num_gpus > 0:
-        speed = offer.total_flops / offer.num_gpus * effective_gpus(offer.num_gpus)
-        ref_speed = ref.tflops * ref_gpus
+    if figures is not None:
+        _, speed, ref_speed = figures
         return SpeedEstimate(
             hours=job.expected_hours * ref_speed / speed,
             source="prior",

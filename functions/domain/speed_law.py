@@ -64,27 +64,11 @@ MODEL_SIGMA = 0.1
 SCALE_SIGMA = 0.3  # how far a spec's expected_hours on its reference GPU may be off (log)
 
 
-@dataclass(frozen=True)
-class LawSums:
-    """A job's measured runs as the update needs them: x = log ρ, y = log(measured speed ÷ the
-    anchor's), summed."""
-
-    runs: int = 0
-    x: float = 0.0
-    xx: float = 0.0
-    y: float = 0.0
-    xy: float = 0.0
-
-    @staticmethod
-    def of(ratio: float, speed: float) -> LawSums:
-        """One run on a host of relative speed figure `ratio` that ran at `speed` × the anchor's
-        pace (2.0: twice the steps per hour `expected_hours` implies)."""
-        x, y = math.log(ratio), math.log(speed)
-        return LawSums(1, x, x * x, y, x * y)
-
-    def __add__(self, other: LawSums) -> LawSums:
-        return LawSums(self.runs + other.runs, self.x + other.x, self.xx + other.xx,
-                       self.y + other.y, self.xy + other.xy)  # fmt: skip
+# A job's measured runs as the update needs them, summed: x = log ρ, y = log(measured speed ÷
+# the anchor's). The fit sums of `calibration.py` in the law's coordinates: `LawSums.of(ratio,
+# speed)` is one run on a host of relative speed figure `ratio` that ran at `speed` × the
+# anchor's pace (2.0: twice the steps per hour `expected_hours` implies).
+LawSums = FitSums
 
 
 def law_sums(job: JobSpec, fit: FitSums) -> LawSums:

@@ -32,6 +32,21 @@ def raw(api: Any, key: dict[str, str]) -> dict[str, Any] | None:
     return deserialize(reply["Item"]) if "Item" in reply else None
 
 
+def write_as_read(api: Any, job_id: str, heartbeat: Heartbeat, read: Any) -> bool:
+    """Generation 1's heartbeat written with its token as if `read` were the generation read
+    for it (a write racing a supersede), asking for a long lease."""
+    return bool(
+        api.store.store_heartbeat(
+            job_id,
+            1,
+            token_hash=hash_token(TOKEN),
+            heartbeat=heartbeat,
+            lease_expires_at=api.clock.now + 9999,
+            previous=read,
+        )
+    )
+
+
 def test_a_heartbeat_that_changes_only_hot_parts_writes_the_heartbeat_item_alone(api: Any) -> None:
     job_id = running_job(api, usd_per_hour=0.01, supervised_ago_s=30)
     assert beat(api, job_id, step=120).body["command"] == "continue"
@@ -118,14 +133,7 @@ def test_a_superseded_generation_renews_nothing_on_its_heartbeat_item(api: Any) 
     assert raw(api, heartbeat_key(job_id, 1)) == item
     # A write that read the generation while it was current fails its condition.
     late = read_before.heartbeat.model_copy(update={"step": 501})
-    assert not api.store.store_heartbeat(
-        job_id,
-        1,
-        token_hash=hash_token(TOKEN),
-        heartbeat=late,
-        lease_expires_at=api.clock.now + 9999,
-        previous=read_before,
-    )
+    assert not write_as_read(api, job_id, late, read_before)
     assert raw(api, heartbeat_key(job_id, 1)) == item
 
 
@@ -136,14 +144,7 @@ def test_a_generation_superseded_before_its_first_heartbeat_never_gets_one(api: 
     beat_ = Heartbeat(
         at=api.clock.now, agent_time=1.0, phase="training", gpu=GpuProbe(available=True)
     )
-    assert not api.store.store_heartbeat(
-        job_id,
-        1,
-        token_hash=hash_token(TOKEN),
-        heartbeat=beat_,
-        lease_expires_at=api.clock.now + 9999,
-        previous=read_before,
-    )
+    assert not write_as_read(api, job_id, beat_, read_before)
     stored = api.store.get_generation(job_id, 1)
     assert stored.heartbeat is None and not stored.is_current
     assert stored.lease_expires_at == 0
