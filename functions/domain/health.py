@@ -34,6 +34,10 @@ Precedence, first match wins, and why:
 7. starting    — no training heartbeat yet, within the startup timeout.
 8. healthy     — none of the above.
 
+A healthy generation may then be moved: `overpriced` (a replace that blames nobody) is the
+monitor's move check (`functions/domain/move.py`), not a rule of this table: it needs a fresh
+offer search, which a pure classification of one host's facts does not have.
+
 Then the replacement caps (`apply_caps`): a dead or hung verdict whose cause has used its cap
 (`policy.max_replacements_dead`, `policy.max_replacements_hung`) becomes `failed` (stop, the job
 ends FAILED with the reason); the host is still blamed (`Verdict.cause`).
@@ -106,6 +110,7 @@ class Health(StrEnum):
     CRASHED = "crashed"
     OVER_BUDGET = "over_budget"
     OUTBID = "outbid"
+    OVERPRICED = "overpriced"
     FINISHED = "finished"
     FAILED = "failed"
 
@@ -120,6 +125,9 @@ ACTIONS: dict[Health, Action] = {
     Health.CRASHED: "replace",
     Health.OVER_BUDGET: "stop",
     Health.OUTBID: "none",  # waiting; `Verdict.waited_out` replaces
+    # Not a rule of the table: the monitor's move check (`functions/domain/move.py`) turns a
+    # healthy verdict into this when finishing elsewhere is cheaper, all counted.
+    Health.OVERPRICED: "replace",
     Health.FINISHED: "stop",
     Health.FAILED: "stop",
 }

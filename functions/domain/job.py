@@ -278,7 +278,13 @@ class Generation(BaseModel):
         "`observed_status_since` → now): billed at the storage rate only.",
     )
     replaced_for: str | None = Field(
-        default=None, description="The verdict (dead, hung, crashed) a replace was started for."
+        default=None,
+        description="The verdict (dead, hung, crashed, overpriced) a replace was started for.",
+    )
+    move_checked_at: float | None = Field(
+        default=None,
+        description="When the monitor judged moving this generation to a cheaper host "
+        "(functions/domain/move.py): judged once.",
     )
     supervised_at: float | None = Field(
         default=None,

@@ -196,6 +196,13 @@ class Policy(_Strict):
     max_replacements_hung: int = Field(
         default=3, ge=0, le=100, description="Replacements of a host that hung."
     )
+    max_moves: int = Field(
+        default=1,
+        ge=0,
+        le=10,
+        description="Moves to a cheaper host once the job's own pace is known "
+        "(docs/architecture.md#moves); 0 never moves a healthy job.",
+    )
     lease_window_s: int = Field(default=3 * 3600, ge=10, le=7 * 86_400)
     on_dead_man: Literal["stop", "destroy"] = "stop"
 

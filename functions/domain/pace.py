@@ -150,6 +150,22 @@ def bounded_steps(steps: float, seconds: float, prior_steps_per_hour: float | No
     return min(pace, MAX_STEPS_PER_S) * seconds
 
 
+def work_spec(spec: JobSpec, generations: Iterable[Generation]) -> JobSpec:
+    """The spec with its work in steps: its own `total_steps`, else the total the script
+    reported in the newest heartbeat that gave one (what `tether status` shows as "script"): what
+    a plan prices a job's measured paces by."""
+    if spec.total_steps is not None:
+        return spec
+    reported = [
+        (g.generation, g.heartbeat.total_steps)
+        for g in generations
+        if g.heartbeat is not None and g.heartbeat.total_steps is not None
+    ]
+    if not reported:
+        return spec
+    return spec.model_copy(update={"total_steps": max(reported)[1]})
+
+
 def pace_sample(generation: Generation) -> PaceSample | None:
     """The generation's training pace as a sample, bounded; None when it did not train enough
     or was rented before generations recorded their GPUs."""

@@ -64,6 +64,7 @@ from functions.domain.job import (
     UnrecordedInstance,
     known_spend_usd,
 )
+from functions.domain.move import MoveCheck
 from functions.domain.orphans import (
     RENTING_STATES,
     Orphan,
@@ -322,9 +323,12 @@ def decide_job(
     settings: SupervisionSettings,
     labelled: Sequence[InstanceFacts] = (),
     first_seen: Mapping[int, float] | None = None,
+    move: MoveCheck | None = None,
 ) -> JobDecision:
     """Spend, verdict and action for one active job. `labelled`: the listed instances whose
-    label names this job."""
+    label names this job. `move`: this run's judgement of moving its current generation to a
+    cheaper host (`functions/domain/move.py`), when one was made: a healthy generation it says
+    to move is replaced as `overpriced`, and the generation is marked judged either way."""
     job = snapshot.job
     listed = instances is not None
     current = snapshot.current
@@ -422,9 +426,14 @@ def decide_job(
             resumed_at=resumed_at(observation),
         )
     )
+    observation = count_outbid(observation, verdict)
+    if move is not None and verdict.health is Health.HEALTHY:
+        observation = observation.model_copy(update={"move_checked_at": now})
+        if move.move:
+            verdict = Verdict(health=Health.OVERPRICED, reason=move.reason)
     update: dict[str, object] = {
         "verdict": verdict,
-        "observation": count_outbid(observation, verdict),
+        "observation": observation,
         "watch": watch(heartbeat, view, job.spec.policy, now),
     }
     reason = transition_reason(verdict)

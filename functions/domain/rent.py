@@ -37,6 +37,7 @@ from functions.domain.pace import (
     pace_estimator,
     pace_sample,
     startup_estimator,
+    work_spec,
 )
 from functions.domain.speed import SpeedEstimate, StartupEstimate
 from functions.domain.speed_law import SpeedLaw
@@ -103,6 +104,10 @@ def plan_rent(
     pace (`host_paces`)."""
     generations = tuple(generations)
     job = with_known_spend(job, generations)  # the budget and the lease on the exact spend
+    # The work in steps: the spec's `total_steps`, else the total the script reported.
+    spec = work_spec(job.spec, generations)
+    if spec is not job.spec:
+        job = job.model_copy(update={"spec": spec})
     blocked = blocklist(generations, reputations, now=now)
     learned = measures or own_measures(job.name, generations)
     try:

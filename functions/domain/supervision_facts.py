@@ -92,6 +92,7 @@ class Observation(_Frozen):
     traffic_bound_usd: float = 0.0  # the job's upper bound above `job_spent_usd` this run
     outbids: int = 0  # functions/domain/outbid.py counts them
     outbid_since: float | None = None
+    move_checked_at: float | None = None  # functions/domain/move.py: judged once
 
 
 def status_clock(
@@ -128,6 +129,7 @@ def observe(
         charges_read_at=generation.charges_read_at,
         outbids=generation.outbids,
         outbid_since=generation.outbid_since,
+        move_checked_at=generation.move_checked_at,
         **clock.model_dump(),
     )
 

@@ -34,6 +34,7 @@ class MonitorReport:
     vast_fields_dropped: int = 0  # instance records kept without a field that could not be read
     out_of_time: int = 0  # jobs not applied: the run ran out of time (counted in unsupervised)
     active_items_moved: int = 0  # legacy ActiveJobs items moved to their slot's partition
+    moves_judged: int = 0  # running jobs judged for a move to a cheaper host (domain/move.py)
 
     def merge(self, part: MonitorReport) -> None:
         """Add what one job's evaluation counted (`service._apply_all`: one report per job,
@@ -75,4 +76,5 @@ def report_fields(report: MonitorReport) -> dict[str, Any]:
         "vast_records_skipped": report.vast_records_skipped,
         "vast_fields_dropped": report.vast_fields_dropped,
         "active_items_moved": report.active_items_moved,
+        "moves_judged": report.moves_judged,
     }

@@ -21,6 +21,10 @@ failure of the run: no instance rule applies this run and no orphan is swept, bu
 budget and the heartbeat rules are judged, and the jobs are supervised. Vast records that cannot
 be read are left out and counted, never fatal (`VastRecordsSkipped`, `VastFieldsDropped`).
 
+Before the decisions, a few running generations due for it (after their first checkpoint,
+once each) are judged for a move to a cheaper host, `MOVE_CHECKS` a run, each one offer search
+(`functions/domain/move.py`); a healthy one judged overpriced is replaced like any verdict's.
+
 After every job's decision, the run looks across jobs for a correlated loss of heartbeats and
 holds those dead verdicts (`functions/domain/correlated.py`, `DeadVerdictsHeld`).
 
@@ -55,7 +59,7 @@ What a run did is its `MonitorReport` (`functions/monitor/report.py`); what it r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +83,7 @@ from functions.domain.measures import (
     tether_instances,
     work_lost,
 )
+from functions.domain.move import MoveCheck, judge_move, move_due
 from functions.domain.outbid import newly_outbid
 from functions.domain.reconcile import (
     InstanceFacts,
@@ -119,6 +124,10 @@ ORPHAN_RESERVE_S = 3.0
 # Jobs applied at once: each job's few writes are sequential round trips (~10 ms from Lambda),
 # so a bounded pool turns thousands of them into a few seconds without a burst DynamoDB throttles.
 APPLY_WORKERS = 16
+# Moves judged per run (`_judge_moves`): each is one offer search on Vast's search endpoint,
+# which limits calls per endpoint; a search must leave MOVE_SEARCH_S of the run's time for it.
+MOVE_CHECKS = 2
+MOVE_SEARCH_S = 10.0
 # Legacy ActiveJobs items moved to their slot's partition per run: 1,000 conditional
 # UpdateItems, `APPLY_WORKERS` in flight, about 0.6 s at 10 ms a call; 10,000 jobs move in 10
 # runs, and every run reads the ones left (`JobRecords.read_active_jobs`).
@@ -163,7 +172,8 @@ def run_monitor(
     first_seen: dict[int, float] = {}
     if instances is not None:
         first_seen = deps.store.first_sightings(unseen_starts(instances, {}))
-    decided = _decide(deps, snapshots, instances, charges, first_seen, now, report)
+    moves = _judge_moves(deps, vast, snapshots, now, report, remaining_s)
+    decided = _decide(deps, snapshots, instances, charges, first_seen, now, report, moves)
     decisions, report.held = hold_correlated_loss([d for _, d in decided])
     if report.held:
         logger.warning(
@@ -231,15 +241,17 @@ def _decide(
     first_seen: dict[int, float],
     now: float,
     report: MonitorReport,
+    moves: Mapping[str, MoveCheck],
 ) -> list[tuple[JobSnapshot, JobDecision]]:
     by_id = {i.id: i for i in instances} if instances is not None else None
     by_job = labelled_by_job(instances or ())
     decided = []
     for snapshot in snapshots:
+        job_id = snapshot.job.job_id
         try:
             decision = decide_job(
                 snapshot, by_id, charges, now=now, settings=deps.settings,
-                labelled=by_job.get(snapshot.job.job_id, ()), first_seen=first_seen,
+                labelled=by_job.get(job_id, ()), first_seen=first_seen, move=moves.get(job_id),
             )  # fmt: skip
         except Exception:
             report.errors += 1
@@ -248,6 +260,60 @@ def _decide(
             continue
         decided.append((snapshot, decision))
     return decided
+
+
+def _judge_moves(
+    deps: MonitorDeps,
+    vast: VastClient | None,
+    snapshots: list[JobSnapshot],
+    now: float,
+    report: MonitorReport,
+    remaining_s: Callable[[], float],
+) -> dict[str, MoveCheck]:
+    """Judge moving the generations due for it (`functions/domain/move.py`), those that started
+    training first, `MOVE_CHECKS` a run at most: each is an offer search on Vast and two table
+    reads (the offered hosts' reputations, the pace learned for the job's name). A judgement
+    that cannot be made (Vast or the table cannot be read, no time left) is left for a later
+    run: the generation stays unjudged, and stays where it is meanwhile."""
+    if vast is None:
+        return {}
+    due = [
+        s for s in snapshots if s.current is not None and move_due(s.job, s.current, s.generations)
+    ]
+    due.sort(key=lambda s: _training_since(s, now))
+    moves: dict[str, MoveCheck] = {}
+    for snapshot in due[:MOVE_CHECKS]:
+        left = remaining_s() - APPLY_RESERVE_S
+        if left < MOVE_SEARCH_S:
+            logger.info("monitor: no time left to judge moves this run")
+            break
+        job = snapshot.job
+        try:
+            offers = vast.bounded(left).search_offers(job.spec.resources)
+            machines = [o.machine_id for o in offers if o.machine_id is not None]
+            moves[job.job_id] = judge_move(
+                job, snapshot.generations, offers,
+                reputations=deps.store.host_reputations(machines),
+                measures=deps.store.job_measures(job.name), now=now,
+            )  # fmt: skip
+        except VastError as exc:  # judged at a later run; nothing else depends on it
+            logger.warning("monitor: move not judged: %s", exc, extra={"job_id": job.job_id})
+            continue
+        except Exception:
+            report.errors += 1
+            logger.exception("monitor: move not judged", extra={"job_id": job.job_id})
+            continue
+        logger.info(
+            "monitor: move judged", extra={"job_id": job.job_id, "why": moves[job.job_id].reason}
+        )
+    report.moves_judged = len(moves)
+    return moves
+
+
+def _training_since(snapshot: JobSnapshot, now: float) -> float:
+    current = snapshot.current
+    started = current.training_started_at if current is not None else None
+    return now if started is None else started
 
 
 def _apply_all(

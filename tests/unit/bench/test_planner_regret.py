@@ -189,7 +189,8 @@ def test_the_run_judges_the_measured_rules_and_the_bound_beside_the_others() -> 
     results = run(seeds=1, count=80, runs=2, shared=Path("/nonexistent/offers.json"))
     assert results["strategies"] == [
         "tether (first run)", "tether's old prior (dlperf ratio)", "cheapest $/h",
-        "dstack's rule", "tether (after its first generation)", "tether (measured, 1 run)",
+        "dstack's rule", "tether (first run, with its move)",
+        "tether (after its first generation)", "tether (measured, 1 run)",
         "tether (measured, 2 runs)", "tether (measured, 1 run, no pooling)",
         "bound: the truth's dlperf law",
     ]  # fmt: skip
@@ -200,7 +201,8 @@ def test_the_run_judges_the_measured_rules_and_the_bound_beside_the_others() -> 
             assert all(s["median"] >= 0.0 for s in summaries.values())
     # What `make bench` prints: median and p90 per truth for the four rules, and the goals for
     # the job whose hours follow the GPU (qlora-7b names a reference_gpu; tiny-cpu does not).
-    rules = {"tether (first run)", "tether (after its first generation)", "dstack's rule",
+    rules = {"tether (first run)", "tether (first run, with its move)",
+             "tether (after its first generation)", "dstack's rule",
              "bound: the truth's dlperf law"}  # fmt: skip
     for by_truth in results["summary"].values():
         for truth in ("sublinear", "proportional", "flat"):
@@ -228,3 +230,51 @@ def test_after_the_first_generation_tether_leaves_a_host_that_ran_slow() -> None
     assert tether_planner(job, [fast, ref]).id == 4
     after = after_first_generation(truth, random.Random(0))
     assert after(job, [fast, ref]).id == 5
+
+
+def test_the_first_run_leaves_a_host_far_slower_than_planned_and_keeps_one_that_is_not() -> None:
+    # 3 h on the reference RTX 4090 (dlperf 97.6): S is a fifth of its dlperf for $0.10/h, the
+    # prior's pick; F is the reference for $0.40/h. When S trains a tenth as fast (29.5 h for the
+    # rest at $0.10/h), the monitor's check after S's first checkpoint moves the job to F, and
+    # the run costs both hosts' shares, less than S alone; when S trains as the flat law said,
+    # it stays and the run costs S alone.
+    import random
+
+    from bench.lib.moved import first_run_with_move
+
+    job = JOB.model_copy(update={"reference_gpu": "RTX 4090", "expected_hours": 3.0})
+    slow = _offer(6, base=0.10, listed=0.11, storage=0.0, down_cost=0.0, dlperf=19.5)
+    fast = _offer(7, base=0.40, listed=0.41, storage=0.0, down_cost=0.0, dlperf=97.6)
+    assert tether_planner(job, [slow, fast]).id == 6
+    slow_truth = {6: HostTruth(0.1, 5.0), 7: HostTruth(1.0, 5.0)}
+    moved = first_run_with_move(job, [slow, fast], slow_truth, random.Random(0))
+    stay = true_cost_usd(job, slow, slow_truth[6])
+    assert moved.moved and moved.cost_usd < 0.6 * stay
+    assert moved.cost_usd > true_cost_usd(job, fast, slow_truth[7])  # the probe is paid for
+    as_planned = {6: HostTruth(1.0, 5.0), 7: HostTruth(1.0, 5.0)}
+    kept = first_run_with_move(job, [slow, fast], as_planned, random.Random(0))
+    assert not kept.moved
+    assert kept.cost_usd == pytest.approx(true_cost_usd(job, slow, as_planned[6]))
+
+
+def test_the_first_run_goals_judge_the_run_with_its_move_where_it_was_measured() -> None:
+    from bench.planner_regret import (
+        BOUND,
+        DSTACK,
+        TETHER_AFTER,
+        TETHER_FIRST,
+        TETHER_MOVED,
+        goals_of,
+    )
+
+    def row(first: float, moved: float | None) -> dict[str, dict[str, float]]:
+        cells = {TETHER_FIRST: first, TETHER_AFTER: 0.05, DSTACK: 0.5, BOUND: 0.05}
+        if moved is not None:
+            cells[TETHER_MOVED] = moved
+        return {rule: {"median": m, "p90": m} for rule, m in cells.items()}
+
+    first_goal = "qlora-7b: first-run median ≤ 20 % in every truth"
+    with_move = goals_of({"qlora-7b": {"proportional": row(0.6, 0.15)}}, {"qlora-7b": True})
+    assert with_move[first_goal]
+    host_alone = goals_of({"qlora-7b": {"proportional": row(0.6, None)}}, {"qlora-7b": True})
+    assert not host_alone[first_goal]

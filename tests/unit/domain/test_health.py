@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from functions.domain.health import ACTIONS, RULES, Health, HealthInput, InstanceView, classify
+from functions.domain.health import (
+    ACTIONS,
+    RULES,
+    Health,
+    HealthInput,
+    InstanceView,
+    Verdict,
+    classify,
+)
 from functions.domain.heartbeat_contract import GpuProbe
 from functions.domain.jobspec import Policy
 from tests.unit.domain.health_facts import NOW, gpu, hb, inst, starting, state
@@ -328,7 +336,10 @@ def test_reasons_name_the_numbers() -> None:
 def test_actions_and_blame() -> None:
     assert set(ACTIONS) == set(Health)
     assert [h for h, _ in RULES] == list(dict.fromkeys(h for h, _ in RULES))  # each once
-    assert {h for h, _ in RULES} == set(Health)
+    # `overpriced` is the monitor's move check (functions/domain/move.py), not a rule.
+    assert {h for h, _ in RULES} == set(Health) - {Health.OVERPRICED}
+    moved = Verdict(health=Health.OVERPRICED, reason="moving saves 25%")
+    assert (moved.action, moved.blames_host) == ("replace", False)
     dead = classify(state(instance=inst("exited")))
     assert (dead.action, dead.blames_host) == ("replace", True)
     crashed = classify(state(heartbeat=hb(phase="failed", exit_code=1)))

@@ -10,11 +10,13 @@ import pytest
 from functions.domain.health import Health
 from functions.domain.job import JobState, UnrecordedInstance
 from functions.domain.labels import instance_label, parse_label
-from functions.domain.reasons import stop_reason_for
+from functions.domain.move import MoveCheck
+from functions.domain.reasons import reason_health, stop_reason_for
 from functions.domain.reconcile import (
     InstanceFacts,
     JobSnapshot,
     SupervisionSettings,
+    decide_job,
     find_orphans,
     reconcile,
     unseen_starts,
@@ -265,3 +267,34 @@ def test_a_replacing_jobs_old_instance_is_swept_once_its_replace_had_one_grace()
     assert [(o.instance_id, o.reason) for o in found] == [
         (100, "its job has been replacing generation 1 for 60 s")
     ]
+
+
+def test_a_healthy_generation_judged_overpriced_is_replaced_without_blame() -> None:
+    snapshot = JobSnapshot(job=job(), generations=(gen(),))
+    move = MoveCheck(move=True, reason="staying $2.95; offer 1 for $2.20: moving saves 25%")
+    d: Any = decide_job(snapshot, {100: running()[0]}, VastCharges(), now=NOW,
+                        settings=SETTINGS, move=move)  # fmt: skip
+    assert d.verdict.health is Health.OVERPRICED and d.verdict.action == "replace"
+    assert d.transition.action == "replace" and d.transition.generation == 2
+    assert d.transition.reason == f"overpriced: {move.reason}"
+    assert d.replaced_for == "overpriced" and d.blame is None
+    assert reason_health(d.transition.reason) is Health.OVERPRICED
+    assert d.observation.move_checked_at == NOW  # judged: not asked again
+
+
+def test_a_judgement_to_stay_marks_the_generation_judged_and_changes_nothing_else() -> None:
+    snapshot = JobSnapshot(job=job(), generations=(gen(),))
+    stay = MoveCheck(move=False, reason="no cheaper, staying")
+    d: Any = decide_job(snapshot, {100: running()[0]}, VastCharges(), now=NOW,
+                        settings=SETTINGS, move=stay)  # fmt: skip
+    assert d.verdict.health is Health.HEALTHY and d.transition is None
+    assert d.observation.move_checked_at == NOW
+
+
+def test_a_move_judged_for_a_host_that_died_meanwhile_is_a_dead_verdict() -> None:
+    snapshot = JobSnapshot(job=job(), generations=(gen(),))
+    move = MoveCheck(move=True, reason="moving saves 25%")
+    d: Any = decide_job(snapshot, {100: running("offline")[0]}, VastCharges(), now=NOW,
+                        settings=SETTINGS, move=move)  # fmt: skip
+    assert d.verdict.health is Health.DEAD and d.blame is not None
+    assert d.observation.move_checked_at is None  # not judged as a move: a later host may be

@@ -153,3 +153,26 @@ def test_blocklist_holds_this_jobs_blamed_machines_and_hosts_still_avoided_by_al
         6: HostReputation(machine_id=6, blame=3.0, blame_at=NOW - DAY - 60),  # just under
     }
     assert blocklist(generations, reputations, now=NOW) == {1, 3, 5}
+
+
+def test_a_replacement_prices_the_steps_left_by_the_scripts_total_when_the_spec_has_none() -> None:
+    # The spec gives no total_steps; the script reported 1,000 in its heartbeats. Generation 1
+    # trained 500 steps in 30 min on machine 10 (offer 1): a replacement there is priced at that
+    # pace for the 500 steps after the checkpoint, not at the spec's hours.
+    from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe
+    from functions.domain.job import Heartbeat
+
+    beat = Heartbeat(
+        at=NOW, agent_time=NOW, phase="training", step=500, total_steps=1000,
+        gpu=GpuProbe(available=True, utilization_pct=90.0),
+    )  # fmt: skip
+    first = gen(
+        1, machine_id=10, heartbeat=beat, gpu_name="RTX 4090", gpu_count=1,
+        training_started_at=NOW - 1800, training_start_step=0, is_current=False,
+    )  # fmt: skip
+    checkpoint = CheckpointRef(step=500, generation=1, manifest_key="t/g1/ckpt-500/manifest.json")
+    result = plan([offer(1, 0.5)], generations=(first,), job=job(recorded_checkpoints=[checkpoint]))
+    assert isinstance(result, RentPlan)
+    speed = result.candidates[0].speed
+    assert speed is not None and speed.source == "measured"
+    assert speed.hours == pytest.approx(0.5)  # 500 steps left at 1,000 steps/h
