@@ -245,23 +245,58 @@ def _print_submitted(
 # --- jobs -------------------------------------------------------------------------------------
 
 
-def run_jobs(args: argparse.Namespace) -> int:
+JOBS_PAGE = 200  # jobs asked for per request (the API's largest page)
+
+
+def read_jobs(
+    api: Any,
+    *,
+    state: str | None,
+    limit: int,
+    on_request: Callable[[int, int], None] = lambda requests, found: None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Up to `limit` jobs, following the API's tokens; and the token to go on from (None: no
+    more). Filtered by state, one request reads a bounded stretch of the history and may return
+    few jobs or none with a token, so a rare state in a long history takes many requests:
+    `on_request(requests made, jobs found)` is told after each."""
     found: list[dict[str, Any]] = []
     next_token: str | None = None
+    requests = 0
+    while len(found) < limit:
+        page = api.list_jobs(
+            state=state, limit=min(JOBS_PAGE, limit - len(found)), next_token=next_token
+        )
+        requests += 1
+        found.extend(page.get("jobs") or [])
+        next_token = page.get("next")
+        on_request(requests, len(found))
+        if not next_token:
+            break
+    return found, next_token
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    stderr = output.stderr_console()
+    what = f"jobs in state {args.state}" if args.state else "jobs"
     with connect(args) as api:
-        while len(found) < args.limit:
-            page = api.list_jobs(
-                state=args.state, limit=min(200, args.limit - len(found)), next_token=next_token
-            )
-            found.extend(page.get("jobs") or [])
-            next_token = page.get("next")
-            if not next_token:
-                break
+        if not stderr.is_terminal:  # a script's stderr gets no progress line
+            found, next_token = read_jobs(api, state=args.state, limit=args.limit)
+        else:
+            with stderr.status(f"reading the job list: {what}…") as status:
+
+                def told(requests: int, count: int) -> None:
+                    status.update(
+                        f"reading the job list: {requests} request(s), {count} {what} so far…"
+                    )
+
+                found, next_token = read_jobs(
+                    api, state=args.state, limit=args.limit, on_request=told
+                )
     if args.json:
         output.print_json({"jobs": found, "next": next_token})
         return EXIT_OK
     if not found:
-        output.stderr_console().print("no jobs" + (f" in state {args.state}" if args.state else ""))
+        stderr.print("no jobs" + (f" in state {args.state}" if args.state else ""))
         return EXIT_OK
     now = time.time()
     table = output.table(
@@ -284,7 +319,7 @@ def run_jobs(args: argparse.Namespace) -> int:
         )
     output.stdout_console().print(table)
     if next_token:
-        output.stderr_console().print(f"(more jobs: raise --limit above {args.limit})")
+        stderr.print(f"(more jobs: raise --limit above {args.limit})")
     return EXIT_OK
 
 
