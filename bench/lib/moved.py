@@ -89,14 +89,13 @@ def first_run_with_move(
         return FirstRun(stay_cost.expected_total_usd, moved=False)
     done = trained_h / true_hours  # the share of the work saved in the first checkpoint
     measured_h = trained_h * math.exp(rng.gauss(0.0, MEASURE_SIGMA))
-    steps = max(1, int(BENCH_TOTAL_STEPS * done))  # saved in the checkpoint, in jittered time
-    checkpoint = steps
+    steps = max(1, int(BENCH_TOTAL_STEPS * done))  # trained and saved; reported in `measured_h`
     spec = job.model_copy(update={"budget_usd": 1e6})
     the_job, _ = new_job(spec, job_id="bench-00000000", now=START, submitted_by="bench")
     the_job = the_job.model_copy(
         update={
             "state": JobState.RUNNING, "current_generation": 1,
-            "recorded_checkpoints": [CheckpointRef(step=checkpoint, generation=1,
+            "recorded_checkpoints": [CheckpointRef(step=steps, generation=1,
                                                    manifest_key="bench/g1/manifest.json")],
         }
     )  # fmt: skip
@@ -109,6 +108,6 @@ def first_run_with_move(
         return FirstRun(stay_cost.expected_total_usd, moved=False)
     second = next(o for o in offers if o.id == check.offer_id)
     before = cost_offer(with_hours(job, checked_h), host, startup_min=truth[host.id].startup_min)
-    left_h = (1 - checkpoint / BENCH_TOTAL_STEPS) * job.expected_hours / truth[second.id].speed
+    left_h = (1 - steps / BENCH_TOTAL_STEPS) * job.expected_hours / truth[second.id].speed
     after = cost_offer(with_hours(job, left_h), second, startup_min=truth[second.id].startup_min)
     return FirstRun(before.expected_total_usd + after.expected_total_usd, moved=True)

@@ -17,9 +17,9 @@ cheaper than staying, everything counted:
 
 The job moves (verdict `overpriced`: a replace that blames nobody and counts against no cap but
 its own, `policy.max_moves`) only when moving is expected to save at least `MOVE_MARGIN` of
-staying and `MOVE_MIN_SAVING_USD`. A job
-moves at most `policy.max_moves` times (1 by default; 0 never); each generation is judged once
-(`Generation.move_checked_at`), so a judgement to stay is not asked again every minute.
+staying and `MOVE_MIN_SAVING_USD`. A job moves at most `policy.max_moves` times (1 by default;
+0 never); each generation is judged once (`Generation.move_checked_at`), so a judgement to stay
+is not asked again every minute.
 
 The check needs the work in steps: the spec's `total_steps`, else the total the script reports
 in its heartbeats (`work_spec`); a job without either is never moved. Interruptible generations
@@ -137,8 +137,10 @@ def judge_move(
     """Move the job's current generation or keep it (module docstring). `offers`: a fresh
     search for the job's resources; `measures`: the pace and start-up stored for its name."""
     current = next(
-        g for g in generations if g.is_current and g.generation == job.current_generation
+        (g for g in generations if g.is_current and g.generation == job.current_generation), None
     )
+    if current is None:
+        return MoveCheck(move=False, reason="no current generation to judge")
     sample = pace_sample(current)
     beat = current.heartbeat
     spec = work_spec(job.spec, generations)
