@@ -154,8 +154,8 @@ def judge_move(
         f"at ${current.usd_per_hour:.3f}/h, ${stay:.2f}"
     )
     others = [o for o in offers if o.machine_id != current.machine_id]
-    plan = plan_rent(
-        job.model_copy(update={"spec": spec}), others, generation=current.generation + 1,
+    plan = plan_rent(  # prices the work by the same `work_spec`
+        job, others, generation=current.generation + 1,
         generations=generations, reputations=reputations, now=now,
         measures=with_live_sample(measures, current), law=law, max_offers=1,
     )  # fmt: skip

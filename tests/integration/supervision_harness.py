@@ -34,6 +34,7 @@ from functions.domain.job import (
     new_job_id,
 )
 from functions.domain.jobspec import parse_job
+from functions.domain.recovery import Resumed
 from functions.settings import JobsApiSettings
 from infra import names
 from tests.paths import ROOT
@@ -271,6 +272,18 @@ class Supervised:
             training_start_step=training_start_step,
             gpu_busy=gpu_busy(beat.gpu, job.spec.policy),
         )
+
+    def first_step(self, job_id: str, generation: Generation) -> None:
+        """The generation's first training step, now, on a fresh start (restored nothing): what
+        the heartbeat API stores with its first `training` heartbeat (where its pace starts)."""
+        now = self.clock()
+        assert self.store.store_heartbeat(
+            job_id, generation.generation, token_hash=generation.token_hash,
+            heartbeat=Heartbeat(at=now, agent_time=now, phase="training", step=0,
+                                gpu=GpuProbe(available=True, utilization_pct=90.0)),
+            lease_expires_at=generation.lease_expires_at, training_start_step=0,
+            resumed=Resumed(step=0, started_at=now - 60, first_step_at=now),
+        )  # fmt: skip
 
     def monitor(self) -> dict[str, Any]:
         result: dict[str, Any] = self.aws.invoke(self.monitor_arn, {})

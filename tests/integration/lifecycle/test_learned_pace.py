@@ -8,9 +8,7 @@ from __future__ import annotations
 import pytest
 
 from functions.domain.cost import download_minutes
-from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe
-from functions.domain.job import Heartbeat
-from functions.domain.recovery import Resumed
+from functions.domain.heartbeat_contract import CheckpointRef
 from tests.integration.supervision_harness import Supervised
 
 
@@ -25,14 +23,7 @@ def test_a_replacement_is_priced_at_the_pace_its_predecessor_measured(sup: Super
     # The first step after the (fresh) start, 240 s after the rent; then 2400 steps in 30 min:
     # 4800 steps/h, within 4 × the prior.
     sup.clock.advance(240)
-    now = sup.clock()
-    assert sup.store.store_heartbeat(
-        job.job_id, 1, token_hash=first.token_hash,
-        heartbeat=Heartbeat(at=now, agent_time=now, phase="training", step=0,
-                            gpu=GpuProbe(available=True, utilization_pct=90.0)),
-        lease_expires_at=first.lease_expires_at, training_start_step=0,
-        resumed=Resumed(step=0, started_at=now - 60, first_step_at=now),
-    )  # fmt: skip
+    sup.first_step(job.job_id, first)
     sup.clock.advance(1800)
     sup.heartbeat(job.job_id, 1, step=2400)
     ref = CheckpointRef(

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe
-from functions.domain.job import Generation, Heartbeat, Job, JobState
-from functions.domain.recovery import Resumed
+from functions.domain.heartbeat_contract import CheckpointRef
+from functions.domain.job import Generation, Job, JobState
 from tests.integration.supervision_harness import Supervised
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics")
@@ -59,15 +58,8 @@ def started(sup: Supervised) -> tuple[Job, Generation]:
 def trained(sup: Supervised, job: Job, generation: Generation, steps: int) -> None:
     """The host trains `steps` in half an hour and saves a checkpoint at the end."""
     sup.clock.advance(120)
-    now = sup.clock()
+    sup.first_step(job.job_id, generation)
     n = generation.generation
-    assert sup.store.store_heartbeat(
-        job.job_id, n, token_hash=generation.token_hash,
-        heartbeat=Heartbeat(at=now, agent_time=now, phase="training", step=0,
-                            gpu=GpuProbe(available=True, utilization_pct=90.0)),
-        lease_expires_at=generation.lease_expires_at, training_start_step=0,
-        resumed=Resumed(step=0, started_at=now - 60, first_step_at=now),
-    )  # fmt: skip
     sup.clock.advance(1800)
     sup.heartbeat(job.job_id, n, step=steps)
     found = sup.store.get_job(job.job_id)
