@@ -6,10 +6,10 @@ The first host is tether's first-run pick (`plan_job` under the prior over the s
 trains until its first checkpoint, at least `MIN_SAMPLE_S` (the pace store's shortest sample),
 at the checkpoint interval the plan chose for it, plus one monitor interval before the check;
 its pace is its true hours' (jitter `MEASURE_SIGMA`). The check sees the generation as the store
-would hold it (rent-time prices and prior pace, the heartbeat's step, the recorded checkpoint)
-and the book's offers. A move bills the first host up to the check and the second from its own
-start-up, download included, for the steps after the checkpoint, at its true hours: the job's
-true cost is the sum, against the oracle's one host.
+would hold it (rent-time prices, reliability and prior pace, the heartbeat's step, the recorded
+checkpoint) and the book's offers. A move bills the first host up to the check and the second
+from its own start-up, download included, for the steps after the checkpoint, at its true hours:
+the job's true cost is the sum, against the oracle's one host.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ def _generation(
         job_id=job_id, generation=1, token_hash=NO_AGENT, instance_id=1, offer_id=offer.id,
         machine_id=offer.machine_id, usd_per_hour=prices.usd_per_hour,
         prices=prices.model_dump(), created_at=START, gpu_name=offer.gpu_name,
-        gpu_count=offer.num_gpus, dlperf=offer.dlperf, training_started_at=START,
-        training_start_step=0, prior_steps_per_hour=prior_steps_per_hour(spec, offer),
+        gpu_count=offer.num_gpus, dlperf=offer.dlperf, reliability=offer.reliability_score,
+        training_started_at=START, training_start_step=0,
+        prior_steps_per_hour=prior_steps_per_hour(spec, offer),
         heartbeat=Heartbeat(at=now, agent_time=now, phase="training", step=steps,
                             gpu=GpuProbe(available=True, utilization_pct=90.0)),
     )  # fmt: skip

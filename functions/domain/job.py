@@ -324,6 +324,11 @@ class Generation(BaseModel):
         default=None, description="total_steps / the speed prior's hours on this offer."
     )
     dlperf: float | None = None  # the offer's dlperf: where the host sits on the speed prior
+    reliability: float | None = Field(
+        default=None, ge=0, le=1,
+        description="The offer's reliability as the planner priced its interruptions "
+        "(`Offer.reliability_score`): a move's judgement prices staying by it.",
+    )  # fmt: skip
     heartbeat_item: bool = Field(
         default=False,
         exclude=True,

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict
 from functions.domain.heartbeat_contract import HeartbeatRequest
 from functions.domain.job import Generation, Heartbeat, Job, JobState
 from functions.domain.labels import parse_label
-from functions.domain.reconcile import InstanceFacts, JobSnapshot
 from functions.domain.recovery import Resumed
+from functions.domain.supervision_facts import InstanceFacts, JobSnapshot
 
 # Metric names (namespace and the one dimension come from functions/observability.py); the
 # dashboard (infra/constructs/observability.py) reads the same names.
@@ -45,6 +45,9 @@ MONITOR_ERRORS_METRIC = "MonitorErrors"  # monitor: jobs whose handling raised t
 HOSTS_BLAMED_METRIC = "HostsBlamed"  # monitor: a host judged dead or hung
 RECOVERIES_METRIC = "Recoveries"  # monitor: replace-worthy verdicts, every cause together
 RECOVERY_CAUSES = ("dead", "hung", "crashed")  # their causes: the monitor run's `verdicts`
+# monitor: a healthy job moved to a cheaper host (functions/domain/move.py). A replace too, but
+# not a recovery: no metric of its own, counted from the run's `verdicts` like the causes.
+MOVE_CAUSE = "overpriced"
 JOBS_FAILED_METRIC = "JobsFailed"  # lifecycle: a job failed for good
 # lifecycle: a rent Vast refuses (or would refuse) for its arguments, whatever the offer
 RENTS_REFUSED_METRIC = "RentsRefused"

@@ -9,11 +9,17 @@ once per generation, right after that checkpoint, whether finishing the work els
 cheaper than staying, everything counted:
 
 - staying: the steps left from the host's last reported step, at the pace it trained
-  (`pace_sample`, bounded as the pace store's samples are), at its $/h;
+  (`pace_sample`, bounded as the pace store's samples are), priced as the planner prices any
+  host (`cost_offer` on the host as it was rented, `rented_offer`): its $/h, the checkpoints'
+  uploads and the interruptions its reliability makes likely; not the start-up and download it
+  has paid already;
 - moving: what the lifecycle's replace would rent (`plan_rent`, the same call the provision
   makes, the current machine left out) priced from the newest recorded checkpoint (the steps
   since are trained again), with the pace this host showed filed as the destroy step files it
-  (`with_live_sample`): start-up, the download, storage and traffic included.
+  (`with_live_sample`): start-up, the download, storage, traffic and interruptions included.
+
+Both sides are priced by the same terms: a staying cost of compute alone would make every host
+look cheaper to keep than it is, and the job would stay on hosts a move would save on.
 
 The job moves (verdict `overpriced`: a replace that blames nobody and counts against no cap but
 its own, `policy.max_moves`) only when moving is expected to save at least `MOVE_MARGIN` of
@@ -32,8 +38,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.cost import RELIABILITY_MAX, cost_offer
 from functions.domain.health import Health
 from functions.domain.job import Generation, HostReputation, Job, JobState
+from functions.domain.jobspec import JobSpec
 from functions.domain.offer import Offer
 from functions.domain.pace import (
     JobMeasures,
@@ -41,10 +49,13 @@ from functions.domain.pace import (
     add_sample,
     gpu_key,
     pace_sample,
+    startup_estimator,
     work_spec,
 )
 from functions.domain.rent import Refusal, plan_rent
+from functions.domain.speed import SpeedEstimate
 from functions.domain.speed_law import SpeedLaw
+from functions.domain.spend import HOURS_PER_MONTH, generation_prices
 
 # Moving must be expected to save this share of what staying costs, and this much at least.
 # The new host's cost is already an expected cost under the posterior (its uncertainty priced
@@ -113,9 +124,40 @@ def with_live_sample(measures: JobMeasures, current: Generation) -> JobMeasures:
     return measures.model_copy(update={"paces": tuple(paces.values())})
 
 
-def stay_usd(steps_left: float, steps_per_hour: float, usd_per_hour: float) -> float:
-    """The rest of the job on the host it runs on: its hours at its pace, at its $/h."""
-    return steps_left / steps_per_hour * usd_per_hour
+def rented_offer(current: Generation, disk_gb: float) -> Offer | None:
+    """The host `current` runs on as the planner priced it when it was rented, from what the
+    generation stored: its prices, link speeds, card and reliability. A generation stored
+    before its reliability was has `RELIABILITY_MAX` (the surest host the planner accepts: few
+    interruptions, leaning towards staying); None without the offer's id."""
+    if current.offer_id is None:
+        return None
+    prices = generation_prices(current)
+    storage_cost = prices.storage_usd_per_hour * HOURS_PER_MONTH / disk_gb if disk_gb > 0 else 0
+    return Offer(
+        id=current.offer_id, machine_id=current.machine_id, gpu_name=current.gpu_name or "",
+        num_gpus=current.gpu_count or 1, dph_base=prices.gpu_usd_per_hour,
+        storage_cost=storage_cost, inet_down=prices.inet_down_mbps or 0,
+        inet_up=prices.inet_up_mbps or 0, inet_down_cost=prices.inet_down_usd_per_gb,
+        inet_up_cost=prices.inet_up_usd_per_gb, dlperf=current.dlperf,
+        reliability2=RELIABILITY_MAX if current.reliability is None else current.reliability,
+    )  # fmt: skip
+
+
+def stay_usd(spec: JobSpec, current: Generation, hours_left: float, measures: JobMeasures) -> float:
+    """The rest of the job on the host it runs on, priced by `cost_offer`'s terms as the
+    alternative is (module docstring): `hours_left` at its $/h, its checkpoints' uploads and
+    its expected interruptions (each a start-up elsewhere and half an interval trained again).
+    A generation without its offer's id is priced by its hours at its $/h alone."""
+    host = rented_offer(current, spec.resources.min_disk_gb)
+    if host is None:
+        return hours_left * current.usd_per_hour
+    hours = SpeedEstimate(
+        hours=hours_left, source="measured", runs=1, basis="this host's pace",
+        detail="the steps left at the pace this host trained",
+    )  # fmt: skip
+    cost = cost_offer(spec, host, speed=hours, startup=startup_estimator(measures)(spec, host))
+    paid = cost.breakdown.startup_usd + cost.breakdown.download_usd
+    return cost.expected_total_usd - paid
 
 
 def worth_moving(stay: float, move: float) -> bool:
@@ -148,10 +190,10 @@ def judge_move(
         return MoveCheck(move=False, reason="no pace or no work in steps to judge a move by")
     pace = sample.steps / sample.seconds * 3600
     left = max(0, spec.total_steps - beat.step)
-    stay = stay_usd(left, pace, current.usd_per_hour)
+    stay = stay_usd(spec, current, left / pace, measures)
     here = (
         f"staying: {left} steps at {pace:.0f} steps/h on this {current.gpu_name or 'host'} "
-        f"at ${current.usd_per_hour:.3f}/h, ${stay:.2f}"
+        f"at ${current.usd_per_hour:.3f}/h, ${stay:.2f} with its uploads and interruptions"
     )
     others = [o for o in offers if o.machine_id != current.machine_id]
     plan = plan_rent(  # prices the work by the same `work_spec`
@@ -191,6 +233,7 @@ __all__ = [
     "judge_move",
     "move_due",
     "moves_made",
+    "rented_offer",
     "stay_usd",
     "with_live_sample",
     "worth_moving",

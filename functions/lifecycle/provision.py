@@ -278,6 +278,7 @@ def _record(
         inet_down_mbps=offer.inet_down,
         prior_steps_per_hour=prior_steps_per_hour(job.spec, offer),
         dlperf=offer.dlperf,
+        reliability=offer.reliability_score,
         usd_per_hour=prices.usd_per_hour,
         prices=prices_record(prices),
         created_at=now,

@@ -67,6 +67,7 @@ HOSTS_BLAMED_METRIC = measures.HOSTS_BLAMED_METRIC  # monitor: a host judged dea
 TRANSITIONS_EXHAUSTED_METRIC = measures.TRANSITIONS_EXHAUSTED_METRIC
 RECOVERIES_METRIC = measures.RECOVERIES_METRIC  # monitor: dead, hung or crashed verdicts
 RECOVERY_CAUSES = measures.RECOVERY_CAUSES  # per cause: the monitor run's log line
+REPLACES_BY_CAUSE = "Replaces by cause (recoveries, moves)"
 JOBS_FAILED_METRIC = measures.JOBS_FAILED_METRIC  # lifecycle: a job failed for good
 RENTS_REFUSED_METRIC = measures.RENTS_REFUSED_METRIC  # lifecycle: a rent's arguments refused
 JOBS_SUBMITTED_METRIC = measures.JOBS_SUBMITTED_METRIC  # jobs API
@@ -81,9 +82,11 @@ WORK_LOST_METRIC = measures.WORK_LOST_METRIC  # monitor: training lost per repla
 
 
 def recovery_causes_query() -> str:
-    """Logs Insights over the monitor's log group: recoveries per cause, from the run's log line
-    (one metric with a `cause` dimension would be billed as one metric per cause)."""
+    """Logs Insights over the monitor's log group: replaces per cause, the recoveries' and the
+    moves to a cheaper host, from the run's log line (one metric with a `cause` dimension would
+    be billed as one metric per cause)."""
     sums = ", ".join(f"sum(verdicts.{cause}) as {cause}" for cause in RECOVERY_CAUSES)
+    sums += f", sum(verdicts.{measures.MOVE_CAUSE}) as moves"
     return f'filter message = "{measures.MONITOR_RUN_MESSAGE}" | stats {sums} by bin(5m)'
 
 
@@ -530,7 +533,7 @@ class Observability(Construct):
         # Per cause and per lifecycle outcome from the log lines (Logs Insights, billed per GB
         # scanned when the dashboard is viewed), not from a billed metric per value.
         causes = cloudwatch.LogQueryWidget(
-            title="Recoveries by cause",
+            title=REPLACES_BY_CAUSE,
             log_group_names=[monitor_logs.log_group_name],
             query_string=recovery_causes_query(),
             view=cloudwatch.LogQueryVisualizationType.STACKEDAREA,

@@ -306,10 +306,12 @@ def test_per_cause_and_per_outcome_counts_come_from_the_log_lines(template) -> N
         for w in body["widgets"]
         if w["type"] == "log"
     }
-    causes = queries["Recoveries by cause"]
+    causes = queries[obs.REPLACES_BY_CAUSE]
     assert f'message = "{measures.MONITOR_RUN_MESSAGE}"' in causes
     for cause in measures.RECOVERY_CAUSES:
         assert f"sum(verdicts.{cause})" in causes
+    # moves to a cheaper host: replaces that are not recoveries, no metric of their own
+    assert "sum(verdicts.overpriced) as moves" in causes
     outcomes = queries["Lifecycle outcomes (hosts rented, destroyed, …)"]
     assert f'message = "{measures.LIFECYCLE_STEP_MESSAGE}"' in outcomes
     assert all(f'"{o}"' in outcomes for o in measures.LIFECYCLE_OUTCOMES)

@@ -52,6 +52,7 @@ def started(sup: Supervised) -> tuple[Job, Generation]:
         resources={"gpu_names": ["RTX 3060", "RTX 4090"], "max_usd_per_hour": 1.0},
     )  # fmt: skip
     assert first.machine_id == SLOW_MACHINE
+    assert first.reliability == 0.99  # what staying's interruptions are priced by
     return job, first
 
 

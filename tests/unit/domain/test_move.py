@@ -6,14 +6,19 @@ from typing import Any
 
 import pytest
 
+from functions.domain.cost import RELIABILITY_MAX
+from functions.domain.health import Health
 from functions.domain.heartbeat_contract import CheckpointRef, GpuProbe
 from functions.domain.job import Generation, Heartbeat, Job, JobState
 from functions.domain.jobspec import parse_job
+from functions.domain.measures import MOVE_CAUSE
 from functions.domain.move import (
     MOVE_MARGIN,
+    MOVED_FOR,
     judge_move,
     move_due,
     moves_made,
+    rented_offer,
     with_live_sample,
     worth_moving,
 )
@@ -42,7 +47,7 @@ def market_offer(offer_id: int, gpu: str, dlperf: float, usd_per_hour: float) ->
 
 FAST = market_offer(1, "RTX 4090", 90.0, 0.40)
 # The host the job runs on, as it was offered: a slow card, cheap by the hour.
-SLOW_MACHINE = 70
+SLOW_OFFER, SLOW_MACHINE = 7, 70
 
 
 def moving_job(**fields: Any) -> Job:
@@ -64,10 +69,12 @@ def beat_at(step: int | None, phase: str = "training", **fields: Any) -> Heartbe
 def running(steps: int, **fields: Any) -> Generation:
     """Generation 1 on the slow host, `steps` trained in `TRAINED_S` since its first step."""
     beat = beat_at(steps, total_steps=fields.pop("total_steps", None))
+    usd_per_hour = fields.pop("usd_per_hour", 0.10)
     values: dict[str, Any] = {
-        "machine_id": SLOW_MACHINE, "usd_per_hour": 0.10, "gpu_name": "RTX 3060",
-        "gpu_count": 1, "dlperf": 20.0, "training_started_at": NOW - 5 - TRAINED_S,
-        "training_start_step": 0, "heartbeat": beat,
+        "offer_id": SLOW_OFFER, "machine_id": SLOW_MACHINE, "usd_per_hour": usd_per_hour,
+        "prices": {"gpu_usd_per_hour": usd_per_hour, "storage_usd_per_hour": 0.0},
+        "gpu_name": "RTX 3060", "gpu_count": 1, "dlperf": 20.0, "reliability": 0.99,
+        "training_started_at": NOW - 5 - TRAINED_S, "training_start_step": 0, "heartbeat": beat,
     }  # fmt: skip
     values.update(fields)
     return gen(1, **values)
@@ -183,3 +190,68 @@ def test_worth_moving_needs_the_margin_and_a_floor() -> None:
     assert worth_moving(1.0, 1.0 - MOVE_MARGIN)
     assert not worth_moving(1.0, 1.0 - MOVE_MARGIN + 0.01)
     assert not worth_moving(0.2, 0.16)  # 20 % but four cents
+
+
+# Staying is priced by the planner's own terms, as the alternative is: its $/h, the uploads of
+# its checkpoints and the interruptions its reliability makes likely.
+BIG_CHECKPOINTS = {"data": {"upload_gb_per_checkpoint": 2}}
+
+
+def on_time(**fields: Any) -> Generation:
+    """A host that trains at the planned 1,000 steps/h at $1/h: 2.5 h and $2.50 of compute
+    left, against a 4090 at $0.90/h that would finish from the checkpoint for about $2.54."""
+    prices = {"gpu_usd_per_hour": 1.0, "storage_usd_per_hour": 0.0, **fields.pop("prices", {})}
+    return running(500, usd_per_hour=1.0, prices=prices, **fields)
+
+
+NEARLY_AS_CHEAP = market_offer(1, "RTX 4090", 90.0, 0.90)
+
+
+def test_staying_pays_for_its_checkpoint_uploads() -> None:
+    the_job = moving_job(spec=BIG_CHECKPOINTS)
+    free = judged(on_time(), [NEARLY_AS_CHEAP], the_job=the_job)
+    assert not free.move, free.reason
+    # $0.05 a GB up: every 2 GB checkpoint this host uploads from here on costs $0.10.
+    metered = judged(
+        on_time(prices={"inet_up_usd_per_gb": 0.05}), [NEARLY_AS_CHEAP], the_job=the_job
+    )
+    assert metered.move, metered.reason
+    assert metered.stay_usd is not None and free.stay_usd is not None
+    assert metered.stay_usd > free.stay_usd + 0.5
+    assert "with its uploads and interruptions" in metered.reason
+
+
+def test_staying_on_an_unreliable_host_pays_for_its_likely_interruptions() -> None:
+    sure = judged(on_time(reliability=0.99), [NEARLY_AS_CHEAP])
+    assert not sure.move, sure.reason
+    shaky = judged(on_time(reliability=0.6), [NEARLY_AS_CHEAP])
+    assert shaky.move, shaky.reason
+    assert shaky.stay_usd is not None and sure.stay_usd is not None
+    assert shaky.stay_usd > sure.stay_usd
+
+
+def test_a_generation_stored_without_its_reliability_is_priced_as_the_surest_host() -> None:
+    unknown = judged(on_time(reliability=None), [NEARLY_AS_CHEAP]).stay_usd
+    surest = judged(on_time(reliability=RELIABILITY_MAX), [NEARLY_AS_CHEAP]).stay_usd
+    assert unknown == pytest.approx(surest)
+    assert unknown is not None and unknown < judged(on_time(), [NEARLY_AS_CHEAP]).stay_usd
+
+
+def test_the_rented_host_is_priced_as_it_was_offered() -> None:
+    current = running(50, prices={
+        "gpu_usd_per_hour": 0.10, "storage_usd_per_hour": 0.02, "inet_up_usd_per_gb": 0.03,
+        "inet_up_mbps": 200.0, "inet_down_mbps": 800.0,
+    })  # fmt: skip
+    disk_gb = moving_job().spec.resources.min_disk_gb
+    host = rented_offer(current, disk_gb)
+    assert host is not None
+    assert host.usd_per_hour(disk_gb) == pytest.approx(0.12)
+    assert (host.id, host.machine_id, host.gpu_name, host.dlperf) == (7, 70, "RTX 3060", 20.0)
+    assert (host.inet_up, host.inet_down, host.inet_up_cost) == (200.0, 800.0, 0.03)
+    assert host.reliability_score == 0.99
+    assert rented_offer(running(50, offer_id=None), disk_gb) is None
+
+
+def test_the_dashboard_counts_moves_under_the_verdict_the_monitor_logs() -> None:
+    # infra's "Replaces by cause" widget sums the run's `verdicts` by this name.
+    assert MOVE_CAUSE == MOVED_FOR == Health.OVERPRICED.value
