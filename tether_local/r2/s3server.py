@@ -6,6 +6,15 @@ bucket and ignores files there), so `S3Server.create_bucket` is just a mkdir. Wi
 checks SigV4 signatures against those static pairs; without, it serves anonymously on loopback,
 which is how the local stack runs it: behind the R2 front (`tether_local/r2/front.py`), which
 checks every request against the Cloudflare simulator's minted keys.
+
+The root is served through rclone's `hasher` backend, which keeps each object's MD5 (its ETag)
+from the moment it is written, as R2 stores the ETag at upload. Served from the directory alone,
+rclone hashes the whole object again whenever its directory cache (1 s here) has expired: a
+1 KiB ranged GET of a 64 MiB object took 140 ms, every range of a restore paid for its file's
+whole MD5, and a client that reads a file in more ranges paid more (BENCHMARKS.md, agent
+transfer). A file changed on disk behind rclone's back (tests do) has a new size or modification
+time, so its kept MD5 is not used; it is hashed again, once. The hashes live in a temporary
+cache directory of the server's own, removed when it stops.
 """
 
 from __future__ import annotations
@@ -34,6 +43,14 @@ def rclone_binary() -> str:
     return found
 
 
+def hashing_remote(root: Path) -> str:
+    """`root` as an rclone connection string through the `hasher` backend, MD5 only (module
+    docstring). The path is quoted, a quote in it doubled, as rclone's connection strings
+    take it."""
+    quoted = '"' + str(root).replace('"', '""') + '"'
+    return f":hasher,remote={quoted},hashes=md5,max_age=off:"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -57,10 +74,16 @@ class S3Server:
         self.process: subprocess.Popen[bytes] | None = None
         # rclone's log, read back when it fails to start
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+        self._cache: tempfile.TemporaryDirectory[str] | None = None  # the kept MD5s
 
     @property
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def hash_cache(self) -> Path | None:
+        """Where the running server keeps its objects' MD5s (None when stopped)."""
+        return None if self._cache is None else Path(self._cache.name)
 
     def create_bucket(self, name: str) -> Path:
         path = self.root / name
@@ -69,11 +92,13 @@ class S3Server:
 
     def start(self, timeout_s: float = 20.0) -> S3Server:
         self.root.mkdir(parents=True, exist_ok=True)
+        self._cache = tempfile.TemporaryDirectory(prefix="tether-rclone-")
         args = [
             rclone_binary(), "serve", "s3",
-            str(self.root),
+            hashing_remote(self.root),
             "--addr", f"127.0.0.1:{self.port}",
             "--config", "/dev/null",  # no user rclone.conf, no warning about it
+            "--cache-dir", self._cache.name,
             "--dir-cache-time", "1s",  # objects changed on disk show up quickly (tests do that)
             "--poll-interval", "0",
         ]  # fmt: skip
@@ -115,6 +140,9 @@ class S3Server:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        if self._cache is not None:
+            self._cache.cleanup()
+            self._cache = None
 
     def __enter__(self) -> S3Server:
         if self.process is None:

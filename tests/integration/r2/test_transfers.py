@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from tests.integration.r2_harness import BUCKET, R2, refused
+from tether_local.r2.s3server import S3Server
 
 MIB = 1024 * 1024
 
@@ -45,6 +47,38 @@ def test_large_object_round_trip_is_intact(r2: R2) -> None:
     assert back == data
     ranged = s3.get_object(Bucket=BUCKET, Key="jobs/big/blob.bin", Range="bytes=5-9")
     assert ranged["Body"].read() == data[5:10]
+
+
+def etag_of(data: bytes) -> str:
+    """A single-part object's ETag: the quoted MD5 of its bytes (an S3 name, not a security
+    hash)."""
+    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+
+
+def test_an_object_changed_on_disk_is_served_with_its_new_etag(r2: R2) -> None:
+    """rclone keeps each object's MD5 from its upload, as R2 keeps its ETag; a file changed
+    behind its back (as tests tamper with checkpoints) is hashed again, never served with the
+    old ETag."""
+    s3 = r2.client(r2.mint(prefixes=["jobs/etag/"]))
+    first, second = os.urandom(3 * MIB), os.urandom(3 * MIB)
+    s3.put_object(Bucket=BUCKET, Key="jobs/etag/blob.bin", Body=first)
+    head = s3.head_object(Bucket=BUCKET, Key="jobs/etag/blob.bin")
+    assert head["ETag"] == etag_of(first)
+    on_disk = r2.data / "jobs/etag/blob.bin"
+    on_disk.write_bytes(second)  # the same size: only the modification time tells
+    stamp = on_disk.stat().st_mtime + 5
+    os.utime(on_disk, (stamp, stamp))
+    time.sleep(1.2)  # past rclone's directory cache (1 s)
+    got = s3.get_object(Bucket=BUCKET, Key="jobs/etag/blob.bin")
+    assert got["Body"].read() == second
+    assert got["ETag"] == etag_of(second)
+
+
+def test_the_servers_hash_cache_goes_with_it(tmp_path: Path) -> None:
+    with S3Server(tmp_path / "root") as server:
+        cache = server.hash_cache
+        assert cache is not None and cache.is_dir()
+    assert not cache.exists() and server.hash_cache is None
 
 
 def test_uniform_parts_with_a_short_last_one_complete(r2: R2) -> None:
