@@ -34,8 +34,8 @@ from functions.domain.job import (
     JobState,
     TimelineEvent,
 )
-from functions.domain.reconcile import Observation, StatusClock
 from functions.domain.recovery import Resumed
+from functions.domain.supervision_facts import Observation, StatusClock
 
 
 class GenerationRecords(StoreBase):

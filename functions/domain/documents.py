@@ -23,8 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 MAX_DEPTH = 32
 MAX_NODES = 10_000  # a spec with 256 env entries and 32 GPU names has about 600
 MAX_JOB_FILE_BYTES = 1024 * 1024  # the API takes 256 KiB of JSON; YAML comments need room
@@ -45,12 +43,16 @@ class _Open:
 def load_yaml(text: str, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> Any:
     """`yaml.safe_load(text)` once the document is known to fit the limits. Raises
     `DocumentTooComplex`, or `yaml.YAMLError` for a syntax error (as `safe_load` would)."""
+    import yaml  # only job files are YAML, read by the CLI: no handler imports it
+
     check_yaml(text, max_depth=max_depth, max_nodes=max_nodes)
     return yaml.safe_load(text)
 
 
 def check_yaml(text: str, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> None:
     """Streams the parser's events; raises at the first one past a limit."""
+    import yaml  # as in `load_yaml`
+
     nodes = 0
     depth = 0
     open_: list[_Open] = []

@@ -11,7 +11,6 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -487,6 +486,8 @@ def load_job_file(path: str | Path) -> JobSpec:
 
     Bounded before it is parsed (`functions.domain.documents`): at most `MAX_JOB_FILE_BYTES`,
     `MAX_DEPTH` levels and `MAX_NODES` values, aliases counted as what they expand to."""
+    import yaml  # a job file is read by the CLI; the functions take JSON (`documents.py`)
+
     p = Path(path)
     try:
         with p.open("rb") as handle:

@@ -1,6 +1,7 @@
 """A handler's cold start imports what its path needs: the heartbeat (the function a flood of new
 environments hits) loads no provider adapter and no HTTP client of its own
-(`functions/adapters/factory.py` imports each adapter when it first builds one)."""
+(`functions/adapters/factory.py` imports each adapter when it first builds one), none of the
+monitor's decisions, and no YAML parser (only the CLI reads job files)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ def modules_after_import(module: str) -> set[str]:
     return set(json.loads(result.stdout))
 
 
+# The monitor's judgement (reconcile, moves, the rent plan) and the job-file parser: a heartbeat
+# needs the records they share (`functions/domain/supervision_facts.py`), not them.
+NOT_ON_THE_HEARTBEATS_PATH = {
+    "functions.domain.reconcile",
+    "functions.domain.move",
+    "functions.domain.rent",
+    "yaml",
+}
+
+
 def test_the_heartbeat_imports_no_provider_adapter() -> None:
     loaded = modules_after_import("functions.api.heartbeat")
     assert loaded & PROVIDER_ADAPTERS == set()
+    assert loaded & NOT_ON_THE_HEARTBEATS_PATH == set()
