@@ -4,19 +4,21 @@ from the built bundle, with the bundle's bytecode and without it.
     python bench/cold_start.py [--quick] [--runs N]
 
 Lambda's code folder is read-only: a bundle without `.pyc` files is compiled module by module in
-every new environment, and nothing it compiles is kept. `infra/synth.py` compiles the bytecode
-into the bundle; this measures what that saves. The deployed bundle is arm64 / Python 3.12; this
-machine cannot import its native modules, so the benchmark builds the same bundle (same
-requirements, same recipe, bytecode included) for this machine's interpreter and platform, and a
-copy of it without any `__pycache__`. Each import runs in a fresh interpreter (`-S -I -B`, bytecode
-writing off, as on the read-only folder) whose path holds the bundle and the runtime's own
-packages (boto3, botocore, s3transfer, jmespath, dateutil: the Lambda runtime provides them with
-their bytecode; here they are this interpreter's installed copies). Default 7 runs per cell,
-`--quick` 3; the table gives medians of the wall time and, in brackets, of the CPU time (on a
-loaded machine the wall time is mostly waiting for a core), the ratio is without / with
-bytecode. The goal: the heartbeat (the function a flood of new environments hits) imports in
-at most 0.5 s with bytecode. Writes `bench/results/cold_start.json`. Not a test: numbers
-depend on the machine.
+every new environment, and nothing it compiles is kept. `infra/synth.py` compiles the bytecode into
+the bundle; this measures what that saves. The deployed bundle is arm64 / Python 3.12; this machine
+cannot import its native modules, so the benchmark builds the same bundle (same requirements, same
+recipe, bytecode included) for this machine's interpreter and platform, and a copy of it without
+any `__pycache__`. Each import runs in a fresh interpreter (`-S -I -B`, bytecode writing off, as on
+the read-only folder) with the environment the stack gives its function (the untraced heartbeat and
+monitor with the tracer off, so that it patches nothing: `names.UNTRACED_HANDLERS`) and a path that
+holds the bundle and the runtime's own packages (boto3, botocore, s3transfer, jmespath, dateutil:
+the Lambda runtime provides them with their bytecode; here they are this interpreter's installed
+copies). Default 7 runs per cell, `--quick` 3, taken round by round (every handler, with and
+without bytecode, in each); the table gives medians of the wall time and, in brackets, of the CPU
+time (on a loaded machine the wall time is mostly waiting for a core), the ratio is without / with
+bytecode. The goal: the heartbeat (the function a flood of new environments hits) imports in at
+most 0.5 s with bytecode. Writes `bench/results/cold_start.json`. Not a test: numbers depend on the
+machine.
 """
 
 from __future__ import annotations
@@ -37,17 +39,15 @@ from bench.lib.report import Quartiles, quartiles, write_results  # noqa: E402
 from infra import names  # noqa: E402
 from infra.synth import BUILD, build_lambda_asset, host_target  # noqa: E402
 
-# Each function's handler module (the handler setting names the module, then the function).
-HANDLERS = {
-    name: handler.rsplit(".", 1)[0]
-    for name, handler in (
-        ("heartbeat", names.HEARTBEAT_HANDLER),
-        ("jobs", names.JOBS_HANDLER),
-        ("logs", names.LOGS_HANDLER),
-        ("monitor", names.MONITOR_HANDLER),
-        ("lifecycle", names.LIFECYCLE_HANDLER),
-    )
+# Each function's handler setting (its module, then the function).
+HANDLER_SETTINGS = {
+    "heartbeat": names.HEARTBEAT_HANDLER,
+    "jobs": names.JOBS_HANDLER,
+    "logs": names.LOGS_HANDLER,
+    "monitor": names.MONITOR_HANDLER,
+    "lifecycle": names.LIFECYCLE_HANDLER,
 }
+HANDLERS = {name: handler.rsplit(".", 1)[0] for name, handler in HANDLER_SETTINGS.items()}
 HEARTBEAT_GOAL_S = 0.5
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil")
 # What the Lambda runtime sets that the handlers' modules read at import (and LAMBDA_TASK_ROOT,
@@ -60,6 +60,19 @@ LAMBDA_ENV = {
     "POWERTOOLS_SERVICE_NAME": "tether",
     "POWERTOOLS_METRICS_NAMESPACE": "Tether",
 }
+# What the stack adds to an untraced function's environment (infra/constructs/function.py): its
+# tracer patches nothing at import.
+UNTRACED_ENV = {"POWERTOOLS_TRACE_DISABLED": "true"}
+
+
+def function_env(name: str) -> dict[str, str]:
+    """The environment the stack gives handler `name`, as far as imports read it."""
+    return {
+        **LAMBDA_ENV,
+        **(UNTRACED_ENV if HANDLER_SETTINGS[name] in names.UNTRACED_HANDLERS else {}),
+    }
+
+
 # Runs in the fresh interpreter: the handler module's import time (wall and CPU) and how many
 # modules it loaded.
 _PROBE = """
@@ -93,10 +106,10 @@ def without_bytecode(bundle: Path, dest: Path) -> Path:
     return dest
 
 
-def import_s(module: str, path: list[Path]) -> tuple[float, float, int]:
-    """Seconds to import `module` in a fresh interpreter (wall, CPU), and the modules it
-    loaded."""
-    env = {"PATH": os.environ.get("PATH", ""), "LAMBDA_TASK_ROOT": str(path[0]), **LAMBDA_ENV}
+def import_s(module: str, path: list[Path], lambda_env: dict[str, str]) -> tuple[float, float, int]:
+    """Seconds to import `module` in a fresh interpreter (wall, CPU) with `lambda_env` (its
+    function's: `function_env`), and the modules it loaded."""
+    env = {"PATH": os.environ.get("PATH", ""), "LAMBDA_TASK_ROOT": str(path[0]), **lambda_env}
     result = subprocess.run(
         [sys.executable, "-S", "-I", "-B", "-c", _PROBE, module, *map(str, path)],
         capture_output=True, text=True, env=env, check=False, cwd="/",
@@ -123,12 +136,16 @@ def main() -> int:
     variants = {"no_bytecode": source_only, "bytecode": compiled}
     load_before = os.getloadavg()
     cells: dict[str, dict[str, Any]] = {}
-    for name, module in HANDLERS.items():
-        cells[name] = {}
-        for _ in range(runs):  # alternate the variants: drifting load falls on both
+    # Round by round, each handler then each variant in turn: a machine whose speed drifts
+    # over the minute the bench takes (this VM's does, by ±25 %) slows every cell alike, not
+    # whichever handler came first.
+    for _ in range(runs):
+        for name, module in HANDLERS.items():
             for variant, bundle in variants.items():
-                seconds, cpu_seconds, modules = import_s(module, [bundle, runtime])
-                cell = cells[name].setdefault(
+                seconds, cpu_seconds, modules = import_s(
+                    module, [bundle, runtime], function_env(name)
+                )
+                cell = cells.setdefault(name, {}).setdefault(
                     variant, {"import_s": [], "cpu_s": [], "modules": modules}
                 )
                 cell["import_s"].append(seconds)

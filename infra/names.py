@@ -48,6 +48,10 @@ JOBS_HANDLER = "functions.api.jobs.handler"
 HEARTBEAT_HANDLER = "functions.api.heartbeat.handler"
 MONITOR_HANDLER = "functions.monitor.handler.handler"
 LIFECYCLE_HANDLER = "functions.lifecycle.handler.handler"
+# The functions X-Ray does not trace (tracing off, `POWERTOOLS_TRACE_DISABLED`: their tracer
+# patches nothing): a trace per heartbeat or per minutely run would be billed, $5 a million
+# (infra/constructs/api.py, monitor.py). `bench/cold_start.py` imports them the same way.
+UNTRACED_HANDLERS = frozenset({HEARTBEAT_HANDLER, MONITOR_HANDLER})
 
 # Stack outputs (logical ids = export-free output names the CLI reads).
 OUTPUT_API_URL = "ApiUrl"
