@@ -79,36 +79,8 @@ class TetherTracer(Tracer):
         return super().capture_method(method, capture_response=False, capture_error=False)
 
 
-# What X-Ray traces: every AWS call (botocore) from the start, and the HTTP clients of the Vast
-# and Cloudflare adapters (httpx) once one is built (`trace_http_clients`). Powertools' default
-# patches every library the X-Ray SDK supports that imports, httpx and sqlite3 among them, in
-# every function's cold start: about 25 ms of the heartbeat's, which calls nothing over HTTP.
-PATCHED_AT_START = ("botocore",)
-PATCHED_WITH_HTTP_CLIENTS = ("httpx",)
-
 logger = Logger(service=SERVICE)
-tracer = TetherTracer(service=SERVICE, patch_modules=PATCHED_AT_START)
+tracer = TetherTracer(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-_http_traced = False
 
-
-def trace_http_clients() -> None:
-    """Patch httpx for X-Ray, once, before the first client is built: the patch swaps
-    `httpx.Client` for X-Ray's subclass, so clients built after it are traced (a no-op where
-    tracing is off, as in tests and the local stack)."""
-    global _http_traced
-    if not _http_traced:
-        tracer.patch(modules=PATCHED_WITH_HTTP_CLIENTS)
-        _http_traced = True
-
-
-__all__ = [
-    "NAMESPACE",
-    "SERVICE",
-    "MetricUnit",
-    "logger",
-    "metrics",
-    "single_metric",
-    "trace_http_clients",
-    "tracer",
-]
+__all__ = ["NAMESPACE", "SERVICE", "MetricUnit", "logger", "metrics", "single_metric", "tracer"]

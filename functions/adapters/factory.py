@@ -32,8 +32,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from functions.observability import trace_http_clients
-
 if TYPE_CHECKING:
     from functools import _lru_cache_wrapper
 
@@ -121,8 +119,6 @@ def _cached(key: tuple[str, ...], build: Callable[[], Any]) -> Any:
 
 def _http_client(provider: Provider) -> httpx.Client:
     import httpx
-
-    trace_http_clients()  # X-Ray's httpx patch, only in the functions that call out
 
     transport = _hooks.transport(provider) if _hooks.transport is not None else None
     return httpx.Client(transport=transport, timeout=20)
