@@ -34,7 +34,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -206,6 +206,15 @@ class Storage:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """`fn(*args)` on the transfer pool. A storage closed meanwhile (the agent shutting
+        down) refuses new work as its queued work was dropped: cancelled, not the pool's
+        RuntimeError, so a transfer that was starting fails the way one under way does."""
+        try:
+            return self._pool.submit(fn, *args)
+        except RuntimeError as exc:  # "cannot schedule new futures after shutdown"
+            raise CancelledError("the storage was closed") from exc
 
     def warm(self) -> None:
         """Build the S3 client now (boto3 takes 0.06–0.6 s of CPU for one, by the machine's
@@ -449,9 +458,7 @@ class Storage:
                     sha.update(chunk)
                     sent += len(chunk)
                     number += 1
-                    parts.append(
-                        self._pool.submit(self._upload_part, key, upload_id, number, chunk)
-                    )
+                    parts.append(self._submit(self._upload_part, key, upload_id, number, chunk))
                     if any(p.done() and p.exception() for p in parts):
                         break  # fail fast; result() below raises it
             etags = [p.result() for p in parts]
@@ -514,7 +521,7 @@ class Storage:
                 fd,
                 ranges,
                 landing,
-                lambda i, span: self._pool.submit(self._fetch_range, key, fd, span, i, landing),
+                lambda i, span: self._submit(self._fetch_range, key, fd, span, i, landing),
             )
         finally:
             os.close(fd)  # every range has stopped (`fetch_and_hash`)

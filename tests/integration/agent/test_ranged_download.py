@@ -275,6 +275,18 @@ def test_ranges_dropped_by_a_closing_storage_fail_the_file_instead_of_hanging(
     assert [type(e) for e in outcome] == [CancelledError]
 
 
+def test_a_download_started_on_a_closed_storage_is_cancelled(
+    serial: Storage, tmp_path: Path
+) -> None:
+    """The storage closing while a download still submits its ranges (the race of the test
+    above, when the close lands between two submits) fails it as cancelled too, not with the
+    pool's RuntimeError."""
+    serial.put_bytes(KEY, pattern(SIZE))
+    serial.close()
+    with pytest.raises(CancelledError):
+        serial.download_file(KEY, tmp_path / "data.bin", SIZE)
+
+
 def test_an_upload_cut_by_a_closing_storage_fails_instead_of_hanging(
     s3_server: S3Server, bucket: str, tmp_path: Path
 ) -> None:
