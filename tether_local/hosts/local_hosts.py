@@ -113,6 +113,31 @@ def _signal_all(pids: list[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
+KILL_WAIT_S = 10.0  # how long SIGKILLed processes may take to go (seconds on a busy machine)
+
+
+def _kill_marked(marker: str, *, prefix: bool = False) -> list[str]:
+    """SIGKILL every process marked `marker` until none is left: repeated, for processes forked
+    while we kill, and bound by time rather than rounds, as a killed process can take a while
+    to go on a loaded machine. Returns what outlived `KILL_WAIT_S` (pid, state, command)."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    while pids := marked_processes(marker, prefix=prefix):
+        if time.monotonic() >= deadline:
+            return [_described(pid) for pid in pids]
+        _signal_all(pids, signal.SIGKILL)
+        time.sleep(0.02)
+    return []
+
+
+def _described(pid: int) -> str:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} [{state}] {command.decode(errors='replace')}"
+
+
 @dataclass
 class LocalHost:
     """One rented instance's local machine. `received_env`: what Vast gave the container;
@@ -398,12 +423,8 @@ class LocalHosts:
         LOG.info("host %s: disk deleted", host.instance_id)
 
     def _kill(self, host: LocalHost) -> None:
-        for _ in range(50):  # processes forked while we kill: repeat until none is left
-            pids = marked_processes(host.marker)
-            if not pids:
-                break
-            _signal_all(pids, signal.SIGKILL)
-            time.sleep(0.02)
+        if left := _kill_marked(host.marker):
+            LOG.warning("host %s: processes outlived SIGKILL: %s", host.instance_id, left)
         if host.process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 host.process.wait(timeout=5)
@@ -461,13 +482,8 @@ class LocalHosts:
             timer.cancel()
         for host in self.all():
             self._kill(host)
-        for _ in range(50):
-            left = self.processes()
-            if not left:
-                break
-            _signal_all(left, signal.SIGCONT)
-            _signal_all(left, signal.SIGKILL)
-            time.sleep(0.02)
+        if left := _kill_marked(f"{self.stack_id}:", prefix=True):
+            LOG.warning("local hosts: processes outlived SIGKILL: %s", left)
 
     def __iter__(self) -> Iterator[LocalHost]:
         return iter(self.all())
