@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
+from functions.domain.health import Health
 from functions.domain.heartbeat_contract import HeartbeatRequest
 from functions.domain.job import Generation, Heartbeat, Job, JobState
 from functions.domain.labels import parse_label
@@ -47,7 +48,7 @@ RECOVERIES_METRIC = "Recoveries"  # monitor: replace-worthy verdicts, every caus
 RECOVERY_CAUSES = ("dead", "hung", "crashed")  # their causes: the monitor run's `verdicts`
 # monitor: a healthy job moved to a cheaper host (functions/domain/move.py). A replace too, but
 # not a recovery: no metric of its own, counted from the run's `verdicts` like the causes.
-MOVE_CAUSE = "overpriced"
+MOVE_CAUSE = Health.OVERPRICED.value
 JOBS_FAILED_METRIC = "JobsFailed"  # lifecycle: a job failed for good
 # lifecycle: a rent Vast refuses (or would refuse) for its arguments, whatever the offer
 RENTS_REFUSED_METRIC = "RentsRefused"

@@ -10,7 +10,7 @@ cheaper than staying, everything counted:
 
 - staying: the steps left from the host's last reported step, at the pace it trained
   (`pace_sample`, bounded as the pace store's samples are), priced as the planner prices any
-  host (`cost_offer` on the host as it was rented, `rented_offer`): its $/h, the checkpoints'
+  host (`cost_offer` on the host as it was rented, `spend.rented_offer`): its $/h, the checkpoints'
   uploads and the interruptions its reliability makes likely; not the start-up and download it
   has paid already;
 - moving: what the lifecycle's replace would rent (`plan_rent`, the same call the provision
@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.domain.cost import RELIABILITY_MAX, cost_offer
+from functions.domain.cost import cost_offer
 from functions.domain.health import Health
 from functions.domain.job import Generation, HostReputation, Job, JobState
 from functions.domain.jobspec import JobSpec
@@ -55,7 +55,7 @@ from functions.domain.pace import (
 from functions.domain.rent import Refusal, plan_rent
 from functions.domain.speed import SpeedEstimate
 from functions.domain.speed_law import SpeedLaw
-from functions.domain.spend import HOURS_PER_MONTH, generation_prices
+from functions.domain.spend import rented_offer
 
 # Moving must be expected to save this share of what staying costs, and this much at least.
 # The new host's cost is already an expected cost under the posterior (its uncertainty priced
@@ -122,25 +122,6 @@ def with_live_sample(measures: JobMeasures, current: Generation) -> JobMeasures:
     }
     paces[key] = add_sample(paces.get(key), sample)
     return measures.model_copy(update={"paces": tuple(paces.values())})
-
-
-def rented_offer(current: Generation, disk_gb: float) -> Offer | None:
-    """The host `current` runs on as the planner priced it when it was rented, from what the
-    generation stored: its prices, link speeds, card and reliability. A generation stored
-    before its reliability was has `RELIABILITY_MAX` (the surest host the planner accepts: few
-    interruptions, leaning towards staying); None without the offer's id."""
-    if current.offer_id is None:
-        return None
-    prices = generation_prices(current)
-    storage_cost = prices.storage_usd_per_hour * HOURS_PER_MONTH / disk_gb if disk_gb > 0 else 0
-    return Offer(
-        id=current.offer_id, machine_id=current.machine_id, gpu_name=current.gpu_name or "",
-        num_gpus=current.gpu_count or 1, dph_base=prices.gpu_usd_per_hour,
-        storage_cost=storage_cost, inet_down=prices.inet_down_mbps or 0,
-        inet_up=prices.inet_up_mbps or 0, inet_down_cost=prices.inet_down_usd_per_gb,
-        inet_up_cost=prices.inet_up_usd_per_gb, dlperf=current.dlperf,
-        reliability2=RELIABILITY_MAX if current.reliability is None else current.reliability,
-    )  # fmt: skip
 
 
 def stay_usd(spec: JobSpec, current: Generation, hours_left: float, measures: JobMeasures) -> float:
@@ -233,7 +214,6 @@ __all__ = [
     "judge_move",
     "move_due",
     "moves_made",
-    "rented_offer",
     "stay_usd",
     "with_live_sample",
     "worth_moving",

@@ -32,6 +32,7 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.cost import RELIABILITY_MAX
 from functions.domain.job import Generation, UnrecordedInstance
 from functions.domain.labels import parse_label
 from functions.domain.offer import Offer
@@ -233,6 +234,27 @@ def generation_prices(generation: Generation) -> GenerationPrices:
     if prices.inet_down_mbps is None and generation.inet_down_mbps:
         return prices.model_copy(update={"inet_down_mbps": generation.inet_down_mbps})
     return prices
+
+
+def rented_offer(generation: Generation, disk_gb: float) -> Offer | None:
+    """The host `generation` runs on as the planner priced it when it was rented (the inverse
+    of `GenerationPrices.from_offer`), from what the generation stored: its prices, link
+    speeds, card and reliability. A generation stored before its reliability was has
+    `RELIABILITY_MAX` (the surest host the planner accepts: few interruptions, leaning towards
+    staying); None without the offer's id."""
+    if generation.offer_id is None:
+        return None
+    prices = generation_prices(generation)
+    storage_cost = prices.storage_usd_per_hour * HOURS_PER_MONTH / disk_gb if disk_gb > 0 else 0
+    return Offer(
+        id=generation.offer_id, machine_id=generation.machine_id,
+        gpu_name=generation.gpu_name or "", num_gpus=generation.gpu_count or 1,
+        dph_base=prices.gpu_usd_per_hour,
+        storage_cost=storage_cost, inet_down=prices.inet_down_mbps or 0,
+        inet_up=prices.inet_up_mbps or 0, inet_down_cost=prices.inet_down_usd_per_gb,
+        inet_up_cost=prices.inet_up_usd_per_gb, dlperf=generation.dlperf,
+        reliability2=RELIABILITY_MAX if generation.reliability is None else generation.reliability,
+    )  # fmt: skip
 
 
 STOPPED = "stopped"  # Vast's actual_status that bills storage only

@@ -127,10 +127,6 @@ class Api(Construct):
                 names.TABLE_NAME_ENV: table.table_name,
                 names.SUPERVISED_MAX_AGE_ENV: str(names.SUPERVISED_MAX_AGE_S),
             },
-            # Not X-Ray traced: a heartbeat per job every 15 s would be a recorded trace each
-            # (Lambda samples the first request of every second) at $5 a million, $0.0012 a
-            # job-hour, as much as the rest of a job-hour's bill. Its log line says enough.
-            traced=False,
             # No authorizer in front: a flood stops at this cap, not at the account's pool.
             reserved_concurrency=heartbeat_concurrency,
         )

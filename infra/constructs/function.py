@@ -1,6 +1,6 @@
 """One Lambda function the tether way: arm64, Python 3.12, its own log group with retention,
-X-Ray tracing (unless `traced=False`), reserved concurrency if given, and its own role that
-holds only what the function is granted."""
+X-Ray tracing (unless its handler is one of `names.UNTRACED_HANDLERS`), reserved concurrency if
+given, and its own role that holds only what the function is granted."""
 
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ class TetherFunction(Construct):
         environment: Mapping[str, str],
         memory_mb: int = 256,
         timeout: Duration | None = None,
-        traced: bool = True,
         reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        traced = handler not in names.UNTRACED_HANDLERS
         self.log_group = logs.LogGroup(
             self,
             "Logs",

@@ -71,10 +71,6 @@ class Monitor(Construct):
                 names.MONITOR_SHARDS_ENV: str(shards),
             },
             memory_mb=512,
-            # Not X-Ray traced: Lambda samples the first request of each second, so every
-            # minutely run would be a trace ($5 a million: $0.22 of an idle month at list
-            # price). The run's log line and the Lambda metrics say how each run went.
-            traced=False,
             # Under the interval, so runs rarely overlap (and overlapping ones are harmless).
             timeout=Duration.seconds(names.MONITOR_INTERVAL_S - 5),
             reserved_concurrency=reserved_concurrency,

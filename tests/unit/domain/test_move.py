@@ -18,12 +18,12 @@ from functions.domain.move import (
     judge_move,
     move_due,
     moves_made,
-    rented_offer,
     with_live_sample,
     worth_moving,
 )
 from functions.domain.offer import Offer
 from functions.domain.pace import JobMeasures, pace_sample, work_spec
+from functions.domain.spend import rented_offer
 from tests.unit.domain.builders import NOW, SPEC, gen, job
 
 # 3 h of training on one RTX 4090 (dlperf 90 here), 3,000 steps: 1,000 steps/h there.
