@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.cli.test_local_up import Terminal
+from tests.e2e.cli.local_up import TETHER, local_up
 from tests.e2e.conftest import SIGNED, example_code, tiny_spec
 from tests.paths import ROOT
 from tether_local.hosts import disk_view
@@ -31,7 +29,7 @@ TRAIN = "python tiny_train.py --steps 6000 --checkpoint-every 100 --step-seconds
 
 def tether(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tether_cli.main", *argv],
+        [*TETHER, *argv],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -51,17 +49,9 @@ def test_ssh_local_and_kill_host_from_another_terminal(tmp_path: Path) -> None:
     root = tmp_path / "root"
     state = tmp_path / "local-stack.json"
     env = {**os.environ, "TETHER_LOCAL_STATE": str(state)}
-    argv = [
-        sys.executable, "-m", "tether_cli.main", "local", "up", "--port", "0",
-        "--root", str(root), "--monitor-interval", "1", "--startup", "0.5", "--offers", "50",
-    ]  # fmt: skip
-    stderr = (tmp_path / "stderr.txt").open("w")
-    process = subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
-    )
-    terminal = Terminal(process)
     stack_id = ""
-    try:
+    with local_up(TETHER, root, env, tmp_path / "stderr.txt") as stack:
+        terminal = stack.terminal
         terminal.wait_for("serving", timeout_s=180)
         assert stat.S_IMODE(state.stat().st_mode) == 0o600  # it holds the control token
         api = terminal.wait_for("API: ", 1).split()[1]
@@ -115,15 +105,7 @@ def test_ssh_local_and_kill_host_from_another_terminal(tmp_path: Path) -> None:
         assert not disk.exists()
         assert job_id in terminal.wait_for("generation 2 training", timeout_s=180)
         assert int(str(host_view(env, job_id)["generation"])) == 2
-    finally:
-        process.send_signal(signal.SIGINT)  # Ctrl-C
-        try:
-            process.wait(timeout=60)
-        finally:
-            if process.poll() is None:
-                process.kill()
-            stderr.close()
-    assert process.returncode == 0, (tmp_path / "stderr.txt").read_text()
+    assert stack.process.returncode == 0, stack.stderr
     assert not state.exists()
     if stack_id:
         assert not marked_processes(f"{stack_id}:", prefix=True)

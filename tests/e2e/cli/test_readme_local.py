@@ -10,16 +10,15 @@ default 8787, and `<job id>` is the id the `submit` before it printed."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli.test_local_up import Terminal
+from tests.e2e.cli.local_up import local_up
+from tests.e2e.processes import live_processes
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
@@ -69,17 +68,10 @@ def test_the_readme_local_commands_run_as_written_without_aws(tmp_path: Path) ->
     assert commands[0] == LOCAL_UP  # started below, on a free port
     env = bare_environment(tmp_path)
     assert not [key for key in env if key.startswith("AWS_")]
-    argv = [
-        "tether", "local", "up", "--port", "0", "--root", str(tmp_path / "root"),
-        "--monitor-interval", "1", "--startup", "0.5", "--offers", "50",
-    ]  # fmt: skip
-    stderr = (tmp_path / "local-up.stderr").open("w")
-    process = subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
-    )
-    terminal = Terminal(process)
     job_id = ""
-    try:
+    stderr_file = tmp_path / "local-up.stderr"
+    with local_up(["tether"], tmp_path / "root", env, stderr_file, stop_timeout_s=120) as stack:
+        terminal = stack.terminal
         terminal.wait_for("serving", timeout_s=240)
         for command in commands[1:]:
             if "<job id>" in command:
@@ -114,32 +106,7 @@ def test_the_readme_local_commands_run_as_written_without_aws(tmp_path: Path) ->
         )
         spec = json.loads(shown.stdout)["spec"]
         assert spec["env"]["QLORA_TINY"] == "1" and spec["secrets"] == ["HF_TOKEN"]
-    finally:
-        process.send_signal(signal.SIGINT)  # Ctrl-C
-        try:
-            process.wait(timeout=120)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=30)
-            stderr.close()
-    assert process.returncode == 0, (tmp_path / "local-up.stderr").read_text()
+    assert stack.process.returncode == 0, stack.stderr
     terminal.wait_for("stopped", timeout_s=10)
     assert not Path(env["TETHER_LOCAL_STATE"]).exists()
-    assert not _processes_of(str(tmp_path / "root"))  # no host left behind
-
-
-def _processes_of(root: str) -> list[int]:
-    """Live processes whose command line names the stack's root (its hosts run from it)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if stat[0] != "Z" and root.encode() in cmdline:
-            found.append(int(entry.name))
-    return found
+    assert not live_processes(str(tmp_path / "root"))  # no host left behind

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import SIGNED, provision_by_hand, wait_for
+from tests.e2e.processes import alive
 from tether_local.hosts.local_hosts import marked_processes
 from tether_local.stack import LocalStack, LocalStackConfig
 
@@ -32,7 +33,7 @@ def test_stack_starts_serves_and_stops_cleanly(tmp_path: Path) -> None:
         assert lambdas, "each Lambda execution environment is a process"
 
     assert marked_processes(f"{stack_id}:", prefix=True) == []
-    assert [pid for pid in lambdas if _alive(pid)] == []
+    assert [pid for pid in lambdas if alive(pid)] == []
     assert marked_processes(host.marker) == []
     assert rclone.poll() is not None  # the S3 stand-in is gone
     for url in urls:
@@ -41,11 +42,3 @@ def test_stack_starts_serves_and_stops_cleanly(tmp_path: Path) -> None:
     # A second stack can start in the same process afterwards (moto and env were restored).
     with LocalStack(LocalStackConfig(monitor_interval_s=0)) as again:
         assert httpx.get(again.api_url + "/jobs").status_code == 403
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
