@@ -249,10 +249,10 @@ def rented_offer(generation: Generation, disk_gb: float) -> Offer | None:
     return Offer(
         id=generation.offer_id, machine_id=generation.machine_id,
         gpu_name=generation.gpu_name or "", num_gpus=generation.gpu_count or 1,
-        dph_base=prices.gpu_usd_per_hour,
-        storage_cost=storage_cost, inet_down=prices.inet_down_mbps or 0,
-        inet_up=prices.inet_up_mbps or 0, inet_down_cost=prices.inet_down_usd_per_gb,
-        inet_up_cost=prices.inet_up_usd_per_gb, dlperf=generation.dlperf,
+        dph_base=prices.gpu_usd_per_hour, storage_cost=storage_cost,
+        inet_down=prices.inet_down_mbps or 0, inet_up=prices.inet_up_mbps or 0,
+        inet_down_cost=prices.inet_down_usd_per_gb, inet_up_cost=prices.inet_up_usd_per_gb,
+        dlperf=generation.dlperf,
         reliability2=RELIABILITY_MAX if generation.reliability is None else generation.reliability,
     )  # fmt: skip
 

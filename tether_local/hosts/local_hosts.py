@@ -130,6 +130,7 @@ def _kill_marked(marker: str, *, prefix: bool = False) -> list[str]:
 
 
 def _described(pid: int) -> str:
+    """A process as a warning names it: pid, state and command line."""
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
