@@ -60,9 +60,8 @@ LAMBDA_ENV = {
     "POWERTOOLS_SERVICE_NAME": "tether",
     "POWERTOOLS_METRICS_NAMESPACE": "Tether",
 }
-# What the stack adds to an untraced function's environment (infra/constructs/function.py): its
-# tracer patches nothing at import.
-UNTRACED_ENV = {"POWERTOOLS_TRACE_DISABLED": "true"}
+# What the stack adds to an untraced function's environment: its tracer patches nothing at import.
+UNTRACED_ENV = names.UNTRACED_ENV
 
 
 def function_env(name: str) -> dict[str, str]:

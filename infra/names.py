@@ -54,6 +54,7 @@ LIFECYCLE_HANDLER = "functions.lifecycle.handler.handler"
 # as much as the rest of a job-hour's bill, and the minutely monitor $0.22 of an idle month.
 # Their log lines say how each went. `bench/cold_start.py` imports them the same way.
 UNTRACED_HANDLERS = frozenset({HEARTBEAT_HANDLER, MONITOR_HANDLER})
+UNTRACED_ENV = {"POWERTOOLS_TRACE_DISABLED": "true"}  # what their environment adds
 
 # Stack outputs (logical ids = export-free output names the CLI reads).
 OUTPUT_API_URL = "ApiUrl"

@@ -74,7 +74,7 @@ class TetherFunction(Construct):
             environment={
                 names.SERVICE_NAME_ENV: names.SERVICE_NAME,
                 names.METRICS_NAMESPACE_ENV: names.METRICS_NAMESPACE,
-                **({} if traced else {"POWERTOOLS_TRACE_DISABLED": "true"}),
+                **({} if traced else names.UNTRACED_ENV),
                 **environment,
                 # After the caller's: no trace records a returned or raised value (presigned
                 # URLs, secrets), whatever Tracer a handler builds (functions/observability.py).
