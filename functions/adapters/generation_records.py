@@ -37,6 +37,12 @@ from functions.domain.job import (
 from functions.domain.recovery import Resumed
 from functions.domain.supervision_facts import Observation, StatusClock
 
+# The item holds no heartbeat received after `:received`. Equal passes: API Gateway's clock
+# counts milliseconds, and one agent sends one heartbeat at a time.
+NOT_OLDER_THAN = (
+    "(attribute_not_exists(heartbeat.received_at) OR heartbeat.received_at <= :received)"
+)
+
 
 class GenerationRecords(StoreBase):
     """The generation items; the transactions that also touch the job (`record_generation`,
@@ -119,7 +125,14 @@ class GenerationRecords(StoreBase):
         `gpu_busy`: the GPU was above the job's idle threshold, so `gpu_busy_at` moves to this
         heartbeat (the hung rule's window). False when a condition fails (the generation was
         replaced meanwhile). `resumed` (server clock): the step training resumed at and when
-        it started, then the first step after it; each kept once written."""
+        it started, then the first step after it; each kept once written.
+
+        In order of receipt: a heartbeat with `received_at` is written onto neither item when
+        that item holds one received later (`NOT_OLDER_THAN`). API Gateway can run an older
+        heartbeat's invocation past a newer one's (a cold start, a throttled read, the agent
+        timing out and sending the next), and its write would put back an earlier phase, step
+        or checkpoint and lose the outputs a finished heartbeat reported.
+        `stale_heartbeat` tells that refusal from a replaced generation's."""
         stored = heartbeat.model_dump(mode="json", exclude_none=True)
         first_write = previous is None or not previous.heartbeat_item
         if needs_generation_write(
@@ -130,6 +143,7 @@ class GenerationRecords(StoreBase):
             token_hash=token_hash,
             heartbeat=stored,
             at=heartbeat.at,
+            received_at=heartbeat.received_at,
             training_start_step=training_start_step,
             resumed=resumed,
         ):
@@ -150,6 +164,9 @@ class GenerationRecords(StoreBase):
         # writes the item too, `supersede_generation`): then the generation item's write just
         # made holds the condition that the generation is current with this token.
         condition = "is_current = :true AND token_hash = :hash"
+        if heartbeat.received_at is not None:
+            condition += f" AND {NOT_OLDER_THAN}"
+            values[":received"] = heartbeat.received_at
         if first_write:
             condition = f"attribute_not_exists(pk) OR ({condition})"
         return self._table.update(
@@ -167,13 +184,19 @@ class GenerationRecords(StoreBase):
         token_hash: str,
         heartbeat: dict[str, Any],
         at: float,
+        received_at: float | None,
         training_start_step: int | None,
         resumed: Resumed | None,
     ) -> bool:
         """The whole heartbeat and the fields kept once onto the generation item, while the
-        generation is current with this token (`store_heartbeat`)."""
+        generation is current with this token and holds no heartbeat received later
+        (`store_heartbeat`)."""
         expression = "SET heartbeat = :hb"
         values: dict[str, Any] = {":hb": heartbeat, ":true": True, ":hash": token_hash}
+        condition = "is_current = :true AND token_hash = :hash"
+        if received_at is not None:
+            condition += f" AND {NOT_OLDER_THAN}"
+            values[":received"] = received_at
         if training_start_step is not None:
             expression += (
                 ", training_started_at = if_not_exists(training_started_at, :at)"
@@ -194,9 +217,31 @@ class GenerationRecords(StoreBase):
         return self._table.update(
             generation_key(job_id, generation),
             UpdateExpression=expression,
-            ConditionExpression="is_current = :true AND token_hash = :hash",
+            ConditionExpression=condition,
             ExpressionAttributeValues=serialize(values),
         )
+
+    def stale_heartbeat(
+        self, job_id: str, generation: int, *, token_hash: str, received_at: float | None
+    ) -> bool:
+        """After `store_heartbeat` refused a heartbeat: True when the generation is still
+        current with this token and either of its items holds a heartbeat received after this
+        one (the refusal was the order of receipt), False when it was replaced. Both items as
+        stored, not merged: a newer heartbeat may have written the generation item and not yet
+        its heartbeat item. A consistent read, on this rare path only."""
+        if received_at is None:
+            return False
+        own = generation_key(job_id, generation)
+        keys = [own, heartbeat_key(job_id, generation)]
+        request = {self.table_name: {"Keys": [serialize(k) for k in keys], "ConsistentRead": True}}
+        items = [deserialize(i) for i in self._table.batch_get(request)[self.table_name]]
+        found = next((item for item in items if item["sk"] == own["sk"]), None)
+        if found is None or found.get("is_current") is not True:
+            return False
+        if found.get("token_hash") != token_hash:
+            return False
+        latest = max(float((i.get("heartbeat") or {}).get("received_at") or 0) for i in items)
+        return latest > received_at
 
     def record_checkpoints(
         self,

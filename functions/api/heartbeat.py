@@ -48,9 +48,20 @@ def heartbeat() -> Response[Any]:
         reject_unknown_query(raw, ())
         body = parse_json_body(raw, max_bytes=deps.settings.max_body_bytes)
         request = heartbeat_service.parse_request(body)
-        outcome = heartbeat_service.handle_heartbeat(deps, request, token)
+        outcome = heartbeat_service.handle_heartbeat(
+            deps, request, token, received_at=received_at(raw)
+        )
     api_metrics.heartbeat_answered(request, outcome)
     return json_response(HTTPStatus.OK, outcome.reply.model_dump(mode="json"))
+
+
+def received_at(event: dict[str, Any]) -> float | None:
+    """When API Gateway received the request (`requestContext.timeEpoch`, milliseconds), in
+    seconds; None when the event has none (an invocation not through API Gateway)."""
+    epoch_ms = (event.get("requestContext") or {}).get("timeEpoch")
+    if isinstance(epoch_ms, int) and not isinstance(epoch_ms, bool) and epoch_ms > 0:
+        return epoch_ms / 1000
+    return None
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

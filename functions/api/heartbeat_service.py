@@ -17,6 +17,12 @@ secrets' values the reply carries. The job the reply carries to an agent that as
 `functions/domain/job_bootstrap.py`) is part of the decision's answer, so it too goes out only
 when the write held. A write refused because the generation was replaced between
 the read and the write is answered `superseded`.
+
+Order: the heartbeat is stamped with when API Gateway received it (`received_at`, the event's
+`requestContext.timeEpoch`), and is not stored over one of the same generation received later
+(`JobStore.store_heartbeat`). Such a stale heartbeat gets the command and lease it was decided
+(no credentials, secrets or job), changes nothing else and is logged `stale`: its agent has
+sent a newer one since, and has stopped waiting for this answer.
 """
 
 from __future__ import annotations
@@ -94,16 +100,25 @@ class HeartbeatOutcome:
     reply: HeartbeatReply
     lease: LeaseDecision
     measures: HeartbeatMeasures = field(default_factory=HeartbeatMeasures)
+    stale: bool = False  # not stored: a heartbeat received after it was stored first
 
 
 def handle_heartbeat(
-    deps: HeartbeatDeps, request: HeartbeatRequest, token: str
+    deps: HeartbeatDeps,
+    request: HeartbeatRequest,
+    token: str,
+    *,
+    received_at: float | None = None,
 ) -> HeartbeatOutcome:
+    """`received_at`: when API Gateway received the heartbeat (None: unknown, unordered)."""
     now = deps.clock()
     token_hash = hash_token(token)
     facts = _gather(deps, request, token_hash, now)
     decision = decide_heartbeat(
-        facts, now=now, supervised_max_age_s=deps.settings.supervised_max_age_s
+        facts,
+        now=now,
+        supervised_max_age_s=deps.settings.supervised_max_age_s,
+        received_at=received_at,
     )
     return _apply(deps, request, token_hash, decision, facts.generation)
 
@@ -147,6 +162,14 @@ def _apply(
         resumed=write.resumed,
         previous=generation,
     )
+    if not stored and deps.store.stale_heartbeat(
+        request.job_id,
+        request.generation,
+        token_hash=token_hash,
+        received_at=write.heartbeat.received_at,
+    ):
+        reply = decision.answer.reply.model_copy(update={"job": None, "credentials": None})
+        return HeartbeatOutcome(reply=reply, lease=decision.answer.lease, stale=True)
     if not stored:  # replaced between our read and our write
         replaced = decision.answer_if_replaced
         return HeartbeatOutcome(reply=replaced.reply, lease=replaced.lease)

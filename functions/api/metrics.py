@@ -61,6 +61,7 @@ def heartbeat_answered(request: HeartbeatRequest, outcome: HeartbeatOutcome) -> 
             "phase": request.phase,
             "command": outcome.reply.command,
             "lease_renewed": lease.lease_renewed,
+            "stale": outcome.stale,
             "recovery_to_training_s": measures.recovery_to_training_s,
             "checkpoint_upload_lag_s": measures.checkpoint_upload_lag_s,
         },

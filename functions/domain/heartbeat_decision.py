@@ -177,10 +177,13 @@ def decide_lease(
 # --- what is stored -------------------------------------------------------------------------
 
 
-def heartbeat_record(request: HeartbeatRequest, now: float) -> Heartbeat:
+def heartbeat_record(
+    request: HeartbeatRequest, now: float, received_at: float | None = None
+) -> Heartbeat:
     return Heartbeat(
         at=now,
         agent_time=request.agent_time,
+        received_at=received_at,
         phase=request.phase,
         step=request.step,
         total_steps=request.total_steps,
@@ -300,13 +303,17 @@ def previous_generation_needed(
 
 
 def decide_heartbeat(
-    facts: HeartbeatFacts, *, now: float, supervised_max_age_s: float
+    facts: HeartbeatFacts,
+    *,
+    now: float,
+    supervised_max_age_s: float,
+    received_at: float | None = None,
 ) -> HeartbeatDecision:
     """Everything an authenticated heartbeat does (the module docstring): the lease and the
-    reply (`decide_lease`), the heartbeat record, the checkpoint record
-    (`checkpoint_record.py`), the outputs record (`outputs_record.py`), the restore, misplaced,
-    resumed and failure (`crashes.py`) timeline events, the measures, and whether the reply
-    carries the secrets."""
+    reply (`decide_lease`), the heartbeat record (stamped `received_at`: when API Gateway
+    received it), the checkpoint record (`checkpoint_record.py`), the outputs record
+    (`outputs_record.py`), the restore, misplaced, resumed and failure (`crashes.py`) timeline
+    events, the measures, and whether the reply carries the secrets."""
     job, generation, request = facts.job, facts.generation, facts.request
     lease = decide_lease(
         job, generation, request, now=now, supervised_max_age_s=supervised_max_age_s
@@ -319,7 +326,7 @@ def decide_heartbeat(
     resumed = resumed_on_server(request, now)
     first_training = is_first_training_heartbeat(generation, request)
     write = HeartbeatWrite(
-        heartbeat=heartbeat_record(request, now).model_copy(
+        heartbeat=heartbeat_record(request, now, received_at).model_copy(
             update={"outputs": outputs_to_record(job, generation, request)}
         ),
         lease_expires_at=lease.lease_expires_at,

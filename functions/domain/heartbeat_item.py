@@ -34,6 +34,7 @@ HOT_HEARTBEAT_FIELDS = frozenset(
     {
         "at",
         "agent_time",
+        "received_at",
         "phase",
         "step",
         "total_steps",

@@ -201,6 +201,9 @@ class Heartbeat(BaseModel):
 
     at: float
     agent_time: float
+    # When API Gateway received it (`requestContext.timeEpoch`): an older heartbeat whose
+    # invocation ends after a newer one's is not stored over it (`JobStore.store_heartbeat`).
+    received_at: float | None = None
     phase: Phase
     step: int | None = None
     total_steps: int | None = None  # as the script says (`job_status.progress`)

@@ -59,6 +59,7 @@ def test_the_largest_heartbeat_item_the_contract_allows_is_one_write_unit() -> N
     """Longest job id, largest generation, every field of the hot parts set (the longest phase
     name, a GPU error of the most text allowed), and every number at DynamoDB's largest."""
     heartbeat = beat(
+        received_at=MAX_SECONDS,
         phase="restoring",  # the longest phase names are 9 characters
         step=MAX_STEP,
         total_steps=MAX_STEP,

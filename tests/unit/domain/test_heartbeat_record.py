@@ -33,8 +33,9 @@ def test_every_field_of_the_request_is_kept() -> None:
         agent_time=1_700_000_000.5,
         credentials_expire_at=1_700_003_600.0,
     )
-    record = heartbeat_record(request, now=1_700_000_002.0)
+    record = heartbeat_record(request, now=1_700_000_002.0, received_at=1_700_000_001.25)
     assert record.at == 1_700_000_002.0
+    assert record.received_at == 1_700_000_001.25  # API Gateway's receipt: orders the writes
     assert record.agent_time == 1_700_000_000.5
     assert record.phase == "failed"
     assert record.step == 420
@@ -48,4 +49,4 @@ def test_every_field_of_the_request_is_kept() -> None:
     sent = request.model_dump(
         exclude={"job_id", "generation", "credentials_expire_at", "wants_secrets", "wants_job"}
     )
-    assert record.model_dump(exclude={"at"}) == sent
+    assert record.model_dump(exclude={"at", "received_at"}) == sent
