@@ -9,8 +9,9 @@ composition, used by `tether local up`, the demo and the end-to-end tests.
         stack.tick()       # fire the monitor schedules once, now
 
 What `start()` does, in order:
-1. moto in process (`LocalAws`) with the synthesized template deployed: DynamoDB, Step Functions
-   running the real definition, SNS, SSM (the provider keys, set after deploy); each Lambda
+1. moto in process (`LocalAws`) with the synthesized template deployed (with the config's
+   `parameters`, as `cdk deploy --parameters` gives them): DynamoDB, Step Functions running the
+   real definition, SNS, SSM (the provider keys, set after deploy); each Lambda
    execution environment a worker process (`tether_local.aws.lambda_process`) with its function's
    environment and timeout, logging to `<root>/logs/<function>.log` (`log_dir`).
 2. The Vast simulator (offers from `tether_local.vast_sim.offers`) and the Cloudflare simulator,
@@ -113,6 +114,11 @@ class LocalStackConfig(BaseModel):
     host_env: dict[str, str] = Field(
         default_factory=dict, description="Extra process variables for every local host"
     )
+    parameters: dict[str, str] = Field(
+        default_factory=dict,
+        description="The stack's parameters, as `cdk deploy --parameters Name=value` sets them "
+        "(docs/deploy.md); checked against the template as CloudFormation checks them",
+    )
 
 
 class LocalStack:
@@ -202,7 +208,9 @@ class LocalStack:
             _cold_start_functions()
             template = synth_template(bundle=False)
             self.aws.start()
-            self.deployed = self.aws.deploy(template, stack_name=names.STACK_NAME)
+            self.deployed = self.aws.deploy(
+                template, parameters=self.config.parameters, stack_name=names.STACK_NAME
+            )
             # Looked up per request, so a test can wrap `stack.vast.handle` (a slow Vast).
             self._vast_server = self._serve(lambda r: self.vast.handle(r), "vast")
             self._cloudflare_server = self._serve(self.cloudflare.handle, "cloudflare")

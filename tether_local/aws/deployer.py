@@ -30,7 +30,13 @@ from tether_local.aws.deployed import (
     Schedule,
     Throttle,
 )
-from tether_local.aws.template import Resolver, StackContext, TemplateError, creation_order
+from tether_local.aws.template import (
+    Resolver,
+    StackContext,
+    TemplateError,
+    check_parameters,
+    creation_order,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -72,6 +78,7 @@ class Deployer:
         self.template = template
         self.stack = stack
         self.context = StackContext(stack_name=stack, region=region, account_id=ACCOUNT_ID)
+        check_parameters(template, parameters)
         self.resolver = Resolver(template, self.context, parameters)
         self.role_arn = f"arn:aws:iam::{ACCOUNT_ID}:role/{HARNESS_ROLE}"
         self.resources: dict[str, DeployedResource] = {}

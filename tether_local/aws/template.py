@@ -5,6 +5,9 @@ Pure: no I/O. `Resolver` turns `Ref`, `Fn::GetAtt`, `Fn::Join`, `Fn::Sub` (both 
 `Fn::FindInMap`, `Fn::Base64` and `Fn::GetAZs` plus the pseudo parameters into plain values,
 given the physical ids and attributes of the resources created so far. `creation_order` sorts
 a template's resources so that every resource comes after the ones it references.
+`check_parameters` refuses the parameter values CloudFormation refuses at `cdk deploy
+--parameters` (an unknown name, a `Number` that is not one or is out of its `MinValue`/`MaxValue`,
+a value not in `AllowedValues`), so a local stack never runs with limits AWS would not deploy.
 """
 
 from __future__ import annotations
@@ -21,6 +24,31 @@ _SUB_VARIABLE = re.compile(r"\$\{([^}]*)\}")
 
 class TemplateError(ValueError):
     """The template uses something this resolver cannot honour; the message names the spot."""
+
+
+def check_parameters(template: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Raise `TemplateError` naming the first value CloudFormation would refuse (module
+    docstring); the wording follows CloudFormation's validation errors."""
+    declared: Mapping[str, Any] = template.get("Parameters", {})
+    unknown = sorted(name for name in given if name not in declared)
+    if unknown:
+        raise TemplateError(f"Parameters: [{', '.join(unknown)}] do not exist in the template")
+    for name, value in given.items():
+        spec = declared[name]
+        allowed = spec.get("AllowedValues")
+        if allowed is not None and str(value) not in {str(a) for a in allowed}:
+            raise TemplateError(f"Parameter '{name}' must be one of AllowedValues")
+        if spec.get("Type") != "Number":
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise TemplateError(f"Parameter '{name}' must be a number, got {value!r}") from None
+        low, high = spec.get("MinValue"), spec.get("MaxValue")
+        if low is not None and number < float(low):
+            raise TemplateError(f"Parameter '{name}' must be a number not less than {low}")
+        if high is not None and number > float(high):
+            raise TemplateError(f"Parameter '{name}' must be a number not greater than {high}")
 
 
 @dataclass(frozen=True)

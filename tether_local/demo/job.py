@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from functions import settings as function_settings
+from infra import names
 from tether_local.stack import LocalStackConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +28,14 @@ WEIGHTS_FILE = "weights.json"  # in each of its checkpoints; final_sha256.txt is
 MONITOR_INTERVAL_S = 1.0
 SUPERVISED_MAX_AGE_S = 4.0
 VAST_DEADLINE_S = 0.5
+# The heartbeat route's bucket the demo deploys with (`cdk deploy --parameters`): a fifth of the
+# template's 50/s, burst 100. Locally each heartbeat is a function invocation in a worker process
+# that reads moto over loopback, and a busy 2-core machine serves about 20 of those a second: at
+# 50/s the heartbeat-flood scenario's junk could never outrun the bucket (nothing throttled) and
+# would queue the agent's own heartbeats behind it, where API Gateway would throttle the junk and
+# Lambda would serve the rest at once. At 10/s the junk still runs at three times the bucket.
+DEMO_HEARTBEAT_RATE_PER_S = 10
+DEMO_HEARTBEAT_BURST = 20
 # A signed-looking header: the local front checks SigV4's shape, not its signature.
 SIGNED = {
     "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDLOCALDEMO/20260101/us-east-1/"
@@ -94,7 +103,8 @@ def demo_job(train: TrainArgs, **overrides: Any) -> dict[str, Any]:
 
 def demo_stack_config(root: Path | None = None) -> LocalStackConfig:
     """The stack the demo drives: no clock of its own (the demo's clock runs the monitor),
-    fast rents and boots, the monitor interval and the supervision max age the functions see."""
+    fast rents and boots, the monitor interval and the supervision max age the functions see,
+    and a heartbeat bucket one machine can outrun (`DEMO_HEARTBEAT_RATE_PER_S`)."""
     return LocalStackConfig(
         root=root,
         monitor_interval_s=0,
@@ -103,6 +113,10 @@ def demo_stack_config(root: Path | None = None) -> LocalStackConfig:
         restart_s=0.3,
         stop_grace_s=1.0,
         host_env={"TETHER_PROBE_TIMEOUT_S": "1"},  # the fake probe answers at once or hangs
+        parameters={
+            names.HEARTBEAT_RATE_PARAMETER: str(DEMO_HEARTBEAT_RATE_PER_S),
+            names.HEARTBEAT_BURST_PARAMETER: str(DEMO_HEARTBEAT_BURST),
+        },
         function_env={
             function_settings.MONITOR_INTERVAL_ENV: str(MONITOR_INTERVAL_S),
             function_settings.SUPERVISED_MAX_AGE_ENV: str(SUPERVISED_MAX_AGE_S),

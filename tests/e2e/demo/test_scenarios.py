@@ -12,7 +12,9 @@ from functions.adapters.store import JobStore
 from tests.paths import ROOT
 from tether_cli.local_ship import SHIPPER
 from tether_cli.main import main
+from tether_local.aws.deployed import Throttle
 from tether_local.demo import DemoSummary, demo_stack_config, run_scenario
+from tether_local.demo.job import DEMO_HEARTBEAT_BURST, DEMO_HEARTBEAT_RATE_PER_S
 from tether_local.stack import LocalStack
 
 pytestmark = pytest.mark.slow
@@ -225,7 +227,12 @@ def test_heartbeat_flood_is_refused_and_replaces_no_host(demo_stack: LocalStack)
     """Junk heartbeats at three times the heartbeat route's throttle for 10 s
     (docs/architecture.md#bounded-input): every junk request a 4xx (429 past the bucket, as API
     Gateway answers), nothing stored, the agent's heartbeats never stopped for a heartbeat timeout,
-    generation 1 trains to the end."""
+    generation 1 trains to the end. The demo deploys a smaller heartbeat bucket than the
+    template's default (`DEMO_HEARTBEAT_RATE_PER_S`), one this machine's junk can outrun."""
+    assert demo_stack.front is not None
+    assert demo_stack.front.throttle("POST /agent/heartbeat") == Throttle(
+        rate_per_s=DEMO_HEARTBEAT_RATE_PER_S, burst=DEMO_HEARTBEAT_BURST
+    )
     summary = run_scenario("heartbeat-flood", stack=demo_stack, shipper=SHIPPER)
     _assert_sound(summary)
     assert set(summary.scenario_checks) == {

@@ -17,7 +17,13 @@ from tether_local.aws.deployed import Throttle
 from tether_local.aws.deployer import rate_seconds
 from tether_local.aws.local_aws import Deployed, LambdaInvocationError, LocalAws
 from tether_local.aws.moto_patches import MotoInternalsMoved, check_moto_internals
-from tether_local.aws.template import Resolver, StackContext, TemplateError, creation_order
+from tether_local.aws.template import (
+    Resolver,
+    StackContext,
+    TemplateError,
+    check_parameters,
+    creation_order,
+)
 
 # --- the canary -----------------------------------------------------------------------------
 
@@ -416,6 +422,44 @@ def test_resolver_errors_name_the_spot(value: Any, message: str) -> None:
     r = resolver(Parameters={"Size": {"Type": "Number"}})
     with pytest.raises(TemplateError, match=message):
         r.resolve({"Prop": value}, "Resources.X.Properties")
+
+
+PARAMETERS = {
+    "Rate": {"Type": "Number", "Default": 50, "MinValue": 1, "MaxValue": 10000},
+    "Stage": {"Type": "String", "AllowedValues": ["dev", "prod"]},
+    "Label": {"Type": "String"},
+}
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"Rate": "5", "Nope": "1", "Also": "2"}, r"^Parameters: \[Also, Nope\] do not exist"),
+        ({"Rate": "fast"}, r"^Parameter 'Rate' must be a number, got 'fast'"),
+        ({"Rate": "0"}, r"^Parameter 'Rate' must be a number not less than 1$"),
+        ({"Rate": 10001}, r"^Parameter 'Rate' must be a number not greater than 10000$"),
+        ({"Stage": "test"}, r"^Parameter 'Stage' must be one of AllowedValues$"),
+    ],
+)
+def test_parameters_cloudformation_refuses_are_refused(given: dict[str, Any], message: str) -> None:
+    with pytest.raises(TemplateError, match=message):
+        check_parameters({"Parameters": PARAMETERS}, given)
+
+
+def test_parameters_within_the_template_pass() -> None:
+    check_parameters({"Parameters": PARAMETERS}, {"Rate": "1", "Stage": "prod", "Label": "x"})
+    check_parameters({"Parameters": PARAMETERS}, {"Rate": 10000.0})
+    check_parameters({}, {})
+
+
+def test_a_refused_parameter_deploys_nothing(
+    local_aws: LocalAws, tether_template: dict[str, Any]
+) -> None:
+    """The stack's own bounds (`HeartbeatRateLimit` at least 1) hold locally as at `cdk deploy`:
+    refused before any resource exists."""
+    with pytest.raises(TemplateError, match="'HeartbeatRateLimit' must be a number not less"):
+        local_aws.deploy(tether_template, parameters={"HeartbeatRateLimit": "0"})
+    assert local_aws.client("dynamodb").list_tables()["TableNames"] == []
 
 
 def test_creation_order_follows_references_and_rejects_cycles() -> None:
