@@ -114,29 +114,53 @@ def _signal_all(pids: list[int], signum: int) -> None:
 
 
 KILL_WAIT_S = 10.0  # how long SIGKILLed processes may take to go (seconds on a busy machine)
+# Empty scans in a row before a kill is done: a process in the middle of an exec reads as
+# having no environment for an instant, so one empty scan can miss a child the agent was
+# starting as it was killed.
+QUIET_SCANS = 3
 
 
 def _kill_marked(marker: str, *, prefix: bool = False) -> list[str]:
     """SIGKILL every process marked `marker` until none is left: repeated, for processes forked
     while we kill, and bound by time rather than rounds, as a killed process can take a while
-    to go on a loaded machine. Returns what outlived `KILL_WAIT_S` (pid, state, command)."""
+    to go on a loaded machine; done after `QUIET_SCANS` empty scans in a row. Returns what
+    outlived `KILL_WAIT_S` (pid, state, command)."""
     deadline = time.monotonic() + KILL_WAIT_S
-    while pids := marked_processes(marker, prefix=prefix):
-        if time.monotonic() >= deadline:
-            return [_described(pid) for pid in pids]
-        _signal_all(pids, signal.SIGKILL)
+    quiet = 0
+    while quiet < QUIET_SCANS:
+        pids = marked_processes(marker, prefix=prefix)
+        quiet = 0 if pids else quiet + 1
+        if pids:
+            if time.monotonic() >= deadline:
+                return [describe_process(pid) for pid in pids]
+            _signal_all(pids, signal.SIGKILL)
         time.sleep(0.02)
     return []
 
 
-def _described(pid: int) -> str:
-    """A process as a warning names it: pid, state and command line."""
+def _kill_group(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL the agent's process group (its own session, so its pid is the group's id) while
+    the agent lives: that takes a child it forked whose exec is not done, before /proc shows
+    the child's environment. Not once it has exited: its pid could be another's by then."""
+    if process is not None and process.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def describe_process(pid: int) -> str:
+    """A process as a warning or a failed test names it: pid, state and command line."""
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
     except OSError:
         return f"{pid} (gone)"
     return f"{pid} [{state}] {command.decode(errors='replace')}"
+
+
+def describe_marked(marker: str, *, prefix: bool = False) -> list[str]:
+    """`marked_processes`, each described (`describe_process`): what a test asserts is empty,
+    so that a failure names what was left."""
+    return [describe_process(pid) for pid in marked_processes(marker, prefix=prefix)]
 
 
 @dataclass
@@ -424,6 +448,7 @@ class LocalHosts:
         LOG.info("host %s: disk deleted", host.instance_id)
 
     def _kill(self, host: LocalHost) -> None:
+        _kill_group(host.process)
         if left := _kill_marked(host.marker):
             LOG.warning("host %s: processes outlived SIGKILL: %s", host.instance_id, left)
         if host.process is not None:

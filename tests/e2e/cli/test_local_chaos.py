@@ -20,7 +20,7 @@ from tests.e2e.cli.local_up import TETHER, local_up
 from tests.e2e.conftest import SIGNED, example_code, tiny_spec
 from tests.paths import ROOT
 from tether_local.hosts import disk_view
-from tether_local.hosts.local_hosts import marked_processes
+from tether_local.hosts.local_hosts import describe_marked
 
 pytestmark = pytest.mark.slow
 
@@ -101,11 +101,11 @@ def test_ssh_local_and_kill_host_from_another_terminal(tmp_path: Path) -> None:
         killed = tether(env, "local", "kill-host", job_id)
         assert killed.returncode == 0, killed.stderr
         assert f"host {instance_id} (job {job_id}, generation 1): killed" in killed.stdout
-        assert not marked_processes(str(marker))
+        assert describe_marked(str(marker)) == []
         assert not disk.exists()
         assert job_id in terminal.wait_for("generation 2 training", timeout_s=180)
         assert int(str(host_view(env, job_id)["generation"])) == 2
     assert stack.process.returncode == 0, stack.stderr
     assert not state.exists()
     if stack_id:
-        assert not marked_processes(f"{stack_id}:", prefix=True)
+        assert describe_marked(f"{stack_id}:", prefix=True) == []

@@ -15,7 +15,7 @@ import pytest
 
 from functions.adapters.store import JobStore
 from functions.domain.job import JobState
-from tests.e2e.conftest import SIGNED, tiny_spec, wait_for
+from tests.e2e.conftest import api, tiny_spec, wait_for
 from tether_local.stack import LocalStack
 
 pytestmark = pytest.mark.slow
@@ -57,9 +57,7 @@ class ListingGate:
 def test_overlapping_monitor_runs_overlap_and_rent_once(
     stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    created = httpx.post(
-        stack.api_url + "/jobs", json=tiny_spec(name="overlap", run=HOLD), headers=SIGNED
-    )
+    created = api(stack, "POST", "/jobs", json=tiny_spec(name="overlap", run=HOLD))
     assert created.status_code == 201, created.text
     job_id = created.json()["job_id"]
     store = JobStore(stack.table_name())

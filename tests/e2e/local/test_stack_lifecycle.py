@@ -7,9 +7,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import SIGNED, provision_by_hand, wait_for
+from tests.e2e.conftest import api, provision_by_hand, wait_for
 from tests.e2e.processes import alive
-from tether_local.hosts.local_hosts import marked_processes
+from tether_local.hosts.local_hosts import describe_marked
 from tether_local.stack import LocalStack, LocalStackConfig
 
 pytestmark = pytest.mark.slow
@@ -28,13 +28,13 @@ def test_stack_starts_serves_and_stops_cleanly(tmp_path: Path) -> None:
         stack_id = stack.stack_id
         assert stack.hosts is not None
         host = stack.hosts.get(job.instance_id)
-        assert httpx.get(stack.api_url + "/jobs", headers=SIGNED).status_code == 200
+        assert api(stack, "GET", "/jobs").status_code == 200
         lambdas = stack.aws.lambda_pids()
         assert lambdas, "each Lambda execution environment is a process"
 
-    assert marked_processes(f"{stack_id}:", prefix=True) == []
+    assert describe_marked(f"{stack_id}:", prefix=True) == []
     assert [pid for pid in lambdas if alive(pid)] == []
-    assert marked_processes(host.marker) == []
+    assert describe_marked(host.marker) == []
     assert rclone.poll() is not None  # the S3 stand-in is gone
     for url in urls:
         with pytest.raises(httpx.TransportError):

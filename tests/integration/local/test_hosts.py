@@ -18,7 +18,7 @@ import pytest
 
 from tether_local.hosts import disk_view
 from tether_local.hosts.images import stand_in
-from tether_local.hosts.local_hosts import SYSTEM_PATH, LocalHost, LocalHosts, marked_processes
+from tether_local.hosts.local_hosts import SYSTEM_PATH, LocalHost, LocalHosts, describe_marked
 from tether_local.vast_sim import VastSimulator
 
 T = TypeVar("T")
@@ -108,7 +108,7 @@ def test_a_destroy_through_the_api_deletes_the_disk(machines: Machines) -> None:
     assert host.state == "destroyed"
     assert not output.exists()
     assert not host.disk.exists()
-    assert marked_processes(host.marker) == []
+    assert describe_marked(host.marker) == []
     assert host.log_file.exists()  # the harness's console record is not on the disk
 
 
@@ -146,7 +146,7 @@ def test_an_image_with_no_stand_in_fails_the_start_like_a_failed_pull(
     assert image in message and "cannot be pulled" in message
     assert "python:3.N" in message  # the known ones
     assert host.state == "pull_failed" and host.starts == 0
-    assert marked_processes(host.marker) == []
+    assert describe_marked(host.marker) == []
     assert image in host.log_text()
 
     machines.set_state(host, "stopped")  # a restart pulls again, and fails again
