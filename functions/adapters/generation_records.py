@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from functions.adapters.heartbeat_items import merged_generation_items
+from functions.adapters.heartbeat_items import is_generation_item, merged_generation_items
 from functions.adapters.store_base import StoreBase
 from functions.adapters.table import (
     as_generation,
@@ -54,11 +54,15 @@ class GenerationRecords(StoreBase):
 
     def get_generation(self, job_id: str, generation: int) -> Generation | None:
         """The generation with its heartbeat item merged in, in one BatchGetItem."""
+        merged = merged_generation_items(self._generation_items(job_id, generation))
+        return as_generation(merged[0]) if merged else None
+
+    def _generation_items(self, job_id: str, generation: int) -> list[dict[str, Any]]:
+        """The generation item and its heartbeat item as stored (plain), in one consistent
+        BatchGetItem; either may be missing."""
         keys = [generation_key(job_id, generation), heartbeat_key(job_id, generation)]
         request = {self.table_name: {"Keys": [serialize(k) for k in keys], "ConsistentRead": True}}
-        items = [deserialize(i) for i in self._table.batch_get(request)[self.table_name]]
-        merged = merged_generation_items(items)
-        return as_generation(merged[0]) if merged else None
+        return [deserialize(i) for i in self._table.batch_get(request)[self.table_name]]
 
     def list_generations(self, job_id: str) -> list[Generation]:
         """Every generation of a job, oldest first (the Query returns their heartbeat items
@@ -231,11 +235,8 @@ class GenerationRecords(StoreBase):
         its heartbeat item. A consistent read, on this rare path only."""
         if received_at is None:
             return False
-        own = generation_key(job_id, generation)
-        keys = [own, heartbeat_key(job_id, generation)]
-        request = {self.table_name: {"Keys": [serialize(k) for k in keys], "ConsistentRead": True}}
-        items = [deserialize(i) for i in self._table.batch_get(request)[self.table_name]]
-        found = next((item for item in items if item["sk"] == own["sk"]), None)
+        items = self._generation_items(job_id, generation)
+        found = next((item for item in items if is_generation_item(item)), None)
         if found is None or found.get("is_current") is not True:
             return False
         if found.get("token_hash") != token_hash:

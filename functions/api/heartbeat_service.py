@@ -162,16 +162,16 @@ def _apply(
         resumed=write.resumed,
         previous=generation,
     )
-    if not stored and deps.store.stale_heartbeat(
-        request.job_id,
-        request.generation,
-        token_hash=token_hash,
-        received_at=write.heartbeat.received_at,
-    ):
-        reply = decision.answer.reply.model_copy(update={"job": None, "credentials": None})
-        return HeartbeatOutcome(reply=reply, lease=decision.answer.lease, stale=True)
-    if not stored:  # replaced between our read and our write
-        replaced = decision.answer_if_replaced
+    if not stored:
+        if deps.store.stale_heartbeat(
+            request.job_id,
+            request.generation,
+            token_hash=token_hash,
+            received_at=write.heartbeat.received_at,
+        ):
+            reply = decision.answer.reply.model_copy(update={"job": None, "credentials": None})
+            return HeartbeatOutcome(reply=reply, lease=decision.answer.lease, stale=True)
+        replaced = decision.answer_if_replaced  # replaced between our read and our write
         return HeartbeatOutcome(reply=replaced.reply, lease=replaced.lease)
     if decision.checkpoints is not None:
         deps.store.record_checkpoints(
